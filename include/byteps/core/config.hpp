@@ -1,0 +1,193 @@
+#pragma once
+/// @file
+/// `bps::Config`: every setting of a node, as a plain value. Build it in code, or from the
+/// environment variables BytePS users know with `Config::from_env()`. Nothing else in byteps
+/// reads the environment. `docs/env.md` lists every variable with its default.
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
+
+namespace bps {
+
+enum class role { scheduler, server, worker };
+
+constexpr std::string_view role_name(role r) noexcept {
+  switch (r) {
+    case role::scheduler: return "scheduler";
+    case role::server: return "server";
+    case role::worker: return "worker";
+  }
+  return "?";
+}
+
+/// How a partition's key picks its server (`BYTEPS_KEY_HASH_FN`), as in BytePS.
+enum class key_hash_fn { djb2, sdbm, naive, built_in };
+
+constexpr std::string_view key_hash_name(key_hash_fn f) noexcept {
+  switch (f) {
+    case key_hash_fn::djb2: return "djb2";
+    case key_hash_fn::sdbm: return "sdbm";
+    case key_hash_fn::naive: return "naive";
+    case key_hash_fn::built_in: return "built_in";
+  }
+  return "?";
+}
+
+struct Config {
+  using millis = std::chrono::milliseconds;
+
+  role node_role = role::worker;                 ///< DMLC_ROLE
+  int num_workers = 1;                           ///< DMLC_NUM_WORKER
+  int num_servers = 1;                           ///< DMLC_NUM_SERVER
+  std::string scheduler_host = "127.0.0.1";      ///< DMLC_PS_ROOT_URI
+  std::uint16_t scheduler_port = 0;              ///< DMLC_PS_ROOT_PORT (0: scheduler picks one)
+  int worker_id = -1;                            ///< DMLC_WORKER_ID (-1: scheduler assigns)
+  std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
+  std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
+  std::size_t partition_bytes = 4096000;         ///< BYTEPS_PARTITION_BYTES
+  int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
+  int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
+  key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
+  log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
+  int io_threads = 1;                            ///< BYTEPS_IO_THREADS
+  int local_rank = 0;                            ///< BYTEPS_LOCAL_RANK
+  int local_size = 1;                            ///< BYTEPS_LOCAL_SIZE
+  millis connect_timeout{30000};                 ///< BYTEPS_CONNECT_TIMEOUT_MS
+  millis rendezvous_timeout{120000};             ///< BYTEPS_RENDEZVOUS_TIMEOUT_MS
+  millis op_timeout{60000};                      ///< BYTEPS_OP_TIMEOUT_MS
+
+  /// Largest frame payload a node accepts: a partition plus room for control messages.
+  std::size_t max_frame_bytes() const noexcept { return partition_bytes + (1u << 20); }
+
+  /// Throws `usage_error` naming the first field that is out of range.
+  void validate() const;
+
+  /// Reads the environment. Throws `usage_error` naming the variable and what it expects when
+  /// a required variable is missing or any value is malformed.
+  static Config from_env();
+};
+
+namespace detail {
+
+inline const char* env_or_null(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+inline long long parse_env_integer(const char* name, const char* text, long long min,
+                                   long long max) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < min || v > max) {
+    throw usage_error(fmt::format("{}='{}' is not valid: expected a whole number from {} to {}",
+                                  name, text, min, max));
+  }
+  return v;
+}
+
+inline long long env_integer(const char* name, long long fallback, long long min, long long max,
+                             bool required = false) {
+  const char* v = env_or_null(name);
+  if (v == nullptr) {
+    if (required) {
+      throw usage_error(fmt::format("{} is not set: expected a whole number from {} to {}", name,
+                                    min, max));
+    }
+    return fallback;
+  }
+  return parse_env_integer(name, v, min, max);
+}
+
+}  // namespace detail
+
+inline void Config::validate() const {
+  auto fail = [](std::string_view what, auto value, std::string_view expected) {
+    throw usage_error(fmt::format("Config: {} = {} is not valid: expected {}", what, value,
+                                  expected));
+  };
+  if (num_workers < 1) fail("num_workers (DMLC_NUM_WORKER)", num_workers, ">= 1");
+  if (num_servers < 1) fail("num_servers (DMLC_NUM_SERVER)", num_servers, ">= 1");
+  if (worker_id < -1 || worker_id >= num_workers)
+    fail("worker_id (DMLC_WORKER_ID)", worker_id, "-1 (assigned) or 0 .. num_workers-1");
+  if (partition_bytes < 4096 || partition_bytes > (std::size_t{1} << 31))
+    fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "4096 .. 2^31");
+  if (scheduling_credit < 0) fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
+  if (server_engine_threads < 1 || server_engine_threads > 256)
+    fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
+  if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (local_size < 1) fail("local_size (BYTEPS_LOCAL_SIZE)", local_size, ">= 1");
+  if (local_rank < 0 || local_rank >= local_size)
+    fail("local_rank (BYTEPS_LOCAL_RANK)", local_rank, "0 .. local_size-1");
+  if (scheduler_host.empty()) fail("scheduler_host (DMLC_PS_ROOT_URI)", "\"\"", "a host name or address");
+  if (connect_timeout.count() <= 0) fail("connect_timeout (BYTEPS_CONNECT_TIMEOUT_MS)", connect_timeout.count(), "> 0");
+  if (rendezvous_timeout.count() <= 0) fail("rendezvous_timeout (BYTEPS_RENDEZVOUS_TIMEOUT_MS)", rendezvous_timeout.count(), "> 0");
+  if (op_timeout.count() <= 0) fail("op_timeout (BYTEPS_OP_TIMEOUT_MS)", op_timeout.count(), "> 0");
+}
+
+inline Config Config::from_env() {
+  using detail::env_integer;
+  using detail::env_or_null;
+  Config c;
+
+  const char* r = env_or_null("DMLC_ROLE");
+  if (r == nullptr) throw usage_error("DMLC_ROLE is not set: expected scheduler, server or worker");
+  std::string_view rv = r;
+  if (rv == "scheduler") c.node_role = role::scheduler;
+  else if (rv == "server") c.node_role = role::server;
+  else if (rv == "worker") c.node_role = role::worker;
+  else throw usage_error(fmt::format("DMLC_ROLE='{}' is not valid: expected scheduler, server or worker", rv));
+
+  c.num_workers = static_cast<int>(env_integer("DMLC_NUM_WORKER", 0, 1, 1 << 20, true));
+  c.num_servers = static_cast<int>(env_integer("DMLC_NUM_SERVER", 0, 1, 1 << 20, true));
+  const char* uri = env_or_null("DMLC_PS_ROOT_URI");
+  if (uri == nullptr) throw usage_error("DMLC_PS_ROOT_URI is not set: expected the scheduler's host name or address");
+  c.scheduler_host = uri;
+  c.scheduler_port = static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, 1, 65535, true));
+  c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
+  if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
+  c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));
+  c.partition_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_PARTITION_BYTES", 4096000, 4096, std::int64_t{1} << 31));
+  c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
+  c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
+  c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
+  c.local_size = static_cast<int>(env_integer("BYTEPS_LOCAL_SIZE", 1, 1, 1024));
+  c.local_rank = static_cast<int>(env_integer("BYTEPS_LOCAL_RANK", 0, 0, c.local_size - 1));
+  c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));
+  c.rendezvous_timeout = millis(env_integer("BYTEPS_RENDEZVOUS_TIMEOUT_MS", 120000, 1, 86400000));
+  c.op_timeout = millis(env_integer("BYTEPS_OP_TIMEOUT_MS", 60000, 1, 86400000));
+
+  if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
+    std::string_view v = h;
+    if (v == "djb2") c.key_hash = key_hash_fn::djb2;
+    else if (v == "sdbm") c.key_hash = key_hash_fn::sdbm;
+    else if (v == "naive") c.key_hash = key_hash_fn::naive;
+    else if (v == "built_in") c.key_hash = key_hash_fn::built_in;
+    else throw usage_error(fmt::format("BYTEPS_KEY_HASH_FN='{}' is not valid: expected djb2, sdbm, naive or built_in", v));
+  }
+  if (const char* l = env_or_null("BYTEPS_LOG_LEVEL")) {
+    std::string v = l;
+    for (auto& ch : v) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (v == "TRACE") c.log = log_level::trace;
+    else if (v == "DEBUG") c.log = log_level::debug;
+    else if (v == "INFO") c.log = log_level::info;
+    else if (v == "WARNING" || v == "WARN") c.log = log_level::warning;
+    else if (v == "ERROR") c.log = log_level::error;
+    else if (v == "OFF" || v == "FATAL") c.log = log_level::off;
+    else throw usage_error(fmt::format("BYTEPS_LOG_LEVEL='{}' is not valid: expected TRACE, DEBUG, INFO, WARNING, ERROR or OFF", l));
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace bps

@@ -1,0 +1,79 @@
+#pragma once
+/// @file
+/// A small leveled logger. Each node owns one (no global logger), built from `Config::log_level`.
+/// A line is formatted first and written with one call, so lines of concurrent threads do not mix.
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace bps {
+
+enum class log_level { trace = 0, debug = 1, info = 2, warning = 3, error = 4, off = 5 };
+
+constexpr std::string_view log_level_name(log_level l) noexcept {
+  switch (l) {
+    case log_level::trace: return "TRACE";
+    case log_level::debug: return "DEBUG";
+    case log_level::info: return "INFO";
+    case log_level::warning: return "WARNING";
+    case log_level::error: return "ERROR";
+    case log_level::off: return "OFF";
+  }
+  return "?";
+}
+
+/// @par Thread Safety
+/// Safe to use from several threads at once.
+class logger {
+ public:
+  logger() = default;
+  logger(log_level level, std::string who) : level_(level), who_(std::move(who)) {}
+
+  bool enabled(log_level l) const noexcept { return l >= level_ && level_ != log_level::off; }
+  const std::string& who() const noexcept { return who_; }
+  void rename(std::string who) { who_ = std::move(who); }
+
+  template <class... Args>
+  void log(log_level l, fmt::format_string<Args...> format, Args&&... args) const {
+    if (!enabled(l)) return;
+    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    std::string line = fmt::format("[{}.{:03d}] {} {}: ", now / 1000, static_cast<int>(now % 1000),
+                                   log_level_name(l), who_);
+    fmt::format_to(std::back_inserter(line), format, std::forward<Args>(args)...);
+    line.push_back('\n');
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+
+  template <class... Args>
+  void trace(fmt::format_string<Args...> f, Args&&... a) const {
+    log(log_level::trace, f, std::forward<Args>(a)...);
+  }
+  template <class... Args>
+  void debug(fmt::format_string<Args...> f, Args&&... a) const {
+    log(log_level::debug, f, std::forward<Args>(a)...);
+  }
+  template <class... Args>
+  void info(fmt::format_string<Args...> f, Args&&... a) const {
+    log(log_level::info, f, std::forward<Args>(a)...);
+  }
+  template <class... Args>
+  void warn(fmt::format_string<Args...> f, Args&&... a) const {
+    log(log_level::warning, f, std::forward<Args>(a)...);
+  }
+  template <class... Args>
+  void error(fmt::format_string<Args...> f, Args&&... a) const {
+    log(log_level::error, f, std::forward<Args>(a)...);
+  }
+
+ private:
+  log_level level_ = log_level::info;
+  std::string who_ = "byteps";
+};
+
+}  // namespace bps

@@ -1,0 +1,179 @@
+#pragma once
+/// @file
+/// The frame: a fixed 64-byte little-endian header followed by `payload_bytes` of payload.
+/// Every message between byteps nodes is one frame. The header is validated before anything
+/// is allocated for the payload, so a foreign or hostile peer cannot make a node allocate
+/// what it claims.
+///
+/// Layout (offsets in bytes):
+///   0 magic u32 | 4 format u16 | 6 type u16 | 8 flags u32 | 12 sender u32 |
+///  16 key u64 | 24 part u32 | 28 dtype u32 | 32 round u64 | 40 payload_bytes u64 |
+///  48 tensor_bytes u64 | 56 offset u64
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace bps::wire {
+
+inline constexpr std::uint32_t magic = 0x31535042;  // "BPS1" read as little-endian bytes
+inline constexpr std::uint16_t format_version = 1;
+inline constexpr std::size_t header_size = 64;
+
+/// Wire values are part of the protocol: never renumber.
+enum class msg : std::uint16_t {
+  hello = 1,            ///< node -> scheduler: who I am (payload: rendezvous::hello)
+  welcome = 2,          ///< scheduler -> node: your rank and the cluster (payload: rendezvous::welcome)
+  refuse = 3,           ///< scheduler -> node: you cannot join (payload: reason text)
+  barrier = 4,          ///< node -> scheduler: entered barrier (round = barrier number)
+  barrier_release = 5,  ///< scheduler -> node: everyone entered barrier `round`
+  bye = 6,              ///< worker -> scheduler or server: leaving on purpose
+  shutdown = 7,         ///< scheduler -> server: all workers left; exit
+  peer_hello = 8,       ///< worker -> server: first frame on a connection (sender = worker rank)
+  declare = 9,          ///< worker -> server: tensor `key` is named (payload: name)
+  push = 10,            ///< worker -> server: a partition's contribution for `round`
+  pull_response = 11,   ///< server -> worker: the partition's sum for `round`
+  error = 12,           ///< server -> worker or scheduler -> node: payload is the message text
+  node_failed = 13,     ///< scheduler -> node: a node died (payload: text)
+};
+inline constexpr std::uint16_t max_msg = 13;
+
+constexpr std::string_view msg_name(msg m) noexcept {
+  switch (m) {
+    case msg::hello: return "hello";
+    case msg::welcome: return "welcome";
+    case msg::refuse: return "refuse";
+    case msg::barrier: return "barrier";
+    case msg::barrier_release: return "barrier_release";
+    case msg::bye: return "bye";
+    case msg::shutdown: return "shutdown";
+    case msg::peer_hello: return "peer_hello";
+    case msg::declare: return "declare";
+    case msg::push: return "push";
+    case msg::pull_response: return "pull_response";
+    case msg::error: return "error";
+    case msg::node_failed: return "node_failed";
+  }
+  return "unknown";
+}
+
+/// Flags of an `error` frame.
+inline constexpr std::uint32_t flag_fatal = 1;  ///< the cluster is broken (a peer died)
+inline constexpr std::uint32_t flag_usage = 2;  ///< the request was wrong (shape mismatch, ...)
+
+struct header {
+  msg type = msg::hello;
+  std::uint32_t flags = 0;
+  std::uint32_t sender = 0;
+  std::uint64_t key = 0;
+  std::uint32_t part = 0;
+  std::uint32_t dtype = 0;
+  std::uint64_t round = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t tensor_bytes = 0;
+  std::uint64_t offset = 0;
+  friend bool operator==(const header&, const header&) = default;
+};
+
+using header_bytes = std::array<std::byte, header_size>;
+
+namespace detail {
+template <class T>
+inline void put_le(std::byte* p, T v) noexcept {
+  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+template <class T>
+inline T get_le(const std::byte* p) noexcept {
+  T v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(std::to_integer<T>(p[i])) << (8 * i);
+  return v;
+}
+}  // namespace detail
+
+inline void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
+  using detail::put_le;
+  std::byte* p = out.data();
+  put_le<std::uint32_t>(p + 0, magic);
+  put_le<std::uint16_t>(p + 4, format_version);
+  put_le<std::uint16_t>(p + 6, static_cast<std::uint16_t>(h.type));
+  put_le<std::uint32_t>(p + 8, h.flags);
+  put_le<std::uint32_t>(p + 12, h.sender);
+  put_le<std::uint64_t>(p + 16, h.key);
+  put_le<std::uint32_t>(p + 24, h.part);
+  put_le<std::uint32_t>(p + 28, h.dtype);
+  put_le<std::uint64_t>(p + 32, h.round);
+  put_le<std::uint64_t>(p + 40, h.payload_bytes);
+  put_le<std::uint64_t>(p + 48, h.tensor_bytes);
+  put_le<std::uint64_t>(p + 56, h.offset);
+}
+
+inline header_bytes encode(const header& h) noexcept {
+  header_bytes b{};
+  encode(h, b);
+  return b;
+}
+
+/// Why a header was refused; `ok` when it was not.
+enum class decode_status { ok, bad_magic, bad_version, unknown_type, too_large };
+
+struct decode_result {
+  decode_status status = decode_status::ok;
+  header value{};
+  std::string reason;  ///< for logs: what was wrong, with the offending value
+  explicit operator bool() const noexcept { return status == decode_status::ok; }
+};
+
+/// Decodes and validates a header. `max_payload` bounds `payload_bytes`.
+inline decode_result decode(std::span<const std::byte, header_size> in, std::uint64_t max_payload) {
+  using detail::get_le;
+  const std::byte* p = in.data();
+  decode_result r;
+  auto m = get_le<std::uint32_t>(p + 0);
+  if (m != magic) {
+    r.status = decode_status::bad_magic;
+    r.reason = fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a byteps peer", m, magic);
+    return r;
+  }
+  auto v = get_le<std::uint16_t>(p + 4);
+  if (v != format_version) {
+    r.status = decode_status::bad_version;
+    r.reason = fmt::format("frame format {} (this build speaks {})", v, format_version);
+    return r;
+  }
+  auto t = get_le<std::uint16_t>(p + 6);
+  if (t == 0 || t > max_msg) {
+    r.status = decode_status::unknown_type;
+    r.reason = fmt::format("unknown message type {}", t);
+    return r;
+  }
+  header& h = r.value;
+  h.type = static_cast<msg>(t);
+  h.flags = get_le<std::uint32_t>(p + 8);
+  h.sender = get_le<std::uint32_t>(p + 12);
+  h.key = get_le<std::uint64_t>(p + 16);
+  h.part = get_le<std::uint32_t>(p + 24);
+  h.dtype = get_le<std::uint32_t>(p + 28);
+  h.round = get_le<std::uint64_t>(p + 32);
+  h.payload_bytes = get_le<std::uint64_t>(p + 40);
+  h.tensor_bytes = get_le<std::uint64_t>(p + 48);
+  h.offset = get_le<std::uint64_t>(p + 56);
+  if (h.payload_bytes > max_payload) {
+    r.status = decode_status::too_large;
+    r.reason = fmt::format("{} frame declares {} payload bytes, more than the limit {}",
+                           msg_name(h.type), h.payload_bytes, max_payload);
+  }
+  return r;
+}
+
+inline std::span<const std::byte> as_bytes(std::string_view s) noexcept {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace bps::wire
