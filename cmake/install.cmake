@@ -1,0 +1,53 @@
+# Install rules and the CMake package, so that a consumer can write
+#
+#   find_package(byteps CONFIG REQUIRED [COMPONENTS tcp])
+#   target_link_libraries(app PRIVATE byteps::byteps)
+#
+# Everything here belongs to the install component "byteps_development", so that the
+# headers and the package can be installed on their own, without building any tool:
+#   cmake --install <build> --prefix <dir> --component byteps_development
+# byteps is header-only: ARCH_INDEPENDENT below keeps the version file from rejecting a
+# consumer whose pointer size differs from that of the machine that configured the install.
+
+include(CMakePackageConfigHelpers)
+
+set(BYTEPS_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/byteps"
+    CACHE STRING "Where the byteps CMake package files are installed, relative to the prefix")
+mark_as_advanced(BYTEPS_INSTALL_CMAKEDIR)
+set(_byteps_install_component byteps_development)
+
+# Public headers only: the include tree holds nothing else today, but stray files must not ship.
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/byteps"
+  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+  COMPONENT ${_byteps_install_component}
+  FILES_MATCHING PATTERN "*.hpp")
+
+# The INTERFACE target; its include directory is given by INSTALL_INTERFACE in CMakeLists.txt.
+install(TARGETS byteps EXPORT byteps-targets COMPONENT ${_byteps_install_component})
+install(EXPORT byteps-targets
+  NAMESPACE byteps::
+  FILE byteps-targets.cmake
+  DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+  COMPONENT ${_byteps_install_component})
+
+configure_package_config_file(
+  "${CMAKE_CURRENT_LIST_DIR}/byteps-config.cmake.in"
+  "${PROJECT_BINARY_DIR}/byteps-package/byteps-config.cmake"
+  INSTALL_DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+  NO_SET_AND_CHECK_MACRO)
+write_basic_package_version_file(
+  "${PROJECT_BINARY_DIR}/byteps-package/byteps-config-version.cmake"
+  VERSION "${PROJECT_VERSION}"
+  COMPATIBILITY SameMajorVersion
+  ARCH_INDEPENDENT)
+
+# Findasio.cmake goes beside the config: Debian's libasio-dev ships no asio CMake package,
+# and the installed config puts its own directory on CMAKE_MODULE_PATH to find Asio.
+install(FILES
+    "${PROJECT_BINARY_DIR}/byteps-package/byteps-config.cmake"
+    "${PROJECT_BINARY_DIR}/byteps-package/byteps-config-version.cmake"
+    "${CMAKE_CURRENT_LIST_DIR}/Findasio.cmake"
+  DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+  COMPONENT ${_byteps_install_component})
+
+unset(_byteps_install_component)

@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// Keys: how a tensor name becomes a key, and how a partition's key picks its server.
+///
+/// A tensor's key is a 64-bit hash of its name, so every worker derives the same key whatever
+/// order tensors first appear in, with no rendezvous per tensor (BytePS pays a global barrier per
+/// tensor on first use). A partition is addressed by (tensor key, partition index): no 2^16 limit
+/// on either. Servers detect two names that hash alike (the `declare` frame carries the name).
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "byteps/core/config.hpp"
+
+namespace bps {
+
+/// FNV-1a, 64 bit: stable across builds and platforms, unlike std::hash.
+constexpr std::uint64_t tensor_key(std::string_view name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/// One number per partition, the input of the key hash functions.
+constexpr std::uint64_t partition_key(std::uint64_t tensor, std::uint32_t part) noexcept {
+  return tensor ^ (static_cast<std::uint64_t>(part) * 0x9e3779b97f4a7c15ull);
+}
+
+namespace detail {
+// BytePS hashes the decimal text of the key; so do we, so that the spread is the same kind.
+inline std::uint64_t hash_key_text(std::uint64_t key, key_hash_fn fn) {
+  char text[24];
+  int n = 0;
+  do {
+    text[n++] = static_cast<char>('0' + key % 10);
+    key /= 10;
+  } while (key != 0);
+  std::uint64_t h = fn == key_hash_fn::djb2 ? 5381 : 0;
+  for (int i = n - 1; i >= 0; --i) {
+    auto c = static_cast<std::uint64_t>(static_cast<unsigned char>(text[i]));
+    h = fn == key_hash_fn::djb2 ? ((h << 5) + h) + c : c + (h << 6) + (h << 16) - h;
+  }
+  return h;
+}
+}  // namespace detail
+
+/// The server (0 .. num_servers-1) that owns a partition.
+inline int server_for(std::uint64_t tensor, std::uint32_t part, int num_servers,
+                      key_hash_fn fn) {
+  const std::uint64_t key = partition_key(tensor, part);
+  std::uint64_t h = 0;
+  switch (fn) {
+    case key_hash_fn::djb2:
+    case key_hash_fn::sdbm:
+      h = detail::hash_key_text(key, fn);
+      break;
+    case key_hash_fn::naive:
+      h = (tensor >> 16) + tensor + part;  // BytePS's naive hash: adjacent parts, adjacent servers
+      break;
+    case key_hash_fn::built_in:
+      h = std::hash<std::uint64_t>{}(key);  // only as stable as the standard library in use
+      break;
+  }
+  return static_cast<int>(h % static_cast<std::uint64_t>(num_servers));
+}
+
+}  // namespace bps

@@ -1,0 +1,33 @@
+#pragma once
+/// @file
+/// The `bps::Partitioner` concept: how a tensor is cut into partitions, the unit that travels
+/// to one server and is summed there. Smaller partitions pipeline better and spread a tensor
+/// over more servers; larger ones cost fewer frames.
+///
+/// A partitioner is built from the `Config`; `split(bytes, element_size)` returns contiguous
+/// partitions covering the tensor in order, each a whole number of elements and at most
+/// `bound()` bytes (which bounds the frames a server accepts). Every worker must split the same
+/// tensor the same way: a partitioner must be a pure function of its Config and its arguments.
+
+#include <concepts>
+#include <cstddef>
+#include <vector>
+
+#include "byteps/core/config.hpp"
+
+namespace bps {
+
+struct partition_range {
+  std::size_t offset = 0;  ///< bytes from the tensor's start
+  std::size_t bytes = 0;
+  friend bool operator==(const partition_range&, const partition_range&) = default;
+};
+
+template <class P>
+concept Partitioner = std::constructible_from<P, const Config&> &&
+                      requires(const P& p, std::size_t bytes, std::size_t element_size) {
+                        { p.split(bytes, element_size) } -> std::same_as<std::vector<partition_range>>;
+                        { p.bound() } -> std::convertible_to<std::size_t>;
+                      };
+
+}  // namespace bps

@@ -1,0 +1,242 @@
+#pragma once
+/// @file
+/// The elementwise kernels behind summation: the server's accumulator and the worker's local
+/// sum and average.
+///
+/// Buffers are type-erased (bytes plus a `bps::dtype` tag) because tensors of every dtype share
+/// one queue, one wire format and one server loop. Each entry point dispatches on the tag once
+/// per buffer and then runs a tight loop for that element type, so the per-element cost is the
+/// same as hand-written typed code and the loops stay simple enough for GCC to vectorise.
+///
+/// Numerical contract:
+/// - fp16 and bf16 are accumulated in fp32 and rounded once at the end (`accumulate_*`), so the
+///   result does not depend on how many workers contributed rounding steps; `sum_into` (two
+///   buffers, no accumulator) widens, adds in fp32 and rounds once per call.
+/// - Integer sums wrap modulo 2^bits, as two's complement hardware does, without undefined
+///   behaviour: the addition is done in the unsigned type of the same width.
+///
+/// Preconditions common to every function: pointers are aligned for their element type (the
+/// accumulator of an fp16/bf16 tensor for `float`), and the buffers do not overlap, except where
+/// a function says otherwise.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include <byteps/core/dtype.hpp>
+#include <byteps/core/error.hpp>
+#include <byteps/reduce/half.hpp>
+
+namespace bps::reduce {
+
+namespace detail {
+
+[[noreturn]] inline void throw_unknown_dtype(dtype t) {
+  throw usage_error("bps::reduce: unknown dtype wire value " +
+                    std::to_string(static_cast<unsigned>(t)));
+}
+
+/// Signed overflow is undefined behaviour, so integers are added as their unsigned twins, which
+/// wrap by definition; converting back is modular since C++20.
+template <class T>
+constexpr T wrapping_add(T a, T b) noexcept {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <class T>
+inline void add_n(T* __restrict dst, const T* __restrict src, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = wrapping_add(dst[i], src[i]);
+}
+
+/// fp32 accumulator += widened half source.
+template <class H>
+inline void add_widened_n(float* __restrict acc, const H* __restrict src, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += to_float(src[i]);
+}
+
+inline float16 from_float(float f, float16) noexcept { return to_float16(f); }
+inline bfloat16 from_float(float f, bfloat16) noexcept { return to_bfloat16(f); }
+
+/// Half-precision dst += src with a single rounding per element.
+template <class H>
+inline void add_half_n(H* __restrict dst, const H* __restrict src, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = from_float(to_float(dst[i]) + to_float(src[i]), H{});
+}
+
+template <class T>
+inline void scale_n(T* __restrict data, std::size_t n, T factor) noexcept {
+  for (std::size_t i = 0; i < n; ++i) data[i] *= factor;
+}
+
+template <class H>
+inline void scale_half_n(H* __restrict data, std::size_t n, float factor) noexcept {
+  for (std::size_t i = 0; i < n; ++i) data[i] = from_float(to_float(data[i]) * factor, H{});
+}
+
+/// Narrowing in place (out == acc) is safe front to back, because element i is written to bytes
+/// [2i, 2i+2) only after bytes [4i, 4i+4) were read; but `__restrict` loops may not see the
+/// buffers alias. Going through a small stack block keeps both loops restrict-clean.
+template <class H>
+inline void narrow_in_place(float* acc, std::size_t n) noexcept {
+  constexpr std::size_t block = 512;
+  H tmp[block];
+  auto* out = reinterpret_cast<unsigned char*>(acc);
+  for (std::size_t done = 0; done < n; done += block) {
+    const std::size_t len = n - done < block ? n - done : block;
+    narrow_from_f32(acc + done, tmp, len);
+    std::memcpy(out + done * sizeof(H), tmp, len * sizeof(H));
+  }
+}
+
+}  // namespace detail
+
+/// Bytes of the server-side accumulator for `count` elements of `t`: fp16 and bf16 widen to
+/// fp32 so that rounding happens once, every other dtype accumulates in itself.
+constexpr std::size_t accumulator_bytes(dtype t, std::size_t count) noexcept {
+  if (t == dtype::float16 || t == dtype::bfloat16) return count * sizeof(float);
+  return count * dtype_size(t);
+}
+
+/// acc = src, widening fp16/bf16 into the fp32 accumulator. `acc` holds
+/// `accumulator_bytes(t, count)` bytes.
+inline void accumulate_init(void* acc, const void* src, std::size_t count, dtype t) {
+  switch (t) {
+    case dtype::float16:
+      widen_to_f32(static_cast<const float16*>(src), static_cast<float*>(acc), count);
+      return;
+    case dtype::bfloat16:
+      widen_to_f32(static_cast<const bfloat16*>(src), static_cast<float*>(acc), count);
+      return;
+    case dtype::float32:
+    case dtype::float64:
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64:
+      if (count != 0) std::memcpy(acc, src, count * dtype_size(t));
+      return;
+  }
+  detail::throw_unknown_dtype(t);
+}
+
+/// acc += src; fp16/bf16 sources are widened and added in fp32.
+inline void accumulate_add(void* acc, const void* src, std::size_t count, dtype t) {
+  switch (t) {
+    case dtype::float32:
+      detail::add_n(static_cast<float*>(acc), static_cast<const float*>(src), count);
+      return;
+    case dtype::float64:
+      detail::add_n(static_cast<double*>(acc), static_cast<const double*>(src), count);
+      return;
+    case dtype::float16:
+      detail::add_widened_n(static_cast<float*>(acc), static_cast<const float16*>(src), count);
+      return;
+    case dtype::bfloat16:
+      detail::add_widened_n(static_cast<float*>(acc), static_cast<const bfloat16*>(src), count);
+      return;
+    case dtype::int8:
+      detail::add_n(static_cast<std::int8_t*>(acc), static_cast<const std::int8_t*>(src), count);
+      return;
+    case dtype::uint8:
+      detail::add_n(static_cast<std::uint8_t*>(acc), static_cast<const std::uint8_t*>(src), count);
+      return;
+    case dtype::int32:
+      detail::add_n(static_cast<std::int32_t*>(acc), static_cast<const std::int32_t*>(src), count);
+      return;
+    case dtype::int64:
+      detail::add_n(static_cast<std::int64_t*>(acc), static_cast<const std::int64_t*>(src), count);
+      return;
+  }
+  detail::throw_unknown_dtype(t);
+}
+
+/// out = acc in the tensor's dtype: fp32 -> fp16/bf16 rounds to nearest even, other dtypes are
+/// copied. `out == acc` is allowed for every dtype (the server may hand the accumulator out as
+/// the reply); any other overlap is not.
+inline void accumulate_finish(void* out, const void* acc, std::size_t count, dtype t) {
+  switch (t) {
+    case dtype::float16:
+    case dtype::bfloat16:
+      if (out == acc) {
+        if (t == dtype::float16) {
+          detail::narrow_in_place<float16>(static_cast<float*>(out), count);
+        } else {
+          detail::narrow_in_place<bfloat16>(static_cast<float*>(out), count);
+        }
+      } else if (t == dtype::float16) {
+        narrow_from_f32(static_cast<const float*>(acc), static_cast<float16*>(out), count);
+      } else {
+        narrow_from_f32(static_cast<const float*>(acc), static_cast<bfloat16*>(out), count);
+      }
+      return;
+    case dtype::float32:
+    case dtype::float64:
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64:
+      if (out != acc && count != 0) std::memcpy(out, acc, count * dtype_size(t));
+      return;
+  }
+  detail::throw_unknown_dtype(t);
+}
+
+/// dst += src in the tensor's own dtype (no separate accumulator); fp16/bf16 are widened, added
+/// in fp32 and rounded once per call.
+inline void sum_into(void* dst, const void* src, std::size_t count, dtype t) {
+  switch (t) {
+    case dtype::float16:
+      detail::add_half_n(static_cast<float16*>(dst), static_cast<const float16*>(src), count);
+      return;
+    case dtype::bfloat16:
+      detail::add_half_n(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), count);
+      return;
+    case dtype::float32:
+    case dtype::float64:
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64:
+      // The accumulator of these dtypes is the dtype itself, so the same kernel serves.
+      accumulate_add(dst, src, count, t);
+      return;
+  }
+  detail::throw_unknown_dtype(t);
+}
+
+/// data *= factor, for averaging. fp32 multiplies by `static_cast<float>(factor)` so that it
+/// stays a single-precision loop; fp16/bf16 go through fp32 and round once.
+/// @throws bps::usage_error for an integer dtype: an integer mean would silently truncate.
+inline void scale(void* data, std::size_t count, dtype t, double factor) {
+  switch (t) {
+    case dtype::float32:
+      detail::scale_n(static_cast<float*>(data), count, static_cast<float>(factor));
+      return;
+    case dtype::float64:
+      detail::scale_n(static_cast<double*>(data), count, factor);
+      return;
+    case dtype::float16:
+      detail::scale_half_n(static_cast<float16*>(data), count, static_cast<float>(factor));
+      return;
+    case dtype::bfloat16:
+      detail::scale_half_n(static_cast<bfloat16*>(data), count, static_cast<float>(factor));
+      return;
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64:
+      throw usage_error("bps::reduce::scale: cannot average a tensor of dtype " +
+                        std::string(dtype_name(t)) +
+                        ": averaging is defined for floating dtypes only");
+  }
+  detail::throw_unknown_dtype(t);
+}
+
+}  // namespace bps::reduce

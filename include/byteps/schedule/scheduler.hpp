@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// The `bps::Scheduler` concept: which ready partition is sent next.
+///
+/// The communicator pushes a `send_task` for every partition when `push_pull` is called, then
+/// sends what `pop()` gives until it gives nothing. When a popped partition has left this node
+/// (the transport finished writing it), the communicator calls `sent(bytes)`, which is how a
+/// scheduler bounds the bytes in flight (BytePS's credit). Credit returns when bytes *leave*,
+/// not when the sum comes back: a server answers only after every worker pushed, so tying credit
+/// to answers could let two workers wait on each other's partitions forever.
+///
+/// A scheduler is not thread-safe; the communicator serialises calls. It is built from the
+/// `Config`. Implement one as a small class and `static_assert(bps::Scheduler<S>)`.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "byteps/core/config.hpp"
+
+namespace bps {
+
+struct send_task {
+  std::uint64_t key = 0;     ///< tensor key
+  std::uint32_t part = 0;    ///< partition index within the tensor
+  int priority = 0;          ///< higher goes first
+  std::uint64_t order = 0;   ///< push_pull call number: earlier calls first among equals
+  std::size_t bytes = 0;     ///< partition size
+  void* context = nullptr;   ///< the communicator's, passed back untouched
+};
+
+template <class S>
+concept Scheduler = std::constructible_from<S, const Config&> &&
+                    requires(S& s, const S& cs, send_task t, std::size_t bytes) {
+                      s.push(t);
+                      { s.pop() } -> std::same_as<std::optional<send_task>>;
+                      s.sent(bytes);
+                      { cs.queued() } -> std::convertible_to<std::size_t>;
+                      { cs.in_flight_bytes() } -> std::convertible_to<std::size_t>;
+                    };
+
+}  // namespace bps

@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// The `bps::Transport` concept: how frames move between nodes.
+///
+/// A transport makes *links*: ordered, reliable, bidirectional frame channels to one peer,
+/// either by `connect` or by accepting on a `listen`ing port. Sending takes a header and a
+/// payload span that the caller keeps alive until `on_sent` runs, so payloads go out of the
+/// caller's memory without a copy (TCP gathers header and payload into one write; RDMA will post
+/// them from registered memory). Receiving asks the link's `receiver` where the payload of each
+/// frame must land *before* reading it, so received data is written straight into the caller's
+/// tensor (TCP reads into it; RDMA will target it). `register_memory` lets a transport pin and
+/// register a buffer once; for TCP it does nothing.
+///
+/// Threading: a transport runs its own I/O threads. `receiver` callbacks run on them, one at a
+/// time per link and in frame order; they must not block for long. `send` may be called from any
+/// thread. When a link fails or closes, `on_close` runs exactly once, after the last
+/// `on_message`; sends still queued are dropped without their `on_sent`.
+///
+/// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "byteps/core/config.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::transport {
+
+/// What a link tells its owner. Implemented by the worker, the server and rendezvous code.
+class receiver {
+ public:
+  virtual ~receiver() = default;
+  /// Where the payload of `h` must be written. Return a span of exactly `h.payload_bytes`
+  /// bytes that stays valid until `on_message`. Return an empty span with a non-zero payload to
+  /// refuse the frame: the link is closed with `reason`.
+  virtual std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) = 0;
+  /// The frame is complete; `payload` is the span returned above.
+  virtual void on_message(const wire::header& h, std::span<std::byte> payload) = 0;
+  /// The link is gone: closed by us, by the peer, or failed. `reason` says which, for messages.
+  virtual void on_close(const std::string& reason) = 0;
+};
+
+using sent_callback = std::function<void()>;
+
+}  // namespace bps::transport
+
+namespace bps {
+
+/// A link: one peer.
+template <class L>
+concept TransportLink = requires(L& link, std::shared_ptr<transport::receiver> r,
+                                 const wire::header& h, std::span<const std::byte> payload,
+                                 transport::sent_callback cb) {
+  link.start(r);                           // begin delivering frames to r
+  link.send(h, payload, std::move(cb));    // queue a frame; payload lives until cb
+  link.close();                            // idempotent; on_close follows
+  { link.peer() } -> std::convertible_to<std::string>;  // "host:port", for messages
+  { link.local_host() } -> std::convertible_to<std::string>;
+};
+
+/// A transport policy.
+template <class T>
+concept Transport =
+    std::constructible_from<T, const Config&> && TransportLink<typename T::link> &&
+    requires(T& t, const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+             std::function<void(std::shared_ptr<typename T::link>)> on_accept,
+             std::span<std::byte> memory) {
+      { T::name } -> std::convertible_to<std::string_view>;
+      // Binds and accepts forever; returns the bound port (useful when port is 0).
+      { t.listen(host, port, on_accept) } -> std::same_as<std::uint16_t>;
+      // Retries until the deadline; throws communicator_error naming host:port when it passes.
+      { t.connect(host, port, timeout) } -> std::same_as<std::shared_ptr<typename T::link>>;
+      t.register_memory(memory);
+      t.stop();  // closes every link and joins the I/O threads; idempotent
+    };
+
+}  // namespace bps
