@@ -8,10 +8,10 @@
 /// round-to-nearest-even, subnormals in both directions, NaN kept as a quiet NaN) rather than
 /// the truncating shortcuts often used for speed.
 ///
-/// The scalar functions are written as selects over candidates computed unconditionally, not as
-/// branches, so that the batch loops below stay auto-vectorisable at -O2/-O3. A hardware fast
-/// path (F16C on x86) belongs inside those batch functions; the scalar functions stay the
-/// portable reference and the `constexpr` path.
+/// The scalar functions compute every candidate result unconditionally and pick one with bit
+/// masks, not branches, so that the batch loops below stay auto-vectorisable (GCC -O3). A
+/// hardware fast path (F16C on x86) belongs inside those batch functions; the scalar functions
+/// stay the portable reference and the `constexpr` path.
 
 #include <bit>
 #include <cstddef>
@@ -20,6 +20,18 @@
 #include <byteps/core/dtype.hpp>
 
 namespace bps {
+
+namespace detail {
+
+/// `cond ? a : b` as bit masks. A ternary would let GCC sink a floating-point candidate into a
+/// branch, and under the default -ftrapping-math it then refuses to if-convert that branch back
+/// (the operation might trap), which leaves the whole loop scalar.
+constexpr std::uint32_t blend_bits(bool cond, std::uint32_t a, std::uint32_t b) noexcept {
+  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
+}  // namespace detail
 
 /// Exact: every binary16 value, subnormals included, is representable in binary32.
 /// A NaN keeps its payload and comes back quiet, as F16C's vcvtph2ps does, so a later fast
@@ -34,14 +46,14 @@ constexpr float to_float(float16 h) noexcept {
   const std::uint32_t normal = shifted + ((127u - 15u) << 23);
   // Subnormal (and zero): the value is mantissa * 2^-24, and both factors and their product
   // are exact binary32 normals, so one multiplication decodes it without a leading-zero count.
-  const std::uint32_t subnormal =
-      std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-24f);
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(
+      static_cast<float>(static_cast<std::int32_t>(magnitude)) * 0x1p-24f);
   // Infinity or NaN: maximal exponent, payload kept, quiet bit set for NaN only.
   const std::uint32_t special =
-      0x7f800000u | shifted | (magnitude > 0x7c00u ? 0x00400000u : 0u);
+      0x7f800000u | shifted | detail::blend_bits(magnitude > 0x7c00u, 0x00400000u, 0u);
 
-  std::uint32_t out = magnitude < 0x0400u ? subnormal : normal;
-  out = magnitude >= 0x7c00u ? special : out;
+  std::uint32_t out = detail::blend_bits(magnitude < 0x0400u, subnormal, normal);
+  out = detail::blend_bits(magnitude >= 0x7c00u, special, out);
   return std::bit_cast<float>(sign | out);
 }
 
@@ -72,11 +84,12 @@ constexpr float16 to_float16(float f) noexcept {
       std::bit_cast<std::uint32_t>(std::bit_cast<float>(small) + 0.5f) - 0x3f000000u;
   const std::uint32_t nan = 0x7e00u | ((magnitude >> 13) & 0x03ffu);
 
-  std::uint32_t out = magnitude < 0x38800000u ? subnormal : normal;
+  std::uint32_t out = detail::blend_bits(magnitude < 0x38800000u, subnormal, normal);
   // 65520 is the midpoint between 65504 (largest finite, odd mantissa) and 2^16: the tie goes
-  // to the even side, infinity.
-  out = magnitude >= 0x477ff000u ? 0x7c00u : out;
-  out = magnitude > 0x7f800000u ? nan : out;
+  // to the even side, infinity. (The rounding add alone would carry 65520 into 0x7c00 as well,
+  // but not values further out.)
+  out = detail::blend_bits(magnitude >= 0x477ff000u, 0x7c00u, out);
+  out = detail::blend_bits(magnitude > 0x7f800000u, nan, out);
   return float16{static_cast<std::uint16_t>(sign | out)};
 }
 

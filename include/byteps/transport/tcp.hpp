@@ -214,11 +214,14 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
     std::error_code ignored;
     socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    std::deque<outgoing> dropped;
     {
       std::lock_guard lock(mu_);
       closed_ = true;
-      queue_.clear();
+      dropped.swap(queue_);
     }
+    for (auto& frame : dropped)
+      if (frame.on_sent) frame.on_sent();
     if (auto rx = std::move(receiver_)) rx->on_close(reason);
   }
 

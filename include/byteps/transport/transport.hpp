@@ -14,7 +14,9 @@
 /// Threading: a transport runs its own I/O threads. `receiver` callbacks run on them, one at a
 /// time per link and in frame order; they must not block for long. `send` may be called from any
 /// thread. When a link fails or closes, `on_close` runs exactly once, after the last
-/// `on_message`; sends still queued are dropped without their `on_sent`.
+/// `on_message`. `on_sent` runs exactly once per send, as soon as the transport will not read
+/// the payload again: after it was written, or when the link closed with the send still queued
+/// (the frame is then lost). So an owner may free or reuse a payload once its `on_sent` ran.
 ///
 /// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
 

@@ -1,0 +1,119 @@
+#pragma once
+/// @file
+/// `bps::rendezvous::client`: a server's or worker's link to the scheduler: join the cluster,
+/// enter barriers, say bye, and hear when the cluster dies. Every wait has a deadline.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "byteps/core/error.hpp"
+#include "byteps/rendezvous/inbox.hpp"
+#include "byteps/rendezvous/messages.hpp"
+#include "byteps/transport/transport.hpp"
+
+namespace bps::rendezvous {
+
+template <Transport T>
+class client {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// Connects to the scheduler, retrying until `Config::connect_timeout`.
+  client(T& transport, const Config& cfg) : cfg_(cfg), inbox_(std::make_shared<inbox>()) {
+    try {
+      link_ = transport.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
+    } catch (const communicator_error& e) {
+      throw communicator_error(fmt::format(
+          "cannot reach the scheduler (DMLC_PS_ROOT_URI={}, DMLC_PS_ROOT_PORT={}): {}. Is it "
+          "running? Raise BYTEPS_CONNECT_TIMEOUT_MS if it starts later.",
+          cfg.scheduler_host, cfg.scheduler_port, e.what()));
+    }
+    link_->start(inbox_);
+  }
+
+  std::string local_host() const { return link_->local_host(); }
+  std::string scheduler() const { return link_->peer(); }
+  void on_failure(std::function<void(const std::string&)> f) { inbox_->on_failure(std::move(f)); }
+
+  /// Sends `hello` and waits for the scheduler's answer until `Config::rendezvous_timeout`.
+  welcome join(const hello& h) {
+    auto payload = std::make_shared<std::vector<std::byte>>(encode(h));
+    wire::header head;
+    head.type = wire::msg::hello;
+    link_->send(head, *payload, [payload] {});
+    std::string why;
+    auto f = inbox_->take({wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed},
+                          clock::now() + cfg_.rendezvous_timeout, why);
+    if (!f) {
+      throw communicator_error(fmt::format(
+          "joining the cluster at the scheduler {} failed: {} (waited up to {} ms for {} workers "
+          "and {} servers; BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
+          link_->peer(), why, cfg_.rendezvous_timeout.count(), cfg_.num_workers,
+          cfg_.num_servers));
+    }
+    if (f->header.type == wire::msg::refuse) {
+      inbox_->expect_close();
+      throw usage_error("the scheduler refused this node: " + f->text());
+    }
+    if (f->header.type == wire::msg::node_failed)
+      throw communicator_error("the cluster failed while joining: " + f->text());
+    try {
+      return decode_welcome(f->payload);
+    } catch (const wire::decode_error& e) {
+      throw communicator_error(fmt::format("malformed welcome from the scheduler {}: {}",
+                                           link_->peer(), e.what()));
+    }
+  }
+
+  /// Blocks until every worker entered barrier number `n`, or the deadline.
+  void barrier(std::uint64_t n, std::chrono::milliseconds timeout) {
+    wire::header head;
+    head.type = wire::msg::barrier;
+    head.round = n;
+    link_->send(head, {}, {});
+    std::string why;
+    auto deadline = clock::now() + timeout;
+    for (;;) {
+      auto f = inbox_->take({wire::msg::barrier_release, wire::msg::node_failed}, deadline, why);
+      if (!f) {
+        throw communicator_error(fmt::format(
+            "barrier {} did not complete within {} ms (BYTEPS_OP_TIMEOUT_MS): {}; the scheduler "
+            "is {}",
+            n, timeout.count(), why, link_->peer()));
+      }
+      if (f->header.type == wire::msg::node_failed)
+        throw communicator_error("barrier failed: " + f->text());
+      if (f->header.round == n) return;
+    }
+  }
+
+  /// Blocks until the scheduler says the job is over. Throws when the cluster fails first.
+  void wait_for_shutdown() {
+    std::string why;
+    auto f = inbox_->take({wire::msg::shutdown, wire::msg::node_failed}, clock::time_point::max(),
+                          why);
+    if (!f) throw communicator_error("lost the scheduler " + link_->peer() + ": " + why);
+    if (f->header.type == wire::msg::node_failed) throw communicator_error(f->text());
+    inbox_->expect_close();
+  }
+
+  /// Leaves on purpose; `done` runs once the bye left this node (or the link is gone).
+  void bye(std::function<void()> done) {
+    inbox_->expect_close();
+    wire::header head;
+    head.type = wire::msg::bye;
+    link_->send(head, {}, std::move(done));
+  }
+
+  void close() { link_->close(); }
+
+ private:
+  Config cfg_;
+  std::shared_ptr<inbox> inbox_;
+  std::shared_ptr<typename T::link> link_;
+};
+
+}  // namespace bps::rendezvous

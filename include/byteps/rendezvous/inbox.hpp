@@ -1,0 +1,126 @@
+#pragma once
+/// @file
+/// `bps::rendezvous::inbox`: a link receiver for control traffic. It keeps whole frames (with
+/// bounded payloads) until a thread takes them with a deadline, and reports the link's failure
+/// or a `node_failed` notice to a callback at once, so a node learns of a dead cluster even
+/// while nobody waits on the inbox.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::rendezvous {
+
+struct frame {
+  wire::header header;
+  std::vector<std::byte> payload;
+  std::string text() const { return {reinterpret_cast<const char*>(payload.data()), payload.size()}; }
+};
+
+class inbox final : public transport::receiver {
+ public:
+  using clock = std::chrono::steady_clock;
+  static constexpr std::size_t max_payload = 1u << 20;
+
+  /// Called once, with a reason, when the link fails unexpectedly or a `node_failed` arrives.
+  void on_failure(std::function<void(const std::string&)> f) {
+    std::lock_guard lock(mu_);
+    on_failure_ = std::move(f);
+  }
+  /// From now on the link closing is normal (we said bye, or got shutdown).
+  void expect_close() {
+    std::lock_guard lock(mu_);
+    close_expected_ = true;
+  }
+
+  std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+    if (h.payload_bytes > max_payload) {
+      reason = "control frame too large";
+      return {};
+    }
+    scratch_.resize(h.payload_bytes);
+    return scratch_;
+  }
+
+  void on_message(const wire::header& h, std::span<std::byte> payload) override {
+    std::function<void(const std::string&)> notify;
+    frame f{h, {payload.begin(), payload.end()}};
+    std::string failure;
+    {
+      std::lock_guard lock(mu_);
+      if (h.type == wire::msg::node_failed && !failed_) {
+        failed_ = true;
+        failure = f.text();
+        notify = on_failure_;
+      }
+      frames_.push_back(std::move(f));
+    }
+    cv_.notify_all();
+    if (notify) notify(failure);
+  }
+
+  void on_close(const std::string& reason) override {
+    std::function<void(const std::string&)> notify;
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+      close_reason_ = reason;
+      if (!close_expected_ && !failed_) {
+        failed_ = true;
+        notify = on_failure_;
+      }
+    }
+    cv_.notify_all();
+    if (notify) notify(reason);
+  }
+
+  /// The first frame of one of `types`, removed from the inbox; nullopt when the deadline passes
+  /// or the link closes first (`why` then says which).
+  std::optional<frame> take(std::initializer_list<wire::msg> types, clock::time_point deadline,
+                            std::string& why) {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      for (auto it = frames_.begin(); it != frames_.end(); ++it) {
+        for (auto t : types) {
+          if (it->header.type == t) {
+            frame f = std::move(*it);
+            frames_.erase(it);
+            return f;
+          }
+        }
+      }
+      if (closed_) {
+        why = close_reason_;
+        return std::nullopt;
+      }
+      if (deadline == clock::time_point::max()) {
+        cv_.wait(lock);
+      } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        why = "timed out";
+        return std::nullopt;
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<frame> frames_;
+  std::vector<std::byte> scratch_;  // I/O thread only
+  bool closed_ = false;
+  bool close_expected_ = false;
+  bool failed_ = false;
+  std::string close_reason_;
+  std::function<void(const std::string&)> on_failure_;
+};
+
+}  // namespace bps::rendezvous

@@ -1,0 +1,148 @@
+#pragma once
+/// @file
+/// Rendezvous payloads: `hello` (a node introduces itself to the scheduler) and `welcome` (the
+/// scheduler's answer: the node's rank and the cluster's address table), and the check that
+/// refuses a node whose settings differ from the scheduler's.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/wire/codec.hpp"
+
+namespace bps::rendezvous {
+
+/// Raised when nodes of two different byteps protocol generations meet.
+inline constexpr std::uint32_t protocol_version = 1;
+
+struct hello {
+  std::uint32_t protocol = protocol_version;
+  role node_role = role::worker;
+  std::int32_t requested_rank = -1;  ///< DMLC_WORKER_ID, or -1
+  std::string host;                  ///< servers: where workers reach them
+  std::uint16_t port = 0;
+  // Settings that must agree across the cluster.
+  std::uint64_t partition_bytes = 0;
+  std::int32_t num_workers = 0;
+  std::int32_t num_servers = 0;
+  std::string key_hash;
+
+  static hello from(const Config& c, role r) {
+    hello h;
+    h.node_role = r;
+    h.requested_rank = r == role::worker ? c.worker_id : -1;
+    h.partition_bytes = c.partition_bytes;
+    h.num_workers = c.num_workers;
+    h.num_servers = c.num_servers;
+    h.key_hash = std::string(key_hash_name(c.key_hash));
+    return h;
+  }
+};
+
+struct address {
+  std::string host;
+  std::uint16_t port = 0;
+  friend bool operator==(const address&, const address&) = default;
+};
+
+struct welcome {
+  std::int32_t rank = 0;
+  std::int32_t num_workers = 0;
+  std::int32_t num_servers = 0;
+  std::vector<address> servers;  ///< by server rank
+  friend bool operator==(const welcome&, const welcome&) = default;
+};
+
+inline std::vector<std::byte> encode(const hello& h) {
+  wire::byte_writer w;
+  w.put(h.protocol);
+  w.put(static_cast<std::uint8_t>(h.node_role));
+  w.put(h.requested_rank);
+  w.put_string(h.host);
+  w.put(h.port);
+  w.put(h.partition_bytes);
+  w.put(h.num_workers);
+  w.put(h.num_servers);
+  w.put_string(h.key_hash);
+  return w.take();
+}
+
+inline hello decode_hello(std::span<const std::byte> in) {
+  wire::byte_reader r(in);
+  hello h;
+  h.protocol = r.get<std::uint32_t>();
+  if (h.protocol != protocol_version) return h;  // the rest may be laid out differently
+  auto rl = r.get<std::uint8_t>();
+  if (rl > static_cast<std::uint8_t>(role::worker)) throw wire::decode_error("unknown role");
+  h.node_role = static_cast<role>(rl);
+  h.requested_rank = r.get<std::int32_t>();
+  h.host = r.get_string(256);
+  h.port = r.get<std::uint16_t>();
+  h.partition_bytes = r.get<std::uint64_t>();
+  h.num_workers = r.get<std::int32_t>();
+  h.num_servers = r.get<std::int32_t>();
+  h.key_hash = r.get_string(32);
+  if (!r.done()) throw wire::decode_error("trailing bytes after hello");
+  return h;
+}
+
+inline std::vector<std::byte> encode(const welcome& m) {
+  wire::byte_writer w;
+  w.put(m.rank);
+  w.put(m.num_workers);
+  w.put(m.num_servers);
+  w.put(static_cast<std::uint32_t>(m.servers.size()));
+  for (const auto& a : m.servers) {
+    w.put_string(a.host);
+    w.put(a.port);
+  }
+  return w.take();
+}
+
+inline welcome decode_welcome(std::span<const std::byte> in) {
+  wire::byte_reader r(in);
+  welcome m;
+  m.rank = r.get<std::int32_t>();
+  m.num_workers = r.get<std::int32_t>();
+  m.num_servers = r.get<std::int32_t>();
+  auto n = r.get<std::uint32_t>();
+  if (n > 65536) throw wire::decode_error("server table too large");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    address a;
+    a.host = r.get_string(256);
+    a.port = r.get<std::uint16_t>();
+    m.servers.push_back(std::move(a));
+  }
+  if (!r.done()) throw wire::decode_error("trailing bytes after welcome");
+  return m;
+}
+
+/// The first setting in which `theirs` (a node at `where`) differs from `mine` (the scheduler),
+/// as a message for that node; nullopt when they agree.
+inline std::optional<std::string> first_difference(const hello& mine, const hello& theirs,
+                                                   const std::string& where) {
+  const auto who = fmt::format("the {} at {}", role_name(theirs.node_role), where);
+  if (theirs.protocol != mine.protocol)
+    return fmt::format("byteps protocol differs: {} speaks {}, the scheduler speaks {}; run the "
+                       "same byteps version everywhere",
+                       who, theirs.protocol, mine.protocol);
+  auto differ = [&](const char* variable, auto a, auto b) {
+    return fmt::format("{} differs: {} has {}, the scheduler has {}", variable, who, a, b);
+  };
+  if (theirs.partition_bytes != mine.partition_bytes)
+    return differ("BYTEPS_PARTITION_BYTES", theirs.partition_bytes, mine.partition_bytes);
+  if (theirs.num_workers != mine.num_workers)
+    return differ("DMLC_NUM_WORKER", theirs.num_workers, mine.num_workers);
+  if (theirs.num_servers != mine.num_servers)
+    return differ("DMLC_NUM_SERVER", theirs.num_servers, mine.num_servers);
+  if (theirs.node_role == role::worker && theirs.key_hash != mine.key_hash)
+    return differ("BYTEPS_KEY_HASH_FN", theirs.key_hash, mine.key_hash);
+  return std::nullopt;
+}
+
+}  // namespace bps::rendezvous

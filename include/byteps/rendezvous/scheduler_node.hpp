@@ -1,0 +1,307 @@
+#pragma once
+/// @file
+/// `bps::SchedulerNode<Transport>`: the scheduler role (DMLC_ROLE=scheduler). It waits for every
+/// server and worker to say hello (in any order), refuses a node whose settings differ, assigns
+/// ranks, hands everyone the server table, runs worker barriers, and tells the servers to exit
+/// once every worker said bye. When a node dies after the cluster formed, it tells everyone
+/// else which node died, so nobody waits forever.
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/rendezvous/messages.hpp"
+#include "byteps/transport/transport.hpp"
+
+namespace bps {
+
+template <Transport T>
+class SchedulerNode {
+ public:
+  using clock = std::chrono::steady_clock;
+  using link_ptr = std::shared_ptr<typename T::link>;
+
+  /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`).
+  explicit SchedulerNode(const Config& cfg)
+      : cfg_(cfg), log_(cfg.log, "scheduler"), transport_(cfg) {
+    cfg_.validate();
+    mine_ = rendezvous::hello::from(cfg_, role::scheduler);
+    port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
+      auto s = std::make_shared<session>(this, l);
+      l->start(s);
+    });
+    log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
+              cfg_.num_workers, cfg_.num_servers);
+  }
+  SchedulerNode(const SchedulerNode&) = delete;
+  SchedulerNode& operator=(const SchedulerNode&) = delete;
+  ~SchedulerNode() { transport_.stop(); }
+
+  std::uint16_t port() const noexcept { return port_; }
+
+  /// Runs the job's control plane; returns when every worker said bye and the servers were told
+  /// to exit. Throws `communicator_error` when rendezvous times out or a node dies.
+  void run() {
+    std::unique_lock lock(mu_);
+    const auto deadline = clock::now() + cfg_.rendezvous_timeout;
+    if (!cv_.wait_until(lock, deadline, [&] { return complete_locked(); })) {
+      auto why = fmt::format(
+          "rendezvous timed out after {} ms: {} of {} workers and {} of {} servers joined "
+          "(BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
+          cfg_.rendezvous_timeout.count(), count_locked(role::worker), cfg_.num_workers,
+          count_locked(role::server), cfg_.num_servers);
+      fail_locked(why);
+      finish(lock);
+      throw communicator_error(why);
+    }
+    assign_and_welcome_locked();
+    cv_.wait(lock, [&] { return !failure_.empty() || all_workers_left_locked(); });
+    if (!failure_.empty()) {
+      auto why = failure_;
+      finish(lock);
+      throw communicator_error(why);
+    }
+    log_.info("every worker left; telling {} servers to exit", cfg_.num_servers);
+    shutting_down_ = true;
+    for (auto& n : nodes_)
+      if (n.alive && n.r == role::server) send_locked(n.link, wire::msg::shutdown, {});
+    finish(lock);
+  }
+
+ private:
+  struct node {
+    role r = role::worker;
+    int requested = -1;
+    int rank = -1;
+    std::string host;
+    std::uint16_t port = 0;
+    std::string peer;
+    link_ptr link;
+    bool left = false;   // said bye
+    bool alive = true;
+  };
+
+  class session final : public transport::receiver {
+   public:
+    session(SchedulerNode* owner, link_ptr l) : owner_(owner), link_(std::move(l)) {}
+    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+      if (h.payload_bytes > 65536) {
+        reason = "control frame too large";
+        return {};
+      }
+      scratch_.resize(h.payload_bytes);
+      return scratch_;
+    }
+    void on_message(const wire::header& h, std::span<std::byte> payload) override {
+      owner_->handle(*this, h, payload);
+    }
+    void on_close(const std::string& reason) override { owner_->closed(*this, reason); }
+    link_ptr link_;
+    int node_index = -1;
+
+   private:
+    SchedulerNode* owner_;
+    std::vector<std::byte> scratch_;
+  };
+
+  int count_locked(role r) const {
+    int n = 0;
+    for (const auto& x : nodes_) n += (x.r == r && x.alive) ? 1 : 0;
+    return n;
+  }
+  bool complete_locked() const {
+    return count_locked(role::worker) == cfg_.num_workers &&
+           count_locked(role::server) == cfg_.num_servers;
+  }
+  bool all_workers_left_locked() const {
+    for (const auto& n : nodes_)
+      if (n.alive && n.r == role::worker && !n.left) return false;
+    // A worker that died after saying nothing is a failure, reported through failure_.
+
+    return true;
+  }
+  std::string describe(const node& n) const {
+    return n.rank >= 0 ? fmt::format("{} {} at {}", role_name(n.r), n.rank, n.peer)
+                       : fmt::format("{} at {}", role_name(n.r), n.peer);
+  }
+
+  void send_locked(const link_ptr& l, wire::msg type, std::vector<std::byte> payload,
+                   std::uint64_t round = 0, bool close_after = false) {
+    auto body = std::make_shared<std::vector<std::byte>>(std::move(payload));
+    wire::header h;
+    h.type = type;
+    h.round = round;
+    ++sends_in_flight_;
+    l->send(h, *body, [this, body, l, close_after] {
+      if (close_after) l->close();
+      std::lock_guard lock(mu_);
+      --sends_in_flight_;
+      cv_.notify_all();
+    });
+  }
+  static std::vector<std::byte> text(const std::string& s) {
+    auto b = wire::as_bytes(s);
+    return {b.begin(), b.end()};
+  }
+
+  void refuse_locked(session& s, const std::string& why) {
+    log_.warn("refusing {}: {}", s.link_->peer(), why);
+    send_locked(s.link_, wire::msg::refuse, text(why), 0, true);
+  }
+
+  void handle(session& s, const wire::header& h, std::span<std::byte> payload) {
+    std::lock_guard lock(mu_);
+    if (h.type == wire::msg::hello) return hello_locked(s, payload);
+    if (s.node_index < 0) throw std::runtime_error("a node must say hello first");
+    node& n = nodes_[static_cast<std::size_t>(s.node_index)];
+    switch (h.type) {
+      case wire::msg::barrier: {
+        if (n.r != role::worker) throw std::runtime_error("only workers enter barriers");
+        if (++barriers_[h.round] == cfg_.num_workers) {
+          barriers_.erase(h.round);
+          for (auto& w : nodes_)
+            if (w.alive && w.r == role::worker) send_locked(w.link, wire::msg::barrier_release, {}, h.round);
+        }
+        return;
+      }
+      case wire::msg::bye:
+        n.left = true;
+        log_.debug("{} said bye", describe(n));
+        cv_.notify_all();
+        return;
+      default:
+        throw std::runtime_error(fmt::format("unexpected {} frame", wire::msg_name(h.type)));
+    }
+  }
+
+  void hello_locked(session& s, std::span<std::byte> payload) {
+    if (s.node_index >= 0) throw std::runtime_error("a second hello on one connection");
+    rendezvous::hello theirs;
+    try {
+      theirs = rendezvous::decode_hello(payload);
+    } catch (const wire::decode_error& e) {
+      return refuse_locked(s, std::string("malformed hello: ") + e.what());
+    }
+    if (auto diff = rendezvous::first_difference(mine_, theirs, s.link_->peer()))
+      return refuse_locked(s, *diff);
+    if (theirs.node_role == role::scheduler)
+      return refuse_locked(s, "a second scheduler tried to join; start one scheduler per job");
+    if (formed_)
+      return refuse_locked(s, "the cluster has already formed; start every node of a job together");
+    const int limit = theirs.node_role == role::worker ? cfg_.num_workers : cfg_.num_servers;
+    if (count_locked(theirs.node_role) >= limit) {
+      return refuse_locked(s, fmt::format("the job already has {} {}s ({}={})", limit,
+                                          role_name(theirs.node_role),
+                                          theirs.node_role == role::worker ? "DMLC_NUM_WORKER"
+                                                                           : "DMLC_NUM_SERVER",
+                                          limit));
+    }
+    if (theirs.node_role == role::worker && theirs.requested_rank >= 0) {
+      for (const auto& n : nodes_) {
+        if (n.alive && n.r == role::worker && n.requested == theirs.requested_rank)
+          return refuse_locked(s, fmt::format("DMLC_WORKER_ID={} is already taken by the worker "
+                                              "at {}",
+                                              theirs.requested_rank, n.peer));
+      }
+    }
+    node n;
+    n.r = theirs.node_role;
+    n.requested = theirs.requested_rank;
+    n.host = theirs.host;
+    n.port = theirs.port;
+    n.peer = s.link_->peer();
+    n.link = s.link_;
+    s.node_index = static_cast<int>(nodes_.size());
+    nodes_.push_back(std::move(n));
+    log_.info("{} joined ({} of {} workers, {} of {} servers)", describe(nodes_.back()),
+              count_locked(role::worker), cfg_.num_workers, count_locked(role::server),
+              cfg_.num_servers);
+    cv_.notify_all();
+  }
+
+  void assign_and_welcome_locked() {
+    formed_ = true;
+    // Nodes that left before the cluster formed stay in nodes_ (sessions index it), not alive.
+    std::vector<bool> taken(static_cast<std::size_t>(cfg_.num_workers), false);
+    for (auto& n : nodes_)
+      if (n.alive && n.r == role::worker && n.requested >= 0) {
+        n.rank = n.requested;
+        taken[static_cast<std::size_t>(n.rank)] = true;
+      }
+    int next_worker = 0, next_server = 0;
+    rendezvous::welcome table;
+    table.num_workers = cfg_.num_workers;
+    table.num_servers = cfg_.num_servers;
+    for (auto& n : nodes_) {
+      if (!n.alive) continue;
+      if (n.r == role::server) {
+        n.rank = next_server++;
+        table.servers.push_back({n.host, n.port});
+      } else if (n.rank < 0) {
+        while (taken[static_cast<std::size_t>(next_worker)]) ++next_worker;
+        n.rank = next_worker;
+        taken[static_cast<std::size_t>(next_worker)] = true;
+      }
+    }
+    for (auto& n : nodes_) {
+      if (!n.alive) continue;
+      table.rank = n.rank;
+      send_locked(n.link, wire::msg::welcome, rendezvous::encode(table));
+    }
+    log_.info("cluster formed: {} workers, {} servers", cfg_.num_workers, cfg_.num_servers);
+  }
+
+  void closed(session& s, const std::string& reason) {
+    std::lock_guard lock(mu_);
+    if (s.node_index < 0) return;  // never said hello (or was refused)
+    node& n = nodes_[static_cast<std::size_t>(s.node_index)];
+    n.alive = false;
+    if (!formed_) {
+      log_.warn("{} left before the cluster formed: {}", describe(n), reason);
+      cv_.notify_all();
+      return;
+    }
+    if (n.left || shutting_down_ || !failure_.empty()) return;
+    failure_ = fmt::format("{} disconnected ({}); the job cannot continue", describe(n), reason);
+    log_.error("{}", failure_);
+    fail_locked(failure_);
+    cv_.notify_all();
+  }
+
+  void fail_locked(const std::string& why) {
+    for (auto& n : nodes_)
+      if (n.alive && !n.left) send_locked(n.link, wire::msg::node_failed, text(why));
+  }
+
+  // Lets queued notices leave (bounded), then closes everything.
+  void finish(std::unique_lock<std::mutex>& lock) {
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sends_in_flight_ == 0; });
+    lock.unlock();
+    transport_.stop();
+    lock.lock();
+  }
+
+  Config cfg_;
+  logger log_;
+  rendezvous::hello mine_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<node> nodes_;
+  std::map<std::uint64_t, int> barriers_;
+  bool formed_ = false;
+  bool shutting_down_ = false;
+  std::string failure_;
+  int sends_in_flight_ = 0;
+  T transport_;  // last: its I/O threads stop before the state above is destroyed
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace bps
