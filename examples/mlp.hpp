@@ -81,8 +81,9 @@ inline Params init_params(std::uint32_t seed, const std::vector<int>& sizes = {3
 }
 
 inline Params zeros_like(const Params& p) {
-  Params g = p;
-  for (auto& L : g) std::fill(L.w.begin(), L.w.end(), 0.0f), std::fill(L.b.begin(), L.b.end(), 0.0f);
+  Params g;
+  for (const Layer& L : p)
+    g.push_back({L.in, L.out, std::vector<float>(L.w.size()), std::vector<float>(L.b.size())});
   return g;
 }
 
@@ -98,7 +99,8 @@ inline Forward forward(const Params& p, const Dataset& d, std::span<const int> i
   Forward f;
   f.acts.emplace_back(std::size_t(n) * d.features);
   for (int s = 0; s < n; ++s) {
-    std::copy_n(&d.x[std::size_t(idx[s]) * d.features], d.features, &f.acts[0][std::size_t(s) * d.features]);
+    std::copy_n(&d.x[std::size_t(idx[s]) * d.features], d.features,
+                &f.acts[0][std::size_t(s) * d.features]);
     f.labels.push_back(d.y[idx[s]]);
   }
   for (std::size_t l = 0; l < p.size(); ++l) {
@@ -118,12 +120,12 @@ inline Forward forward(const Params& p, const Dataset& d, std::span<const int> i
   return f;
 }
 
-/// Mean softmax cross-entropy over the batch; also turns the logits into dLoss/dlogits per
-/// sample (softmax - onehot, not yet divided by the batch size) when `delta` is given.
-inline double softmax_xent(const Forward& f, std::vector<float>* delta) {
+/// Mean softmax cross-entropy over the batch; `delta` gets dLoss/dlogits of each sample
+/// (softmax - onehot, not yet divided by the batch size).
+inline double softmax_xent(const Forward& f, std::vector<float>& delta) {
   const std::vector<float>& logits = f.acts.back();
   const int n = static_cast<int>(f.labels.size()), c = static_cast<int>(logits.size()) / n;
-  if (delta) delta->assign(logits.size(), 0.0f);
+  delta.assign(logits.size(), 0.0f);
   double loss = 0;
   for (int s = 0; s < n; ++s) {
     const float* z = &logits[std::size_t(s) * c];
@@ -131,9 +133,9 @@ inline double softmax_xent(const Forward& f, std::vector<float>* delta) {
     double sum = 0;
     for (int k = 0; k < c; ++k) sum += std::exp(z[k] - m);
     loss += std::log(sum) - (z[f.labels[s]] - m);
-    if (delta)
-      for (int k = 0; k < c; ++k)
-        (*delta)[std::size_t(s) * c + k] = static_cast<float>(std::exp(z[k] - m) / sum - (k == f.labels[s]));
+    for (int k = 0; k < c; ++k)
+      delta[std::size_t(s) * c + k] =
+          static_cast<float>(std::exp(z[k] - m) / sum - (k == f.labels[s]));
   }
   return loss / n;
 }
@@ -152,7 +154,8 @@ inline void backward(const Params& p, const Forward& f, std::vector<float> delta
       for (int o = 0; o < L.out; ++o) {
         const double dz = delta[std::size_t(s) * L.out + o];
         gb[o] += dz;
-        for (int i = 0; i < L.in; ++i) gw[std::size_t(o) * L.in + i] += dz * a[std::size_t(s) * L.in + i];
+        for (int i = 0; i < L.in; ++i)
+          gw[std::size_t(o) * L.in + i] += dz * a[std::size_t(s) * L.in + i];
       }
     for (std::size_t k = 0; k < gw.size(); ++k) grad[l].w[k] = static_cast<float>(gw[k] / n);
     for (int o = 0; o < L.out; ++o) grad[l].b[o] = static_cast<float>(gb[o] / n);
@@ -162,7 +165,8 @@ inline void backward(const Params& p, const Forward& f, std::vector<float> delta
     for (int s = 0; s < n; ++s)
       for (int i = 0; i < L.in; ++i) {
         float sum = 0;
-        for (int o = 0; o < L.out; ++o) sum += L.w[std::size_t(o) * L.in + i] * delta[std::size_t(s) * L.out + o];
+        for (int o = 0; o < L.out; ++o)
+          sum += L.w[std::size_t(o) * L.in + i] * delta[std::size_t(s) * L.out + o];
         const float ai = a[std::size_t(s) * L.in + i];
         prev[std::size_t(s) * L.in + i] = sum * (1.0f - ai * ai);
       }
@@ -175,7 +179,7 @@ inline double loss_and_grad(const Params& p, const Dataset& d, std::span<const i
                             Params& grad, const std::function<void(int)>& on_layer = {}) {
   Forward f = forward(p, d, idx);
   std::vector<float> delta;
-  const double loss = softmax_xent(f, &delta);
+  const double loss = softmax_xent(f, delta);
   backward(p, f, std::move(delta), grad, on_layer);
   return loss;
 }
@@ -199,6 +203,24 @@ inline std::vector<int> worker_batch(int samples, int workers, int batch, int w,
   std::vector<int> idx(local);
   for (int k = 0; k < local; ++k) idx[k] = begin + k;
   return idx;
+}
+
+/// Largest relative difference over the parameter tensors: max|a - ref| / max(max|ref|, 1e-3)
+/// per tensor (each weight matrix, each bias vector). Per tensor rather than per element: an
+/// element that crosses zero keeps the absolute float rounding it collected while it was large,
+/// so an element-wise ratio would measure luck rather than agreement.
+inline double max_rel_diff(const Params& a, const Params& ref) {
+  double worst = 0;
+  auto tensor = [&](const std::vector<float>& x, const std::vector<float>& r) {
+    double diff = 0, scale = 1e-3;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      diff = std::max(diff, std::abs(double(x[k]) - double(r[k])));
+      scale = std::max(scale, std::abs(double(r[k])));
+    }
+    worst = std::max(worst, diff / scale);
+  };
+  for (std::size_t l = 0; l < ref.size(); ++l) tensor(a[l].w, ref[l].w), tensor(a[l].b, ref[l].b);
+  return worst;
 }
 
 struct Hyper {

@@ -98,9 +98,6 @@ bool is_nan16(float16 h) { return (h.bits & 0x7c00) == 0x7c00 && (h.bits & 0x03f
 bool is_nan16(bfloat16 h) { return (h.bits & 0x7f80) == 0x7f80 && (h.bits & 0x007f) != 0; }
 
 template <class T>
-constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
-
-template <class T>
 std::uint64_t raw_bits(const T& v) {
   std::uint64_t b = 0;
   std::memcpy(&b, &v, sizeof(T));

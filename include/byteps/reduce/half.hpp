@@ -11,8 +11,10 @@
 /// The scalar functions compute every candidate result unconditionally and pick one with bit
 /// masks, not branches, so that the batch loops below stay auto-vectorisable (GCC -O3). A
 /// hardware fast path (F16C on x86) belongs inside those batch functions; the scalar functions
-/// stay the portable reference and the `constexpr` path.
+/// stay the portable reference and the `constexpr` path. The few floating-point steps they use
+/// never produce or depend on binary32 subnormals, so results are the same under FTZ/DAZ.
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -44,8 +46,9 @@ constexpr float to_float(float16 h) noexcept {
 
   // Normal: only the exponent bias differs (15 versus 127).
   const std::uint32_t normal = shifted + ((127u - 15u) << 23);
-  // Subnormal (and zero): the value is mantissa * 2^-24, and both factors and their product
-  // are exact binary32 normals, so one multiplication decodes it without a leading-zero count.
+  // Subnormal (and zero): the value is mantissa * 2^-24; both factors and the product are exact
+  // binary32 values (normal or zero), so one multiplication decodes it without counting
+  // leading zeros.
   const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(
       static_cast<float>(static_cast<std::int32_t>(magnitude)) * 0x1p-24f);
   // Infinity or NaN: maximal exponent, payload kept, quiet bit set for NaN only.
@@ -78,8 +81,9 @@ constexpr float16 to_float16(float f) noexcept {
   // Subnormal result (|f| < 2^-14): adding 0.5 puts the value in a binade whose ulp is 2^-24,
   // binary16's subnormal step, so the FPU's own round-to-nearest-even does the rounding and the
   // low mantissa bits are the answer. A rounded-up 2^-14 yields 0x0400, the right encoding.
-  // The operand is clamped so that constant evaluation never meets an infinity or NaN here.
-  const std::uint32_t small = magnitude < 0x38800000u ? magnitude : 0u;
+  // The operand is clamped so that constant evaluation never meets an infinity or NaN here;
+  // a min, unlike a select on the same condition as below, gives GCC no branch to sink into.
+  const std::uint32_t small = std::min(magnitude, 0x38800000u);
   const std::uint32_t subnormal =
       std::bit_cast<std::uint32_t>(std::bit_cast<float>(small) + 0.5f) - 0x3f000000u;
   const std::uint32_t nan = 0x7e00u | ((magnitude >> 13) & 0x03ffu);

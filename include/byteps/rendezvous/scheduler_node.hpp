@@ -31,7 +31,7 @@ class SchedulerNode {
 
   /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`).
   explicit SchedulerNode(const Config& cfg)
-      : cfg_(cfg), log_(cfg.log, "scheduler"), transport_(cfg) {
+      : cfg_(cfg), transport_(cfg), log_(cfg.log, "scheduler") {
     cfg_.validate();
     mine_ = rendezvous::hello::from(cfg_, role::scheduler);
     port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
@@ -290,6 +290,7 @@ class SchedulerNode {
   }
 
   Config cfg_;
+  T transport_;  // first: links held below need its I/O context; ~SchedulerNode stops it first
   logger log_;
   rendezvous::hello mine_;
   std::mutex mu_;
@@ -300,7 +301,6 @@ class SchedulerNode {
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
-  T transport_;  // last: its I/O threads stop before the state above is destroyed
   std::uint16_t port_ = 0;
 };
 

@@ -1,0 +1,314 @@
+#pragma once
+/// @file
+/// `bps::Server<Transport>`: a summation server, built from the same headers as the workers so
+/// that an application can run one with its own transport (`tools/byteps_server.cpp` is the
+/// shipped one, a few lines).
+///
+/// Each pushed partition is summed in place into that key's buffer by the engine thread that
+/// owns the key (keys spread over `BYTEPS_SERVER_ENGINE_THREAD` threads, so no lock guards the
+/// sums). When every worker pushed the key for the round (synchronous training), each worker is
+/// sent the sum. fp16 and bf16 accumulate in fp32. The sum of round r lives in buffer r % 2: a
+/// worker can only push round r+1 after it received round r, so round r+1's sum never
+/// overwrites bytes still being sent for round r.
+///
+/// @par Thread Safety
+/// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/detail/task_queue.hpp"
+#include "byteps/reduce/reducer.hpp"
+#include "byteps/rendezvous/client.hpp"
+#include "byteps/server/key_state.hpp"
+#include "byteps/transport/transport.hpp"
+
+namespace bps {
+
+template <Transport T>
+class Server {
+ public:
+  using link_ptr = std::shared_ptr<typename T::link>;
+
+  /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
+  /// node joined, at most `Config::rendezvous_timeout`).
+  explicit Server(const Config& cfg)
+      : cfg_(cfg), transport_(cfg), control_(transport_, cfg), log_(cfg.log, "server") {
+    try {
+      start();
+    } catch (...) {
+      shutdown();  // the I/O threads must not call into a half-built server
+      throw;
+    }
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  ~Server() { shutdown(); }
+
+  int rank() const noexcept { return rank_; }
+  std::uint16_t port() const noexcept { return port_; }
+
+  /// Serves until the scheduler ends the job. Throws `communicator_error` when the cluster
+  /// fails (a node died, the scheduler vanished).
+  void run() {
+    try {
+      control_.wait_for_shutdown();
+    } catch (const communicator_error& e) {
+      log_.error("{}", e.what());
+      shutdown();
+      throw;
+    }
+    log_.info("job finished; exiting");
+    finishing_ = true;
+    shutdown();
+  }
+
+ private:
+  void start() {
+    cfg_.validate();
+    control_.on_failure([this](const std::string& why) { fail(why); });
+    const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
+    port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
+      auto s = std::make_shared<session>(this, l);
+      l->start(s);
+    });
+    engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
+    for (int i = 0; i < cfg_.server_engine_threads; ++i)
+      engines_.push_back(std::make_unique<engine>());
+    auto hello = rendezvous::hello::from(cfg_, role::server);
+    hello.host = host;
+    hello.port = port_;
+    auto welcome = control_.join(hello);
+    rank_ = welcome.rank;
+    log_.rename(fmt::format("server {}", rank_));
+    log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
+              cfg_.server_engine_threads, cfg_.num_workers);
+  }
+
+  class session;
+  using key_id = server::key_id;
+  using key_state = server::key_state<session>;
+
+  struct engine {
+    std::unordered_map<key_id, key_state, server::key_id_hash> keys;  // engine thread only
+    detail::task_thread thread;  // after keys: joins before they are destroyed
+  };
+
+  class session final : public transport::receiver,
+                        public std::enable_shared_from_this<session> {
+   public:
+    session(Server* owner, link_ptr l) : owner_(owner), link(std::move(l)) {}
+
+    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+      switch (h.type) {
+        case wire::msg::push:
+          if (worker < 0) {
+            reason = "push before peer_hello";
+            return {};
+          }
+          incoming_ = owner_->pool_.take(h.payload_bytes);
+          return incoming_.span();
+        case wire::msg::declare:
+          if (h.payload_bytes > 4096) {
+            reason = "tensor name longer than 4096 bytes";
+            return {};
+          }
+          small_.resize(h.payload_bytes);
+          return small_;
+        default:
+          if (h.payload_bytes != 0) reason = fmt::format("unexpected {} frame", wire::msg_name(h.type));
+          return {};
+      }
+    }
+
+    void on_message(const wire::header& h, std::span<std::byte> payload) override {
+      switch (h.type) {
+        case wire::msg::peer_hello:
+          if (worker >= 0 || h.sender >= static_cast<std::uint32_t>(owner_->cfg_.num_workers))
+            throw std::runtime_error(fmt::format("bad peer_hello (worker {})", h.sender));
+          worker = static_cast<int>(h.sender);
+          return;
+        case wire::msg::declare:
+          return owner_->declare(*this, h.key,
+                                 std::string(reinterpret_cast<const char*>(payload.data()),
+                                             payload.size()));
+        case wire::msg::push:
+          if (h.sender != static_cast<std::uint32_t>(worker))
+            throw std::runtime_error("push with another worker's rank");
+          return owner_->post_push(this->shared_from_this(), h, std::move(incoming_));
+        case wire::msg::bye:
+          said_bye = true;
+          return;
+        default:
+          throw std::runtime_error(fmt::format("unexpected {} frame from a worker",
+                                               wire::msg_name(h.type)));
+      }
+    }
+
+    void on_close(const std::string& reason) override {
+      owner_->pool_.give_back(std::move(incoming_));
+      if (!said_bye) owner_->worker_lost(*this, reason);
+    }
+
+    std::string describe() const {
+      return worker >= 0 ? fmt::format("worker {} at {}", worker, link->peer())
+                         : fmt::format("a peer at {}", link->peer());
+    }
+
+    link_ptr link;
+    int worker = -1;
+    std::atomic<bool> said_bye{false};
+
+   private:
+    Server* owner_;
+    detail::buffer_pool::buffer incoming_;  // I/O thread only
+    std::vector<std::byte> small_;
+  };
+
+  engine& engine_for(const key_id& k) {
+    return *engines_[partition_key(k.key, k.part) % engines_.size()];
+  }
+
+  std::string tensor_name(std::uint64_t key) {
+    std::lock_guard lock(mu_);
+    auto it = names_.find(key);
+    return it != names_.end() ? "'" + it->second + "'" : fmt::format("key {:#x}", key);
+  }
+
+  std::string dead_reason() {
+    std::lock_guard lock(mu_);
+    return dead_;
+  }
+
+  void declare(session& s, std::uint64_t key, std::string name) {
+    std::string clash;
+    {
+      std::lock_guard lock(mu_);
+      auto [it, inserted] = names_.emplace(key, name);
+      if (!inserted && it->second != name) clash = it->second;
+    }
+    if (!clash.empty()) {
+      wire::header h;
+      h.key = key;
+      h.part = server::whole_tensor;
+      reply_error(s, h,
+                  fmt::format("tensor names '{}' and '{}' hash to the same key {:#x}; rename one "
+                              "of them",
+                              clash, name, key),
+                  wire::flag_usage);
+    }
+  }
+
+  void post_push(std::shared_ptr<session> s, const wire::header& h,
+                 detail::buffer_pool::buffer payload) {
+    key_id id{h.key, h.part};
+    auto& e = engine_for(id);
+    e.thread.post([this, &e, s = std::move(s), h, payload = std::make_shared<detail::buffer_pool::buffer>(
+                                                      std::move(payload))]() mutable {
+      on_push(e, s, h, payload->span());
+      pool_.give_back(std::move(*payload));
+    });
+  }
+
+  // Engine thread.
+  void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
+               std::span<const std::byte> payload) {
+    if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
+    auto& k = e.keys[key_id{h.key, h.part}];
+    auto problem = k.accept(h, payload, s->worker, cfg_.num_workers,
+                            [&] { return tensor_name(h.key); });
+    if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
+    k.waiting.push_back(s);
+    if (static_cast<int>(k.waiting.size()) < cfg_.num_workers) return;
+
+    if (!k.round_error.empty()) {
+      for (auto& w : k.waiting) reply_error(*w, h, k.round_error, wire::flag_usage);
+    } else {
+      auto out = k.finish_round();
+      wire::header r;
+      r.type = wire::msg::pull_response;
+      r.key = h.key;
+      r.part = h.part;
+      r.round = k.round;
+      r.dtype = static_cast<std::uint32_t>(k.type);
+      r.offset = k.offset;
+      r.tensor_bytes = k.tensor_bytes;
+      for (auto& w : k.waiting) w->link->send(r, out, {});
+    }
+    k.next_round();
+  }
+
+  void reply_error(session& s, const wire::header& about, const std::string& text,
+                   std::uint32_t flags) {
+    auto body = std::make_shared<std::string>(text);
+    wire::header r;
+    r.type = wire::msg::error;
+    r.flags = flags;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = about.round;
+    s.link->send(r, wire::as_bytes(*body), [body] {});
+  }
+
+  void worker_lost(session& s, const std::string& reason) {
+    if (finishing_) return;
+    fail(fmt::format("{} disconnected ({})", s.describe(), reason));
+  }
+
+  // Any thread. The cluster is broken: answer every waiting worker with the reason, now and for
+  // every later push, so that no worker waits for a sum that cannot come.
+  void fail(const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      if (!dead_.empty() || finishing_) return;
+      dead_ = why;
+    }
+    log_.error("{}", why);
+    for (auto& e : engines_) {
+      e->thread.post([this, ep = e.get(), why] {
+        for (auto& [id, k] : ep->keys) {
+          wire::header h;
+          h.key = id.key;
+          h.part = id.part;
+          h.round = k.round;
+          for (auto& w : k.waiting) reply_error(*w, h, why, wire::flag_fatal);
+          k.next_round();
+        }
+      });
+    }
+  }
+
+  void shutdown() {
+    if (stopped_.exchange(true)) return;
+    for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
+    transport_.stop();
+  }
+
+  Config cfg_;
+  T transport_;  // first: the links below need its I/O context
+  rendezvous::client<T> control_;
+  logger log_;
+  detail::buffer_pool pool_;
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::string> names_;
+  std::string dead_;
+  std::atomic<bool> finishing_{false};
+  std::atomic<bool> stopped_{false};
+  std::vector<std::unique_ptr<engine>> engines_;
+  std::uint16_t port_ = 0;
+  int rank_ = -1;
+};
+
+}  // namespace bps

@@ -1,0 +1,496 @@
+#pragma once
+/// @file
+/// `bps::Communicator<Transport, LocalCollective, Partitioner, Scheduler>`: a worker's side of
+/// BytePS. `push_pull` cuts a tensor into partitions, sends each to the server its key hashes
+/// to (all servers in parallel, in the scheduler's order), and each server answers with the sum
+/// over all workers, which is read straight into the caller's buffer. Nothing blocks the caller
+/// until it waits on the returned handle.
+///
+/// Tensors are declared on first use with no global barrier: a tensor's key is a hash of its
+/// name, so workers agree whatever order tensors first appear in; the first push of a tensor to
+/// a server is preceded by a `declare` frame carrying its name, in order on the same link.
+///
+/// @par Thread Safety
+/// All member functions may be called from several threads. The caller's buffer must stay
+/// alive and untouched until the operation's handle is done (also when it fails).
+
+#include <chrono>
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/local/local_collective.hpp"
+#include "byteps/partition/partitioner.hpp"
+#include "byteps/reduce/reducer.hpp"
+#include "byteps/rendezvous/client.hpp"
+#include "byteps/schedule/scheduler.hpp"
+#include "byteps/server/key_state.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/worker/handle.hpp"
+
+namespace bps {
+
+template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+class Communicator {
+  static_assert(L::is_identity,
+                "this Communicator runs one process per machine; local collectives other than "
+                "bps::local::none plug in with the local-collectives work (docs/architecture.md)");
+
+ public:
+  using link_ptr = std::shared_ptr<typename T::link>;
+  using clock = std::chrono::steady_clock;
+
+  /// Joins the cluster: connects to the scheduler, waits for every node (at most
+  /// `Config::rendezvous_timeout`), then connects to every server.
+  explicit Communicator(const Config& cfg)
+      : cfg_(cfg),
+        transport_(cfg),
+        control_(transport_, cfg),
+        log_(cfg.log, "worker"),
+        local_(cfg),
+        partitioner_(cfg),
+        scheduler_(cfg) {
+    try {
+      join();
+    } catch (...) {
+      {
+        std::lock_guard lock(mu_);
+        closing_ = true;
+      }
+      transport_.stop();
+      throw;
+    }
+  }
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator() { leave(); }
+
+  int rank() const noexcept { return rank_ * local_.local_size() + local_.local_rank(); }
+  int size() const noexcept { return num_workers_ * local_.local_size(); }
+  int local_rank() const noexcept { return local_.local_rank(); }
+  int local_size() const noexcept { return local_.local_size(); }
+
+  /// Sums `data` over all workers, in place. Returns at once.
+  template <element_type E>
+  handle push_pull(std::string_view name, std::span<E> data, push_pull_options opts = {}) {
+    static_assert(!std::is_const_v<E>, "push_pull writes the sum into the span: it cannot be const");
+    return push_pull(name, data.data(), data.size(), dtype_v<E>, opts);
+  }
+
+  /// The type-erased form: `count` elements of `type` at `data`.
+  handle push_pull(std::string_view name, void* data, std::size_t count, dtype type,
+                   push_pull_options opts = {}) {
+    check_name("push_pull", name);
+    return start(std::string(name), fmt::format("push_pull of '{}'", name), data, count, type,
+                 opts);
+  }
+
+  /// Copies `root`'s `data` into every worker's `data`. Returns at once.
+  template <element_type E>
+  handle broadcast(std::string_view name, std::span<E> data, int root) {
+    static_assert(!std::is_const_v<E>, "broadcast writes into the span: it cannot be const");
+    return broadcast(name, data.data(), data.size(), dtype_v<E>, root);
+  }
+
+  handle broadcast(std::string_view name, void* data, std::size_t count, dtype type, int root) {
+    check_name("broadcast", name);
+    if (root < 0 || root >= size())
+      throw usage_error(fmt::format("broadcast of '{}': root {} is outside the group of {} "
+                                    "workers (0 .. {})",
+                                    name, root, size(), size() - 1));
+    // Non-roots contribute zeros, so the servers' sum is root's data, bit for bit.
+    if (rank() != root && data != nullptr) std::memset(data, 0, count * dtype_size(type));
+    return start("broadcast:" + std::string(name),
+                 fmt::format("broadcast of '{}' from rank {}", name, root), data, count, type, {});
+  }
+
+  /// Blocks until every worker called barrier, at most `Config::op_timeout`.
+  void barrier() {
+    std::uint64_t n;
+    {
+      std::lock_guard lock(mu_);
+      throw_if_dead_locked();
+      n = barriers_++;
+    }
+    try {
+      control_.barrier(n, cfg_.op_timeout);
+    } catch (const communicator_error& e) {
+      std::lock_guard lock(mu_);
+      die_locked(e.what());
+      throw;
+    }
+  }
+
+ private:
+  class server_receiver;
+  using key_id = server::key_id;
+
+  struct tensor {
+    std::string name;
+    dtype type = dtype::float32;
+    std::size_t bytes = 0;
+    std::uint64_t round = 0;
+    std::vector<partition_range> parts;
+    std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
+    std::shared_ptr<detail::op_state> active;
+  };
+
+  struct pending_part {
+    std::shared_ptr<detail::op_state> op;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    int server = 0;
+    std::uint64_t round = 0;
+  };
+
+  struct server_link {
+    link_ptr link;
+    std::string address;
+  };
+
+  class server_receiver final : public transport::receiver {
+   public:
+    server_receiver(Communicator* owner, int server) : owner_(owner), server_(server) {}
+
+    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+      if (h.type == wire::msg::pull_response) {
+        if (auto dest = owner_->answer_destination(h, receiving_); !dest.empty()) return dest;
+        discard_.resize(h.payload_bytes);  // an answer for an operation that already failed
+        return discard_;
+      }
+      if (h.type == wire::msg::error && h.payload_bytes <= 65536) {
+        discard_.resize(h.payload_bytes);
+        return discard_;
+      }
+      reason = fmt::format("unexpected {} frame from a server", wire::msg_name(h.type));
+      return {};
+    }
+
+    void on_message(const wire::header& h, std::span<std::byte> payload) override {
+      if (h.type == wire::msg::pull_response) {
+        if (auto op = std::move(receiving_)) owner_->answered(h, std::move(op), payload);
+        return;
+      }
+      owner_->server_error(server_, h,
+                           std::string(reinterpret_cast<const char*>(payload.data()),
+                                       payload.size()));
+    }
+
+    void on_close(const std::string& reason) override {
+      owner_->server_closed(server_, std::move(receiving_), reason);
+    }
+
+   private:
+    Communicator* owner_;
+    int server_;
+    std::shared_ptr<detail::op_state> receiving_;  // I/O thread only
+    std::vector<std::byte> discard_;
+  };
+
+  void join() {
+    cfg_.validate();
+    auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
+    rank_ = welcome.rank;
+    num_workers_ = welcome.num_workers;
+    log_.rename(fmt::format("worker {}", rank_));
+    control_.on_failure([this](const std::string& why) {
+      std::lock_guard lock(mu_);
+      die_locked("the scheduler reports: " + why);
+    });
+    for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
+      const auto& a = welcome.servers[i];
+      server_link s;
+      s.address = fmt::format("{}:{}", a.host, a.port);
+      try {
+        s.link = transport_.connect(a.host, a.port, cfg_.connect_timeout);
+      } catch (const communicator_error& e) {
+        throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
+      }
+      s.link->start(std::make_shared<server_receiver>(this, static_cast<int>(i)));
+      wire::header h;
+      h.type = wire::msg::peer_hello;
+      h.sender = static_cast<std::uint32_t>(rank_);
+      s.link->send(h, {}, {});
+      std::lock_guard lock(mu_);
+      servers_.push_back(std::move(s));
+    }
+    log_.info("joined: rank {} of {} workers, {} servers", rank_, num_workers_, servers_.size());
+  }
+
+  void leave() {
+    std::vector<link_ptr> links;
+    {
+      std::lock_guard lock(mu_);
+      if (closing_) return;
+      closing_ = true;
+      for (auto& [key, t] : tensors_)
+        if (t.active) fail_op_locked(t.active, std::make_exception_ptr(communicator_error(
+                                                   t.active->what + ": the communicator was "
+                                                   "destroyed before it finished")));
+      if (dead_.empty())
+        for (auto& s : servers_) links.push_back(s.link);
+    }
+    // Say bye so that servers and the scheduler know this exit is no failure; bounded wait.
+    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
+    auto done = std::make_shared<std::promise<void>>();
+    auto one_left = [left, done] {
+      if (left->fetch_sub(1) == 1) done->set_value();
+    };
+    wire::header bye;
+    bye.type = wire::msg::bye;
+    for (auto& l : links) l->send(bye, {}, one_left);
+    control_.bye(one_left);
+    done->get_future().wait_for(std::chrono::seconds(5));
+    transport_.stop();
+  }
+
+  static void check_name(const char* op, std::string_view name) {
+    if (name.empty())
+      throw usage_error(fmt::format("{}: the tensor name is empty; give every tensor a unique, "
+                                    "non-empty name",
+                                    op));
+  }
+
+  void throw_if_dead_locked() const {
+    if (closing_) throw usage_error("this communicator is shutting down");
+    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
+  }
+
+  handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
+               push_pull_options opts) {
+    if (data == nullptr && count != 0)
+      throw usage_error(what + ": the data pointer is null but the count is " +
+                        std::to_string(count));
+    if (opts.average && !is_floating(type))
+      throw usage_error(fmt::format("{}: average is defined for floating dtypes only, and the "
+                                    "tensor is {}",
+                                    what, dtype_name(type)));
+    const std::size_t bytes = count * dtype_size(type);
+    const std::uint64_t key = tensor_key(name);
+    auto op = std::make_shared<detail::op_state>();
+    op->what = std::move(what);
+    op->data = {static_cast<std::byte*>(data), bytes};
+    op->type = type;
+    op->average = opts.average && num_workers_ > 1;
+    op->key = key;
+    op->deadline = clock::now() + cfg_.op_timeout;
+    op->on_deadline = [this](detail::op_state& o) { expire(o); };
+
+    std::lock_guard lock(mu_);
+    throw_if_dead_locked();
+    auto [it, fresh] = tensors_.try_emplace(key);
+    tensor& t = it->second;
+    if (fresh) {
+      t.name = std::move(name);
+      t.type = type;
+      t.bytes = bytes;
+      t.parts = partitioner_.split(bytes, dtype_size(type));
+      t.declared.assign(servers_.size(), false);
+    } else if (t.name != name) {
+      throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
+                                    t.name, name));
+    } else if (t.type != type || t.bytes != bytes) {
+      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
+                                    "{} x {}",
+                                    op->what, t.bytes / dtype_size(t.type), dtype_name(t.type),
+                                    count, dtype_name(type)));
+    } else if (t.active) {
+      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
+                                    "flight; wait on its handle first",
+                                    op->what));
+    }
+    if (t.parts.empty()) {
+      op->released = true;
+      op->finish(nullptr);
+      return handle(op);
+    }
+    t.active = op;
+    op->unanswered = t.parts.size();
+    const std::uint64_t order = order_++;
+    for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
+      const auto& p = t.parts[i];
+      const int server = server_for(key, i, static_cast<int>(servers_.size()), cfg_.key_hash);
+      pending_[key_id{key, i}] = pending_part{op, p.offset, p.bytes, server, t.round};
+      scheduler_.push(send_task{key, i, opts.priority, order, p.bytes, nullptr});
+    }
+    dispatch_locked();
+    return handle(op);
+  }
+
+  void dispatch_locked() {
+    while (auto task = scheduler_.pop()) {
+      auto it = pending_.find(key_id{task->key, task->part});
+      if (it == pending_.end() || it->second.op->failure || !dead_.empty()) {
+        scheduler_.sent(task->bytes);  // its operation failed meanwhile: nothing to send
+        continue;
+      }
+      pending_part& p = it->second;
+      tensor& t = tensors_.at(task->key);
+      auto& link = servers_[static_cast<std::size_t>(p.server)].link;
+      if (!t.declared[static_cast<std::size_t>(p.server)]) {
+        t.declared[static_cast<std::size_t>(p.server)] = true;
+        wire::header d;
+        d.type = wire::msg::declare;
+        d.sender = static_cast<std::uint32_t>(rank_);
+        d.key = task->key;
+        link->send(d, wire::as_bytes(t.name), {});  // t.name lives as long as tensors_
+      }
+      wire::header h;
+      h.type = wire::msg::push;
+      h.sender = static_cast<std::uint32_t>(rank_);
+      h.key = task->key;
+      h.part = task->part;
+      h.dtype = static_cast<std::uint32_t>(t.type);
+      h.round = p.round;
+      h.tensor_bytes = t.bytes;
+      h.offset = p.offset;
+      ++p.op->in_transport;
+      link->send(h, p.op->data.subspan(p.offset, p.bytes),
+                 [this, op = p.op, bytes = p.bytes] { sent(op, bytes); });
+    }
+  }
+
+  void sent(const std::shared_ptr<detail::op_state>& op, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    scheduler_.sent(bytes);
+    --op->in_transport;
+    release_if_done_locked(op);
+    if (!closing_) dispatch_locked();
+  }
+
+  // I/O thread: where an answer lands. Marks the operation as being written into.
+  std::span<std::byte> answer_destination(const wire::header& h,
+                                          std::shared_ptr<detail::op_state>& receiving) {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(key_id{h.key, h.part});
+    if (it == pending_.end()) return {};
+    pending_part& p = it->second;
+    if (p.round != h.round || p.bytes != h.payload_bytes || p.op->failure) return {};
+    ++p.op->receiving;
+    receiving = p.op;
+    return p.op->data.subspan(p.offset, p.bytes);
+  }
+
+  void answered(const wire::header& h, std::shared_ptr<detail::op_state> op,
+                std::span<std::byte> payload) {
+    if (op->average && !op->failure)
+      reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
+                    1.0 / num_workers_);
+    std::lock_guard lock(mu_);
+    --op->receiving;
+    auto it = pending_.find(key_id{h.key, h.part});
+    if (it != pending_.end() && it->second.op == op) {
+      pending_.erase(it);
+      --op->unanswered;
+    }
+    release_if_done_locked(op);
+  }
+
+  void server_error(int server, const wire::header& h, const std::string& text) {
+    std::lock_guard lock(mu_);
+    if (h.flags & wire::flag_fatal) {
+      die_locked(fmt::format("server {} at {}: {}", server,
+                             servers_[static_cast<std::size_t>(server)].address, text));
+      return;
+    }
+    auto t = tensors_.find(h.key);
+    if (t == tensors_.end() || !t->second.active) return;
+    fail_op_locked(t->second.active, std::make_exception_ptr(usage_error(
+                                         fmt::format("{}: {}", t->second.active->what, text))));
+  }
+
+  void server_closed(int server, std::shared_ptr<detail::op_state> receiving,
+                     const std::string& reason) {
+    std::lock_guard lock(mu_);
+    if (receiving) {
+      --receiving->receiving;
+      release_if_done_locked(receiving);
+    }
+    if (closing_) return;
+    die_locked(fmt::format("lost server {} at {}: {}", server,
+                           servers_[static_cast<std::size_t>(server)].address, reason));
+  }
+
+  // A handle's deadline passed: name what the operation still waits for, then give up on the
+  // whole communicator (its servers' state for that round is unknown).
+  void expire(detail::op_state& o) {
+    std::lock_guard lock(mu_);
+    if (o.released || !dead_.empty()) return;
+    std::vector<std::size_t> waiting(servers_.size(), 0);
+    for (const auto& [id, p] : pending_)
+      if (p.op.get() == &o) ++waiting[static_cast<std::size_t>(p.server)];
+    std::string detail;
+    for (std::size_t s = 0; s < waiting.size(); ++s)
+      if (waiting[s] != 0)
+        detail += fmt::format("{}{} partition(s) from server {} at {}", detail.empty() ? "" : ", ",
+                              waiting[s], s, servers_[s].address);
+    die_locked(fmt::format("{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
+                           "for {}. A worker may not have called it, or a node is stuck.",
+                           o.what, cfg_.op_timeout.count(),
+                           detail.empty() ? std::string("its sends") : detail));
+  }
+
+  void fail_op_locked(const std::shared_ptr<detail::op_state>& op, std::exception_ptr e) {
+    if (op->failure || op->released) return;
+    op->failure = std::move(e);
+    std::erase_if(pending_, [&](const auto& kv) { return kv.second.op == op; });
+    release_if_done_locked(op);
+  }
+
+  void release_if_done_locked(const std::shared_ptr<detail::op_state>& op) {
+    if (op->released || op->in_transport != 0 || op->receiving != 0) return;
+    if (op->unanswered != 0 && !op->failure) return;
+    op->released = true;
+    auto& t = tensors_.at(op->key);
+    if (t.active == op) t.active = nullptr;
+    ++t.round;
+    op->finish(op->failure);
+  }
+
+  void die_locked(const std::string& why) {
+    if (!dead_.empty() || closing_) return;
+    dead_ = why;
+    log_.error("{}", why);
+    std::vector<std::shared_ptr<detail::op_state>> ops;
+    for (auto& [key, t] : tensors_)
+      if (t.active) ops.push_back(t.active);
+    for (auto& op : ops)
+      fail_op_locked(op, std::make_exception_ptr(communicator_error(op->what + ": " + why)));
+    // Closing the links returns every payload the transport still holds (their on_sent run).
+    for (auto& s : servers_) s.link->close();
+  }
+
+  Config cfg_;
+  T transport_;  // first: the links below need its I/O context
+  rendezvous::client<T> control_;
+  logger log_;
+  L local_;
+  P partitioner_;
+  mutable std::mutex mu_;
+  S scheduler_;
+  std::vector<server_link> servers_;
+  std::unordered_map<std::uint64_t, tensor> tensors_;
+  std::unordered_map<key_id, pending_part, server::key_id_hash> pending_;
+  std::string dead_;
+  bool closing_ = false;
+  std::uint64_t order_ = 0;
+  std::uint64_t barriers_ = 0;
+  int rank_ = 0;
+  int num_workers_ = 1;
+};
+
+}  // namespace bps

@@ -1,0 +1,136 @@
+#pragma once
+/// @file
+/// `bps::handle`: what `push_pull` and `broadcast` return at once, so the caller can go on with
+/// its backward pass. Every wait has a deadline: the operation's own (`BYTEPS_OP_TIMEOUT_MS`
+/// after the call) even when the caller asks for none. When it passes, the communicator is
+/// declared dead, every pending operation fails with a message naming what it waited for, and
+/// `wait()` throws `communicator_error`.
+///
+/// @par Thread Safety
+/// A handle may be waited on from any thread; copies share one operation.
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+
+namespace bps {
+
+struct push_pull_options {
+  int priority = 0;      ///< higher is sent first (give the first layers the highest)
+  bool average = false;  ///< divide the sum by the number of workers (floating dtypes only)
+};
+
+namespace detail {
+
+/// One push_pull or broadcast. The communicator fills and completes it; handles wait on it.
+struct op_state {
+  using clock = std::chrono::steady_clock;
+
+  // Set at creation, then read-only.
+  std::string what;  ///< "push_pull of 'name'", for messages
+  std::span<std::byte> data;
+  dtype type = dtype::float32;
+  bool average = false;
+  std::uint64_t key = 0;
+  clock::time_point deadline;
+  std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead
+
+  // Guarded by the communicator's mutex.
+  std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
+  std::size_t in_transport = 0;  ///< sends whose payload the transport may still read
+  std::size_t receiving = 0;     ///< answers being written into `data` right now
+  std::exception_ptr failure;
+  bool released = false;
+
+  /// Called once, by the communicator, when nothing will touch `data` any more.
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+}  // namespace detail
+
+class handle {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  handle() = default;
+  explicit handle(std::shared_ptr<detail::op_state> s) : s_(std::move(s)) {}
+
+  /// Blocks until the result is in the caller's buffer. Throws `communicator_error` (peer lost,
+  /// deadline passed) or `usage_error` (e.g. the tensor's shape differs on another worker).
+  void wait() { wait_until(clock::time_point::max()); }
+
+  /// True when done (and then throws like `wait()` if it failed); false if `timeout` passed
+  /// first. The operation's own deadline still applies.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
+    return wait_until(clock::now() + std::chrono::duration_cast<clock::duration>(timeout));
+  }
+
+  /// Done, successfully or not; does not throw.
+  bool ready() const {
+    check();
+    std::unique_lock lock(s_->mu);
+    if (s_->done) return true;
+    if (clock::now() < s_->deadline) return false;
+    lock.unlock();
+    expire();
+    lock.lock();
+    return s_->done;
+  }
+
+  bool valid() const noexcept { return s_ != nullptr; }
+  const std::string& what() const {
+    check();
+    return s_->what;
+  }
+
+ private:
+  bool wait_until(clock::time_point until) const {
+    check();
+    std::unique_lock lock(s_->mu);
+    const auto limit = std::min(until, s_->deadline);
+    if (!s_->cv.wait_until(lock, limit, [&] { return s_->done; })) {
+      if (limit == until && until < s_->deadline) return false;
+      lock.unlock();
+      expire();
+      lock.lock();
+      // Failing an operation waits for the transport to let go of its buffer; links close fast.
+      if (!s_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return s_->done; }))
+        throw communicator_error(s_->what + " passed its deadline and could not be cancelled");
+    }
+    if (s_->error) std::rethrow_exception(s_->error);
+    return true;
+  }
+  void expire() const {
+    if (s_->on_deadline) s_->on_deadline(*s_);
+  }
+  void check() const {
+    if (!s_) throw usage_error("bps::handle: waiting on an empty handle (default-constructed)");
+  }
+
+  std::shared_ptr<detail::op_state> s_;
+};
+
+}  // namespace bps

@@ -1,0 +1,109 @@
+// byteps-server: the scheduler or a summation server of a byteps job, from the same headers as
+// the workers. An application with its own transport writes the same few lines with its type.
+#include <byteps/byteps.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace {
+
+struct flag {
+  const char* name;
+  const char* variable;
+  const char* help;
+};
+
+constexpr flag flags[] = {
+    {"--role", "DMLC_ROLE", "scheduler or server"},
+    {"--num-workers", "DMLC_NUM_WORKER", "number of workers"},
+    {"--num-servers", "DMLC_NUM_SERVER", "number of servers"},
+    {"--root-uri", "DMLC_PS_ROOT_URI", "the scheduler's address"},
+    {"--root-port", "DMLC_PS_ROOT_PORT", "the scheduler's port (scheduler: 0 picks a free one)"},
+    {"--host", "DMLC_NODE_HOST", "server: address to listen on and advertise"},
+    {"--port", "BYTEPS_SERVER_PORT", "server: port to listen on (0: any)"},
+    {"--engine-threads", "BYTEPS_SERVER_ENGINE_THREAD", "server: summation threads (default 4)"},
+    {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 4096000)"},
+    {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "byteps-server %s: the scheduler or a summation server of a byteps job.\n\n"
+               "Usage: byteps-server [--flag value ...] [--port-file FILE]\n\n"
+               "Every flag overrides the environment variable beside it; see docs/env.md for "
+               "all of them.\n",
+               bps::version);
+  for (const auto& f : flags) std::fprintf(out, "  %-18s %-28s %s\n", f.name, f.variable, f.help);
+  std::fprintf(out,
+               "  %-18s %-28s %s\n"
+               "\nExample (a job of 2 workers and 1 server on this machine):\n"
+               "  byteps-server --role scheduler --num-workers 2 --num-servers 1 "
+               "--root-uri 127.0.0.1 --root-port 9000 &\n"
+               "  byteps-server --role server    --num-workers 2 --num-servers 1 "
+               "--root-uri 127.0.0.1 --root-port 9000 &\n",
+               "--port-file", "", "scheduler: write the bound port to FILE once listening");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string port_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      usage(stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "byteps-server: %s needs a value (see --help)\n", argv[i]);
+      return 2;
+    }
+    const char* value = argv[++i];
+    if (arg == "--port-file") {
+      port_file = value;
+      continue;
+    }
+    bool known = false;
+    for (const auto& f : flags) {
+      if (arg == f.name) {
+        ::setenv(f.variable, value, 1);
+        known = true;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "byteps-server: unknown flag %s (see --help)\n", argv[i - 1]);
+      return 2;
+    }
+  }
+  try {
+    const bps::Config cfg = bps::Config::from_env();
+    if (cfg.node_role == bps::role::scheduler) {
+      bps::SchedulerNode<bps::transport::tcp> scheduler(cfg);
+      if (!port_file.empty()) {
+        // Written whole, then renamed: a launcher polling the file never reads half a number.
+        const std::string partial = port_file + ".partial";
+        std::ofstream(partial) << scheduler.port() << "\n";
+        std::rename(partial.c_str(), port_file.c_str());
+      }
+      scheduler.run();
+    } else if (cfg.node_role == bps::role::server) {
+      bps::Server<bps::transport::tcp> server(cfg);
+      server.run();
+    } else {
+      std::fprintf(stderr,
+                   "byteps-server: DMLC_ROLE=worker: workers are your training program; run "
+                   "this binary as scheduler or server\n");
+      return 2;
+    }
+  } catch (const bps::usage_error& e) {
+    std::fprintf(stderr, "byteps-server: %s\n", e.what());
+    return 2;
+  } catch (const bps::error& e) {
+    std::fprintf(stderr, "byteps-server: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
