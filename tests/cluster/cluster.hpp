@@ -4,12 +4,23 @@
 #include <byteps/byteps.hpp>
 
 #include <exception>
+#include <stdexcept>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+// Catch2's assertions are not thread-safe: code on worker threads checks with this, which throws;
+// run_workers() rethrows on the test's thread, where Catch reports it.
+#define BPS_EXPECT(cond, ...)                                                              \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
+      throw std::runtime_error(fmt::format("{}:{}: expected {}: {}", __FILE__, __LINE__, #cond, \
+                                           fmt::format(__VA_ARGS__)));                     \
+  } while (0)
 
 namespace bps::test {
 
@@ -37,17 +48,35 @@ class cluster {
     s.node_role = role::scheduler;
     scheduler_ = std::make_unique<SchedulerNode<transport::tcp>>(s);
     base_.scheduler_port = scheduler_->port();
-    threads_.emplace_back([this] { guard([&] { scheduler_->run(); }); });
+    threads_.emplace_back([this] { guard(node_error_, [&] { scheduler_->run(); }); });
     for (int i = 0; i < base_.num_servers; ++i) {
       threads_.emplace_back([this] {
-        guard([&] {
+        guard(node_error_, [&] {
           Config c = base_;
           c.node_role = role::server;
           Server<transport::tcp> server(c);
+          {
+            std::lock_guard lock(mu_);
+            server_ports_[server.rank()] = server.port();
+          }
           server.run();
         });
       });
     }
+  }
+
+  std::uint16_t scheduler_port() const { return base_.scheduler_port; }
+
+  /// The port of server `rank`, once it joined (waits up to 10 s).
+  std::uint16_t server_port(int rank) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = server_ports_.find(rank); it != server_ports_.end()) return it->second;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error("server did not start");
   }
 
   Config worker_config(int id = -1) const {
@@ -57,11 +86,13 @@ class cluster {
     return c;
   }
 
-  void run_workers(const std::function<void(comm_t&, int)>& body) {
+  /// Runs `body` on every worker, then waits for the scheduler and servers to finish.
+  /// Rethrows a worker's exception first; a scheduler's or server's only if `strict`.
+  void run_workers(const std::function<void(comm_t&, int)>& body, bool strict = true) {
     std::vector<std::thread> workers;
     for (int i = 0; i < base_.num_workers; ++i) {
       workers.emplace_back([this, &body, i] {
-        guard([&] {
+        guard(worker_error_, [&] {
           comm_t comm(worker_config(i));
           body(comm, comm.rank());
         });
@@ -69,28 +100,32 @@ class cluster {
     }
     for (auto& w : workers) w.join();
     join();
+    if (worker_error_) std::rethrow_exception(worker_error_);
+    if (strict && node_error_) std::rethrow_exception(node_error_);
   }
 
   void join() {
     for (auto& t : threads_)
       if (t.joinable()) t.join();
-    if (first_error_) std::rethrow_exception(first_error_);
   }
+
+  std::exception_ptr node_error() const { return node_error_; }
 
   ~cluster() {
     for (auto& t : threads_)
       if (t.joinable()) t.join();
   }
 
-  std::exception_ptr first_error() const { return first_error_; }
+  /// Lets a test thread record a failure like the cluster's own threads do.
+  void guard_worker(const std::function<void()>& f) { guard(worker_error_, f); }
 
  private:
-  void guard(const std::function<void()>& f) {
+  void guard(std::exception_ptr& slot, const std::function<void()>& f) {
     try {
       f();
     } catch (...) {
       std::lock_guard lock(mu_);
-      if (!first_error_) first_error_ = std::current_exception();
+      if (!slot) slot = std::current_exception();
     }
   }
 
@@ -98,7 +133,9 @@ class cluster {
   std::unique_ptr<SchedulerNode<transport::tcp>> scheduler_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::exception_ptr first_error_;
+  std::map<int, std::uint16_t> server_ports_;
+  std::exception_ptr worker_error_;
+  std::exception_ptr node_error_;
 };
 
 }  // namespace bps::test

@@ -57,6 +57,8 @@ class inbox final : public transport::receiver {
     std::string failure;
     {
       std::lock_guard lock(mu_);
+      // The scheduler closes the link right after these: that close is no failure.
+      if (h.type == wire::msg::shutdown || h.type == wire::msg::refuse) close_expected_ = true;
       if (h.type == wire::msg::node_failed && !failed_) {
         failed_ = true;
         failure = f.text();

@@ -1,0 +1,430 @@
+#include <byteps/partition/by_bytes.hpp>
+#include <byteps/schedule/fifo.hpp>
+#include <byteps/schedule/priority.hpp>
+#include <byteps/core/keys.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+bps::Config config_with(std::size_t partition_bytes, int local_size = 1, int credit = 4) {
+  bps::Config c;
+  c.partition_bytes = partition_bytes;
+  c.local_size = local_size;
+  c.scheduling_credit = credit;
+  return c;
+}
+
+bps::send_task task(std::uint64_t key, std::uint32_t part, int priority, std::uint64_t order,
+                    std::size_t bytes) {
+  bps::send_task t;
+  t.key = key;
+  t.part = part;
+  t.priority = priority;
+  t.order = order;
+  t.bytes = bytes;
+  return t;
+}
+
+// Checks the partitions of `bytes` against the partitioner's contract and exact sizes.
+void check_split(const bps::partition::by_bytes& p, std::size_t bytes) {
+  CAPTURE(bytes, p.bound());
+  const auto parts = p.split(bytes, 4);
+  const std::size_t bound = p.bound();
+  const std::size_t expected_count = (bytes + bound - 1) / bound;
+  REQUIRE(parts.size() == expected_count);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(parts[i].offset == offset);
+    CHECK(parts[i].bytes > 0);
+    CHECK(parts[i].bytes <= bound);
+    if (i + 1 < parts.size()) CHECK(parts[i].bytes == bound);
+    offset += parts[i].bytes;
+  }
+  CHECK(offset == bytes);
+  if (!parts.empty()) {
+    const std::size_t rem = bytes % bound;
+    CHECK(parts.back().bytes == (rem == 0 ? bound : rem));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("by_bytes bound rounds up to local_size pages", "[policies][partition]") {
+  CHECK(bps::partition::by_bytes(config_with(4096000, 1)).bound() == 4096000);
+  CHECK(bps::partition::by_bytes(config_with(5000, 1)).bound() == 8192);
+  CHECK(bps::partition::by_bytes(config_with(4096, 1)).bound() == 4096);
+  CHECK(bps::partition::by_bytes(config_with(4097, 1)).bound() == 8192);
+  CHECK(bps::partition::by_bytes(config_with(4096000, 3)).bound() == 4104192);
+  CHECK(bps::partition::by_bytes(config_with(4096000, 2)).bound() == 4096000);
+  CHECK(bps::partition::by_bytes(config_with(4096, 8)).bound() == 32768);
+  CHECK(bps::partition::by_bytes(config_with(std::size_t{1} << 31, 1)).bound() == (std::size_t{1} << 31));
+  // the default config
+  CHECK(bps::partition::by_bytes(bps::Config{}).bound() == 4096000);
+}
+
+TEST_CASE("by_bytes splits contiguously, in order, each part within the bound", "[policies][partition]") {
+  const bps::partition::by_bytes p(config_with(4096000, 1));
+  REQUIRE(p.bound() == 4096000);
+
+  CHECK(p.split(0, 4).empty());
+
+  {
+    const auto parts = p.split(1, 1);
+    REQUIRE(parts.size() == 1);
+    CHECK(parts[0] == bps::partition_range{0, 1});
+  }
+  {
+    const auto parts = p.split(4095, 1);
+    REQUIRE(parts.size() == 1);
+    CHECK(parts[0] == bps::partition_range{0, 4095});
+  }
+  {
+    const auto parts = p.split(4096000, 4);
+    REQUIRE(parts.size() == 1);
+    CHECK(parts[0] == bps::partition_range{0, 4096000});
+  }
+  {
+    const auto parts = p.split(4096001, 1);
+    REQUIRE(parts.size() == 2);
+    CHECK(parts[0] == bps::partition_range{0, 4096000});
+    CHECK(parts[1] == bps::partition_range{4096000, 1});
+  }
+  {
+    const std::size_t bytes = (std::size_t{64} << 20) + 3;  // 67108867
+    const auto parts = p.split(bytes, 1);
+    // 67108867 = 16 * 4096000 + 1572867
+    REQUIRE(parts.size() == 17);
+    CHECK(parts[15] == bps::partition_range{15 * std::size_t{4096000}, 4096000});
+    CHECK(parts[16] == bps::partition_range{16 * std::size_t{4096000}, 1572867});
+  }
+
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4096000},
+                            std::size_t{4096001}, std::size_t{2 * 4096000}, std::size_t{2 * 4096000 + 1},
+                            (std::size_t{64} << 20) + 3, std::size_t{100} << 20}) {
+    check_split(p, bytes);
+  }
+
+  const bps::partition::by_bytes p3(config_with(4096000, 3));
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4104192}, std::size_t{4104193}, (std::size_t{64} << 20) + 3})
+    check_split(p3, bytes);
+
+  const bps::partition::by_bytes small(config_with(5000, 1));
+  const auto parts = small.split(20000, 4);
+  REQUIRE(parts.size() == 3);
+  CHECK(parts[0] == bps::partition_range{0, 8192});
+  CHECK(parts[1] == bps::partition_range{8192, 8192});
+  CHECK(parts[2] == bps::partition_range{16384, 3616});
+}
+
+TEST_CASE("by_bytes is a pure function of config and arguments", "[policies][partition]") {
+  const bps::partition::by_bytes a(config_with(5000, 2));
+  const bps::partition::by_bytes b(config_with(5000, 2));
+  CHECK(a.bound() == 8192);
+  CHECK(a.split(123457, 4) == b.split(123457, 4));
+  CHECK(a.split(123457, 4) == a.split(123457, 4));
+}
+
+TEST_CASE("fifo pops in push order and counts bytes in flight", "[policies][schedule]") {
+  bps::schedule::fifo f(bps::Config{});
+  CHECK(f.queued() == 0);
+  CHECK(f.in_flight_bytes() == 0);
+  CHECK_FALSE(f.pop().has_value());
+
+  // priorities are ignored: push order is all that counts
+  f.push(task(1, 0, 0, 0, 100));
+  f.push(task(2, 0, 9, 1, 200));
+  f.push(task(1, 1, -5, 0, 300));
+  f.push(task(3, 7, 100, 2, 400));
+  CHECK(f.queued() == 4);
+  CHECK(f.in_flight_bytes() == 0);
+
+  auto a = f.pop();
+  REQUIRE(a);
+  CHECK(a->key == 1);
+  CHECK(a->part == 0);
+  CHECK(f.in_flight_bytes() == 100);
+  CHECK(f.queued() == 3);
+
+  auto b = f.pop();
+  REQUIRE(b);
+  CHECK(b->key == 2);
+  CHECK(f.in_flight_bytes() == 300);
+
+  f.sent(100);
+  CHECK(f.in_flight_bytes() == 200);
+
+  auto c = f.pop();
+  REQUIRE(c);
+  CHECK(c->key == 1);
+  CHECK(c->part == 1);
+  CHECK(f.in_flight_bytes() == 500);
+
+  auto d = f.pop();
+  REQUIRE(d);
+  CHECK(d->key == 3);
+  CHECK(d->part == 7);
+  CHECK(d->bytes == 400);
+  CHECK(f.in_flight_bytes() == 900);
+  CHECK(f.queued() == 0);
+  CHECK_FALSE(f.pop().has_value());
+
+  f.sent(200);
+  f.sent(300);
+  f.sent(400);
+  CHECK(f.in_flight_bytes() == 0);
+}
+
+TEST_CASE("fifo passes the context pointer back untouched", "[policies][schedule]") {
+  bps::schedule::fifo f(bps::Config{});
+  int marker = 0;
+  auto t = task(5, 6, 7, 8, 9);
+  t.context = &marker;
+  f.push(t);
+  auto p = f.pop();
+  REQUIRE(p);
+  CHECK(p->context == &marker);
+  CHECK(p->key == 5);
+  CHECK(p->part == 6);
+  CHECK(p->priority == 7);
+  CHECK(p->order == 8);
+  CHECK(p->bytes == 9);
+}
+
+TEST_CASE("priority pops highest priority, then lower order, then lower part", "[policies][schedule]") {
+  bps::schedule::priority s(config_with(4096000, 1, 0));  // no credit bound
+  CHECK(s.credit_bytes() == 0);
+  CHECK_FALSE(s.pop().has_value());
+
+  // pushed in a scrambled order; key encodes the expected pop position
+  s.push(task(6, 1, 0, 5, 10));
+  s.push(task(3, 2, 5, 1, 10));
+  s.push(task(1, 0, 5, 0, 10));
+  s.push(task(7, 0, -3, 0, 10));
+  s.push(task(2, 1, 5, 1, 10));
+  s.push(task(0, 9, 10, 99, 10));
+  s.push(task(5, 0, 0, 5, 10));
+  s.push(task(4, 0, 5, 2, 10));
+  CHECK(s.queued() == 8);
+
+  for (std::uint64_t expected = 0; expected < 8; ++expected) {
+    auto t = s.pop();
+    REQUIRE(t);
+    CAPTURE(expected, t->key, t->priority, t->order, t->part);
+    CHECK(t->key == expected);
+  }
+  CHECK_FALSE(s.pop().has_value());
+  CHECK(s.in_flight_bytes() == 80);
+}
+
+TEST_CASE("priority bounds bytes in flight by credit x bound", "[policies][schedule]") {
+  const auto cfg = config_with(4096000, 1, 2);
+  bps::schedule::priority s(cfg);
+  const std::size_t bound = bps::partition::by_bytes(cfg).bound();
+  REQUIRE(bound == 4096000);
+  CHECK(s.credit_bytes() == 2 * bound);
+
+  for (std::uint32_t i = 0; i < 4; ++i) s.push(task(42, i, 0, 0, bound));
+
+  auto a = s.pop();
+  REQUIRE(a);
+  CHECK(a->part == 0);
+  auto b = s.pop();
+  REQUIRE(b);
+  CHECK(b->part == 1);
+  CHECK(s.in_flight_bytes() == 2 * bound);
+
+  CHECK_FALSE(s.pop().has_value());
+  CHECK_FALSE(s.pop().has_value());  // still blocked; nothing was consumed
+  CHECK(s.queued() == 2);
+
+  s.sent(bound);
+  CHECK(s.in_flight_bytes() == bound);
+  auto c = s.pop();
+  REQUIRE(c);
+  CHECK(c->part == 2);
+  CHECK_FALSE(s.pop().has_value());
+
+  s.sent(bound);
+  s.sent(bound);
+  CHECK(s.in_flight_bytes() == 0);
+  auto d = s.pop();
+  REQUIRE(d);
+  CHECK(d->part == 3);
+  CHECK(s.queued() == 0);
+}
+
+TEST_CASE("priority credit is in local_size-rounded bound units", "[policies][schedule]") {
+  bps::schedule::priority s(config_with(4096000, 3, 4));
+  CHECK(s.credit_bytes() == 4 * std::size_t{4104192});
+}
+
+TEST_CASE("priority lets one partition larger than the credit go when idle", "[policies][schedule]") {
+  const auto cfg = config_with(4096, 1, 1);
+  bps::schedule::priority s(cfg);
+  REQUIRE(s.credit_bytes() == 4096);
+
+  s.push(task(1, 0, 0, 0, 1 << 20));
+  s.push(task(1, 1, 0, 0, 1));
+  auto big = s.pop();
+  REQUIRE(big);
+  CHECK(big->bytes == (1u << 20));
+  CHECK(s.in_flight_bytes() == (1u << 20));
+  // with the big one in flight, even one byte more waits
+  CHECK_FALSE(s.pop().has_value());
+  s.sent(1 << 20);
+  auto small = s.pop();
+  REQUIRE(small);
+  CHECK(small->part == 1);
+}
+
+TEST_CASE("priority with credit 0 is unlimited", "[policies][schedule]") {
+  bps::schedule::priority s(config_with(4096, 1, 0));
+  CHECK(s.credit_bytes() == 0);
+  for (std::uint32_t i = 0; i < 1000; ++i) s.push(task(9, i, 0, 0, 1 << 20));
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    auto t = s.pop();
+    REQUIRE(t);
+    CHECK(t->part == i);
+  }
+  CHECK(s.in_flight_bytes() == std::size_t{1000} << 20);
+  CHECK_FALSE(s.pop().has_value());
+}
+
+TEST_CASE("priority: a later high-priority task overtakes queued lower ones", "[policies][schedule]") {
+  const auto cfg = config_with(4096000, 1, 1);
+  bps::schedule::priority s(cfg);
+  const std::size_t bound = 4096000;
+
+  // The last layer's gradient is ready first: many partitions, low priority.
+  for (std::uint32_t i = 0; i < 10; ++i) s.push(task(100, i, -10, 0, bound));
+  auto first = s.pop();
+  REQUIRE(first);
+  CHECK(first->key == 100);
+  CHECK(first->part == 0);
+  CHECK_FALSE(s.pop().has_value());  // credit used up: the rest stay queued
+
+  // The first layer's gradient becomes ready later, with the highest priority.
+  s.push(task(1, 0, 0, 1, bound));
+  s.push(task(1, 1, 0, 1, bound));
+
+  s.sent(bound);
+  auto next = s.pop();
+  REQUIRE(next);
+  CHECK(next->key == 1);
+  CHECK(next->part == 0);
+  s.sent(bound);
+  next = s.pop();
+  REQUIRE(next);
+  CHECK(next->key == 1);
+  CHECK(next->part == 1);
+  s.sent(bound);
+  next = s.pop();
+  REQUIRE(next);
+  CHECK(next->key == 100);
+  CHECK(next->part == 1);
+}
+
+TEST_CASE("tensor_key is 64-bit FNV-1a", "[policies][keys]") {
+  STATIC_REQUIRE(bps::tensor_key("") == 0xcbf29ce484222325ull);
+  STATIC_REQUIRE(bps::tensor_key("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(bps::tensor_key("foobar") == 0x85944171f73967e8ull);
+  // bytes are hashed unsigned
+  const std::string high("\xff", 1);
+  CHECK(bps::tensor_key(high) == ((0xcbf29ce484222325ull ^ 0xffull) * 0x100000001b3ull));
+}
+
+TEST_CASE("tensor_key gives distinct keys to distinct names", "[policies][keys]") {
+  std::set<std::uint64_t> keys;
+  std::size_t names = 0;
+  for (int layer = 0; layer < 1000; ++layer) {
+    for (const char* suffix : {".weight", ".bias", ".running_mean", ".running_var"}) {
+      keys.insert(bps::tensor_key("model.layers." + std::to_string(layer) + suffix));
+      ++names;
+    }
+  }
+  for (int i = 0; i < 1000; ++i) {
+    keys.insert(bps::tensor_key("grad_" + std::to_string(i)));
+    ++names;
+  }
+  REQUIRE(names == 5000);
+  CHECK(keys.size() == names);
+}
+
+TEST_CASE("partition_key mixes the part index into the tensor key", "[policies][keys]") {
+  const auto k = bps::tensor_key("w");
+  CHECK(bps::partition_key(k, 0) == k);
+  CHECK(bps::partition_key(k, 1) == (k ^ 0x9e3779b97f4a7c15ull));
+  CHECK(bps::partition_key(k, 1) != bps::partition_key(k, 2));
+}
+
+TEST_CASE("server_for is in range and deterministic for every hash fn", "[policies][keys]") {
+  const std::array fns{bps::key_hash_fn::djb2, bps::key_hash_fn::sdbm, bps::key_hash_fn::naive,
+                       bps::key_hash_fn::built_in};
+  for (auto fn : fns) {
+    for (int servers = 1; servers <= 7; ++servers) {
+      CAPTURE(bps::key_hash_name(fn), servers);
+      std::set<int> seen;
+      for (int t = 0; t < 50; ++t) {
+        const auto key = bps::tensor_key("tensor" + std::to_string(t));
+        for (std::uint32_t part = 0; part < 20; ++part) {
+          const int s = bps::server_for(key, part, servers, fn);
+          REQUIRE(s >= 0);
+          REQUIRE(s < servers);
+          REQUIRE(bps::server_for(key, part, servers, fn) == s);
+          seen.insert(s);
+        }
+      }
+      if (servers == 1) CHECK(seen == std::set<int>{0});
+      else CHECK(seen.size() == static_cast<std::size_t>(servers));  // 1000 partitions reach every server
+    }
+  }
+  // key 0 and max key stay in range too
+  for (auto fn : fns) {
+    CHECK(bps::server_for(0, 0, 3, fn) >= 0);
+    CHECK(bps::server_for(0, 0, 3, fn) < 3);
+    CHECK(bps::server_for(~0ull, ~0u, 7, fn) >= 0);
+    CHECK(bps::server_for(~0ull, ~0u, 7, fn) < 7);
+  }
+}
+
+TEST_CASE("server_for djb2 hashes the decimal text of the partition key", "[policies][keys]") {
+  // djb2 of "0" is 5381*33 + '0' = 177621; sdbm of "0" is '0' = 48.
+  CHECK(bps::server_for(0, 0, 1000000, bps::key_hash_fn::djb2) == 177621);
+  CHECK(bps::server_for(0, 0, 1000, bps::key_hash_fn::sdbm) == 48);
+  // "12": djb2 = (177622*33) + '2' = 5861576; sdbm = '2' + 49*65599 = 3214401
+  CHECK(bps::server_for(12, 0, 100000000, bps::key_hash_fn::djb2) == 5861576);
+  CHECK(bps::server_for(12, 0, 100000000, bps::key_hash_fn::sdbm) == 3214401);
+  // naive: (tensor >> 16) + tensor + part
+  CHECK(bps::server_for(0x30000, 2, 1000000, bps::key_hash_fn::naive) == 3 + 0x30000 + 2);
+}
+
+TEST_CASE("djb2 and sdbm spread partitions evenly over 4 servers", "[policies][keys]") {
+  for (auto fn : {bps::key_hash_fn::djb2, bps::key_hash_fn::sdbm}) {
+    CAPTURE(bps::key_hash_name(fn));
+    std::array<int, 4> count{};
+    int total = 0;
+    for (int t = 0; t < 100; ++t) {
+      const auto key = bps::tensor_key("resnet50.layer" + std::to_string(t) + ".conv.weight");
+      for (std::uint32_t part = 0; part < 100; ++part) {
+        ++count[static_cast<std::size_t>(bps::server_for(key, part, 4, fn))];
+        ++total;
+      }
+    }
+    REQUIRE(total == 10000);
+    for (int s = 0; s < 4; ++s) {
+      CAPTURE(s, count[static_cast<std::size_t>(s)]);
+      CHECK(count[static_cast<std::size_t>(s)] >= 1500);
+      CHECK(count[static_cast<std::size_t>(s)] <= 3500);
+    }
+  }
+}
