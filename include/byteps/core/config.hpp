@@ -152,7 +152,10 @@ inline Config Config::from_env() {
   const char* uri = env_or_null("DMLC_PS_ROOT_URI");
   if (uri == nullptr) throw usage_error("DMLC_PS_ROOT_URI is not set: expected the scheduler's host name or address");
   c.scheduler_host = uri;
-  c.scheduler_port = static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, 1, 65535, true));
+  // Only the scheduler may take 0 (any free port): the others must know where it listens.
+  const int lowest_port = c.node_role == role::scheduler ? 0 : 1;
+  c.scheduler_port =
+      static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, lowest_port, 65535, true));
   c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
   c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));

@@ -159,7 +159,8 @@ class Server {
 
     void on_close(const std::string& reason) override {
       owner_->pool_.give_back(std::move(incoming_));
-      if (!said_bye) owner_->worker_lost(*this, reason);
+      // A connection that never said peer_hello is no worker (a stray client, a port scan).
+      if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
     }
 
     std::string describe() const {

@@ -129,6 +129,7 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
   }
 
   void on_header() {
+    if (failed_) return;  // a read that completed just before the link was closed
     auto decoded = wire::decode(in_header_, max_frame_);
     if (!decoded) {
       log_.warn("dropping connection from {}: {}", peer_, decoded.reason);

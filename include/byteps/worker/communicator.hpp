@@ -444,14 +444,15 @@ class Communicator {
                            detail.empty() ? std::string("its sends") : detail));
   }
 
-  void fail_op_locked(const std::shared_ptr<detail::op_state>& op, std::exception_ptr e) {
+  void fail_op_locked(std::shared_ptr<detail::op_state> op, std::exception_ptr e) {
     if (op->failure || op->released) return;
     op->failure = std::move(e);
     std::erase_if(pending_, [&](const auto& kv) { return kv.second.op == op; });
     release_if_done_locked(op);
   }
 
-  void release_if_done_locked(const std::shared_ptr<detail::op_state>& op) {
+  // `op` by value here and in fail_op_locked: callers pass `tensor::active`, which this resets.
+  void release_if_done_locked(std::shared_ptr<detail::op_state> op) {
     if (op->released || op->in_transport != 0 || op->receiving != 0) return;
     if (op->unanswered != 0 && !op->failure) return;
     op->released = true;
