@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The main job: installs the dependencies, builds, then starts a local cluster on loopback (a
+# scheduler, 2 summation servers, 2 workers) that trains examples/train_mlp data-parallel.
+# Arguments go to train_mlp (see build/examples/train_mlp --help), e.g. scripts/main-job.sh --epochs 40
+# WORKERS and SERVERS change the cluster's shape.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh byteps-server train_mlp >/dev/null
+build_dir=${BUILD_DIR:-build}
+exec "$build_dir/tools/byteps-launch" --workers "${WORKERS:-2}" --servers "${SERVERS:-2}" \
+  -- "$build_dir/examples/train_mlp" "$@"
