@@ -1,8 +1,9 @@
 #include <byteps/wire/frame.hpp>
 #include <byteps/wire/codec.hpp>
-#include <byteps/rendezvous/messages.hpp>
 
 #include <catch2/catch.hpp>
+
+#include "wire_helpers.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -12,14 +13,16 @@
 #include <string_view>
 #include <vector>
 
+// The frame header (layout, round trip, refusals) and the byte_writer/byte_reader codec.
+
 namespace {
 
 using bps::wire::decode_status;
 using bps::wire::header;
 using bps::wire::msg;
-
-constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
-constexpr std::uint32_t u32_max = std::numeric_limits<std::uint32_t>::max();
+using bps_test::contains;
+using bps_test::u32_max;
+using bps_test::u64_max;
 
 header distinctive(msg type) {
   header h;
@@ -49,14 +52,6 @@ bps::wire::header_bytes bytes_of(std::string_view text) {
 void set_u16(bps::wire::header_bytes& b, std::size_t at, std::uint16_t v) {
   b[at] = static_cast<std::byte>(v & 0xff);
   b[at + 1] = static_cast<std::byte>(v >> 8);
-}
-
-bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::span<const std::byte> prefix(const std::vector<std::byte>& v, std::size_t n) {
-  return std::span<const std::byte>(v.data(), n);
 }
 
 }  // namespace
@@ -318,211 +313,5 @@ TEST_CASE("byte_reader refuses over-long strings before reading them", "[wire][c
     } catch (const bps::wire::decode_error& e) {
       CHECK(contains(e.what(), "4096"));
     }
-  }
-}
-
-namespace {
-
-bps::rendezvous::hello sample_hello() {
-  bps::rendezvous::hello h;
-  h.protocol = bps::rendezvous::protocol_version;
-  h.node_role = bps::role::server;
-  h.requested_rank = 0x7FFFFFF0;
-  h.host = "server-7.cluster.example";
-  h.port = 65535;
-  h.partition_bytes = 0xFEDCBA9876543210ull;
-  h.num_workers = 123;
-  h.num_servers = 45;
-  h.key_hash = "sdbm";
-  return h;
-}
-
-void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b) {
-  CHECK(a.protocol == b.protocol);
-  CHECK(a.node_role == b.node_role);
-  CHECK(a.requested_rank == b.requested_rank);
-  CHECK(a.host == b.host);
-  CHECK(a.port == b.port);
-  CHECK(a.partition_bytes == b.partition_bytes);
-  CHECK(a.num_workers == b.num_workers);
-  CHECK(a.num_servers == b.num_servers);
-  CHECK(a.key_hash == b.key_hash);
-}
-
-bps::rendezvous::welcome sample_welcome() {
-  bps::rendezvous::welcome m;
-  m.rank = 3;
-  m.num_workers = 8;
-  m.num_servers = 3;
-  m.servers = {{"10.0.0.1", 9000}, {"", 1}, {"host-with-a-longer-name.example.org", 65535}};
-  return m;
-}
-
-}  // namespace
-
-TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
-  const auto h = sample_hello();
-  const auto bytes = bps::rendezvous::encode(h);
-  // 4 + 1 + 4 + (4+24) + 2 + 8 + 4 + 4 + (4+4)
-  CHECK(bytes.size() == 4 + 1 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size());
-  check_same(bps::rendezvous::decode_hello(bytes), h);
-
-  for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
-    auto h2 = sample_hello();
-    h2.node_role = r;
-    h2.requested_rank = -1;
-    h2.host = "";
-    h2.port = 0;
-    check_same(bps::rendezvous::decode_hello(bps::rendezvous::encode(h2)), h2);
-  }
-}
-
-TEST_CASE("rendezvous hello from a Config", "[wire][rendezvous]") {
-  bps::Config c;
-  c.num_workers = 4;
-  c.num_servers = 2;
-  c.worker_id = 3;
-  c.partition_bytes = 8192;
-  c.key_hash = bps::key_hash_fn::naive;
-  const auto w = bps::rendezvous::hello::from(c, bps::role::worker);
-  CHECK(w.protocol == bps::rendezvous::protocol_version);
-  CHECK(w.node_role == bps::role::worker);
-  CHECK(w.requested_rank == 3);
-  CHECK(w.partition_bytes == 8192);
-  CHECK(w.num_workers == 4);
-  CHECK(w.num_servers == 2);
-  CHECK(w.key_hash == "naive");
-  const auto s = bps::rendezvous::hello::from(c, bps::role::server);
-  CHECK(s.node_role == bps::role::server);
-  CHECK(s.requested_rank == -1);
-}
-
-TEST_CASE("rendezvous hello refuses bad payloads", "[wire][rendezvous]") {
-  const auto bytes = bps::rendezvous::encode(sample_hello());
-  for (std::size_t n = 0; n < bytes.size(); ++n) {
-    CAPTURE(n);
-    CHECK_THROWS_AS(bps::rendezvous::decode_hello(prefix(bytes, n)), bps::wire::decode_error);
-  }
-  // trailing bytes
-  auto longer = bytes;
-  longer.push_back(std::byte{0});
-  CHECK_THROWS_AS(bps::rendezvous::decode_hello(longer), bps::wire::decode_error);
-  // unknown role byte (offset 4)
-  auto bad_role = bytes;
-  bad_role[4] = std::byte{3};
-  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad_role), bps::wire::decode_error);
-  // over-long key hash name
-  auto h = sample_hello();
-  h.key_hash = std::string(33, 'k');
-  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
-  // over-long host
-  h = sample_hello();
-  h.host = std::string(257, 'h');
-  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
-  h.host = std::string(256, 'h');
-  CHECK(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)).host == h.host);
-}
-
-TEST_CASE("rendezvous hello of another protocol decodes only its protocol", "[wire][rendezvous]") {
-  auto h = sample_hello();
-  h.protocol = 99;
-  auto bytes = bps::rendezvous::encode(h);
-  const auto d = bps::rendezvous::decode_hello(bytes);
-  CHECK(d.protocol == 99);
-  // the rest is left at its defaults, not read with this build's layout
-  CHECK(d.host.empty());
-  CHECK(d.num_workers == 0);
-}
-
-TEST_CASE("rendezvous welcome round-trips", "[wire][rendezvous]") {
-  const auto m = sample_welcome();
-  const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 16 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2));
-  CHECK(bps::rendezvous::decode_welcome(bytes) == m);
-
-  bps::rendezvous::welcome empty;
-  empty.rank = -1;
-  const auto eb = bps::rendezvous::encode(empty);
-  CHECK(eb.size() == 16);
-  CHECK(bps::rendezvous::decode_welcome(eb) == empty);
-}
-
-TEST_CASE("rendezvous welcome refuses bad payloads", "[wire][rendezvous]") {
-  const auto bytes = bps::rendezvous::encode(sample_welcome());
-  for (std::size_t n = 0; n < bytes.size(); ++n) {
-    CAPTURE(n);
-    CHECK_THROWS_AS(bps::rendezvous::decode_welcome(prefix(bytes, n)), bps::wire::decode_error);
-  }
-  auto longer = bytes;
-  longer.push_back(std::byte{0});
-  CHECK_THROWS_AS(bps::rendezvous::decode_welcome(longer), bps::wire::decode_error);
-
-  // a hostile server count is refused before anything is allocated for it
-  bps::wire::byte_writer w;
-  w.put(std::int32_t{0});
-  w.put(std::int32_t{1});
-  w.put(std::int32_t{1});
-  w.put(u32_max);
-  CHECK_THROWS_AS(bps::rendezvous::decode_welcome(w.take()), bps::wire::decode_error);
-}
-
-TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") {
-  bps::rendezvous::hello mine;
-  mine.node_role = bps::role::scheduler;
-  mine.partition_bytes = 4096000;
-  mine.num_workers = 4;
-  mine.num_servers = 2;
-  mine.key_hash = "djb2";
-
-  auto theirs = mine;
-  theirs.node_role = bps::role::worker;
-  theirs.host = "10.1.2.3";
-  const std::string where = "10.1.2.3:4567";
-
-  SECTION("equal settings") {
-    CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, where).has_value());
-    theirs.node_role = bps::role::server;
-    CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, where).has_value());
-  }
-
-  auto expect = [&](std::initializer_list<std::string_view> parts) {
-    const auto d = bps::rendezvous::first_difference(mine, theirs, where);
-    REQUIRE(d.has_value());
-    CAPTURE(*d);
-    for (auto p : parts) CHECK(contains(*d, p));
-  };
-
-  SECTION("partition bytes") {
-    theirs.partition_bytes = 8192000;
-    expect({"BYTEPS_PARTITION_BYTES", "has 8192000", "the scheduler has 4096000", where, "worker"});
-  }
-  SECTION("worker count") {
-    theirs.num_workers = 5;
-    expect({"DMLC_NUM_WORKER", "has 5", "the scheduler has 4", where});
-  }
-  SECTION("server count") {
-    theirs.num_servers = 17;
-    expect({"DMLC_NUM_SERVER", "has 17", "the scheduler has 2", where});
-  }
-  SECTION("key hash of a worker") {
-    theirs.key_hash = "sdbm";
-    expect({"BYTEPS_KEY_HASH_FN", "has sdbm", "the scheduler has djb2", where, "worker"});
-  }
-  SECTION("key hash of a server does not matter") {
-    theirs.node_role = bps::role::server;
-    theirs.key_hash = "sdbm";
-    CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, where).has_value());
-  }
-  SECTION("protocol") {
-    theirs.protocol = 7;
-    expect({"protocol", "speaks 7", "the scheduler speaks 1", where});
-  }
-  SECTION("the first difference is reported: protocol before counts") {
-    theirs.protocol = 7;
-    theirs.num_workers = 99;
-    const auto d = bps::rendezvous::first_difference(mine, theirs, where);
-    REQUIRE(d.has_value());
-    CHECK(contains(*d, "protocol"));
-    CHECK_FALSE(contains(*d, "DMLC_NUM_WORKER"));
   }
 }

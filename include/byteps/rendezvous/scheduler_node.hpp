@@ -91,7 +91,7 @@ class SchedulerNode {
 
   class session final : public transport::receiver {
    public:
-    session(SchedulerNode* owner, link_ptr l) : owner_(owner), link_(std::move(l)) {}
+    session(SchedulerNode* owner, link_ptr l) : link_(std::move(l)), owner_(owner) {}
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       if (h.payload_bytes > 65536) {
         reason = "control frame too large";

@@ -109,7 +109,7 @@ class Server {
   class session final : public transport::receiver,
                         public std::enable_shared_from_this<session> {
    public:
-    session(Server* owner, link_ptr l) : owner_(owner), link(std::move(l)) {}
+    session(Server* owner, link_ptr l) : link(std::move(l)), owner_(owner) {}
 
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       switch (h.type) {

@@ -41,6 +41,7 @@
 #include "byteps/server/key_state.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/handle.hpp"
+#include "byteps/worker/op_table.hpp"
 
 namespace bps {
 
@@ -138,24 +139,7 @@ class Communicator {
  private:
   class server_receiver;
   using key_id = server::key_id;
-
-  struct tensor {
-    std::string name;
-    dtype type = dtype::float32;
-    std::size_t bytes = 0;
-    std::uint64_t round = 0;
-    std::vector<partition_range> parts;
-    std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
-    std::shared_ptr<detail::op_state> active;
-  };
-
-  struct pending_part {
-    std::shared_ptr<detail::op_state> op;
-    std::size_t offset = 0;
-    std::size_t bytes = 0;
-    int server = 0;
-    std::uint64_t round = 0;
-  };
+  using op_ptr = worker::op_ptr;
 
   struct server_link {
     link_ptr link;
@@ -197,7 +181,7 @@ class Communicator {
    private:
     Communicator* owner_;
     int server_;
-    std::shared_ptr<detail::op_state> receiving_;  // I/O thread only
+    op_ptr receiving_;  // I/O thread only
     std::vector<std::byte> discard_;
   };
 
@@ -237,10 +221,9 @@ class Communicator {
       std::lock_guard lock(mu_);
       if (closing_) return;
       closing_ = true;
-      for (auto& [key, t] : tensors_)
-        if (t.active) fail_op_locked(t.active, std::make_exception_ptr(communicator_error(
-                                                   t.active->what + ": the communicator was "
-                                                   "destroyed before it finished")));
+      for (auto& op : ops_.active())
+        ops_.fail(op, std::make_exception_ptr(communicator_error(
+                          op->what + ": the communicator was destroyed before it finished")));
       if (dead_.empty())
         for (auto& s : servers_) links.push_back(s.link);
     }
@@ -280,39 +263,18 @@ class Communicator {
                                     "tensor is {}",
                                     what, dtype_name(type)));
     const std::size_t bytes = count * dtype_size(type);
-    const std::uint64_t key = tensor_key(name);
     auto op = std::make_shared<detail::op_state>();
     op->what = std::move(what);
     op->data = {static_cast<std::byte*>(data), bytes};
     op->type = type;
     op->average = opts.average && num_workers_ > 1;
-    op->key = key;
+    op->key = tensor_key(name);
     op->deadline = clock::now() + cfg_.op_timeout;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
 
     std::lock_guard lock(mu_);
     throw_if_dead_locked();
-    auto [it, fresh] = tensors_.try_emplace(key);
-    tensor& t = it->second;
-    if (fresh) {
-      t.name = std::move(name);
-      t.type = type;
-      t.bytes = bytes;
-      t.parts = partitioner_.split(bytes, dtype_size(type));
-      t.declared.assign(servers_.size(), false);
-    } else if (t.name != name) {
-      throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
-                                    t.name, name));
-    } else if (t.type != type || t.bytes != bytes) {
-      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                    "{} x {}",
-                                    op->what, t.bytes / dtype_size(t.type), dtype_name(t.type),
-                                    count, dtype_name(type)));
-    } else if (t.active) {
-      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                    "flight; wait on its handle first",
-                                    op->what));
-    }
+    worker::tensor& t = ops_.begin(op, std::move(name), count, partitioner_, servers_.size());
     if (t.parts.empty()) {
       op->released = true;
       op->finish(nullptr);
@@ -323,9 +285,10 @@ class Communicator {
     const std::uint64_t order = order_++;
     for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
       const auto& p = t.parts[i];
-      const int server = server_for(key, i, static_cast<int>(servers_.size()), cfg_.key_hash);
-      pending_[key_id{key, i}] = pending_part{op, p.offset, p.bytes, server, t.round};
-      scheduler_.push(send_task{key, i, opts.priority, order, p.bytes, nullptr});
+      const int server =
+          server_for(op->key, i, static_cast<int>(servers_.size()), cfg_.key_hash);
+      ops_.await(key_id{op->key, i}, worker::pending_part{op, p.offset, p.bytes, server, t.round});
+      scheduler_.push(send_task{op->key, i, opts.priority, order, p.bytes, nullptr});
     }
     dispatch_locked();
     return handle(op);
@@ -333,13 +296,13 @@ class Communicator {
 
   void dispatch_locked() {
     while (auto task = scheduler_.pop()) {
-      auto it = pending_.find(key_id{task->key, task->part});
-      if (it == pending_.end() || it->second.op->failure || !dead_.empty()) {
+      auto* waiting = ops_.awaiting(key_id{task->key, task->part});
+      if (waiting == nullptr || waiting->op->failure || !dead_.empty()) {
         scheduler_.sent(task->bytes);  // its operation failed meanwhile: nothing to send
         continue;
       }
-      pending_part& p = it->second;
-      tensor& t = tensors_.at(task->key);
+      worker::pending_part& p = *waiting;
+      worker::tensor& t = ops_.at(task->key);
       auto& link = servers_[static_cast<std::size_t>(p.server)].link;
       if (!t.declared[static_cast<std::size_t>(p.server)]) {
         t.declared[static_cast<std::size_t>(p.server)] = true;
@@ -347,7 +310,7 @@ class Communicator {
         d.type = wire::msg::declare;
         d.sender = static_cast<std::uint32_t>(rank_);
         d.key = task->key;
-        link->send(d, wire::as_bytes(t.name), {});  // t.name lives as long as tensors_
+        link->send(d, wire::as_bytes(t.name), {});  // t.name lives as long as the communicator
       }
       wire::header h;
       h.type = wire::msg::push;
@@ -364,40 +327,33 @@ class Communicator {
     }
   }
 
-  void sent(const std::shared_ptr<detail::op_state>& op, std::size_t bytes) {
+  void sent(const op_ptr& op, std::size_t bytes) {
     std::lock_guard lock(mu_);
     scheduler_.sent(bytes);
     --op->in_transport;
-    release_if_done_locked(op);
+    ops_.release_if_done(op);
     if (!closing_) dispatch_locked();
   }
 
   // I/O thread: where an answer lands. Marks the operation as being written into.
-  std::span<std::byte> answer_destination(const wire::header& h,
-                                          std::shared_ptr<detail::op_state>& receiving) {
+  std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
     std::lock_guard lock(mu_);
-    auto it = pending_.find(key_id{h.key, h.part});
-    if (it == pending_.end()) return {};
-    pending_part& p = it->second;
+    auto* waiting = ops_.awaiting(key_id{h.key, h.part});
+    if (waiting == nullptr) return {};
+    worker::pending_part& p = *waiting;
     if (p.round != h.round || p.bytes != h.payload_bytes || p.op->failure) return {};
     ++p.op->receiving;
     receiving = p.op;
     return p.op->data.subspan(p.offset, p.bytes);
   }
 
-  void answered(const wire::header& h, std::shared_ptr<detail::op_state> op,
-                std::span<std::byte> payload) {
+  void answered(const wire::header& h, op_ptr op, std::span<std::byte> payload) {
     if (op->average && !op->failure)
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
                     1.0 / num_workers_);
     std::lock_guard lock(mu_);
     --op->receiving;
-    auto it = pending_.find(key_id{h.key, h.part});
-    if (it != pending_.end() && it->second.op == op) {
-      pending_.erase(it);
-      --op->unanswered;
-    }
-    release_if_done_locked(op);
+    ops_.answered(key_id{h.key, h.part}, op);
   }
 
   void server_error(int server, const wire::header& h, const std::string& text) {
@@ -407,18 +363,17 @@ class Communicator {
                              servers_[static_cast<std::size_t>(server)].address, text));
       return;
     }
-    auto t = tensors_.find(h.key);
-    if (t == tensors_.end() || !t->second.active) return;
-    fail_op_locked(t->second.active, std::make_exception_ptr(usage_error(
-                                         fmt::format("{}: {}", t->second.active->what, text))));
+    auto* t = ops_.find_tensor(h.key);
+    if (t == nullptr || !t->active) return;
+    ops_.fail(t->active,
+              std::make_exception_ptr(usage_error(fmt::format("{}: {}", t->active->what, text))));
   }
 
-  void server_closed(int server, std::shared_ptr<detail::op_state> receiving,
-                     const std::string& reason) {
+  void server_closed(int server, op_ptr receiving, const std::string& reason) {
     std::lock_guard lock(mu_);
     if (receiving) {
       --receiving->receiving;
-      release_if_done_locked(receiving);
+      ops_.release_if_done(receiving);
     }
     if (closing_) return;
     die_locked(fmt::format("lost server {} at {}: {}", server,
@@ -430,9 +385,7 @@ class Communicator {
   void expire(detail::op_state& o) {
     std::lock_guard lock(mu_);
     if (o.released || !dead_.empty()) return;
-    std::vector<std::size_t> waiting(servers_.size(), 0);
-    for (const auto& [id, p] : pending_)
-      if (p.op.get() == &o) ++waiting[static_cast<std::size_t>(p.server)];
+    auto waiting = ops_.unanswered_by_server(o, servers_.size());
     std::string detail;
     for (std::size_t s = 0; s < waiting.size(); ++s)
       if (waiting[s] != 0)
@@ -444,33 +397,12 @@ class Communicator {
                            detail.empty() ? std::string("its sends") : detail));
   }
 
-  void fail_op_locked(std::shared_ptr<detail::op_state> op, std::exception_ptr e) {
-    if (op->failure || op->released) return;
-    op->failure = std::move(e);
-    std::erase_if(pending_, [&](const auto& kv) { return kv.second.op == op; });
-    release_if_done_locked(op);
-  }
-
-  // `op` by value here and in fail_op_locked: callers pass `tensor::active`, which this resets.
-  void release_if_done_locked(std::shared_ptr<detail::op_state> op) {
-    if (op->released || op->in_transport != 0 || op->receiving != 0) return;
-    if (op->unanswered != 0 && !op->failure) return;
-    op->released = true;
-    auto& t = tensors_.at(op->key);
-    if (t.active == op) t.active = nullptr;
-    ++t.round;
-    op->finish(op->failure);
-  }
-
   void die_locked(const std::string& why) {
     if (!dead_.empty() || closing_) return;
     dead_ = why;
     log_.error("{}", why);
-    std::vector<std::shared_ptr<detail::op_state>> ops;
-    for (auto& [key, t] : tensors_)
-      if (t.active) ops.push_back(t.active);
-    for (auto& op : ops)
-      fail_op_locked(op, std::make_exception_ptr(communicator_error(op->what + ": " + why)));
+    for (auto& op : ops_.active())
+      ops_.fail(op, std::make_exception_ptr(communicator_error(op->what + ": " + why)));
     // Closing the links returns every payload the transport still holds (their on_sent run).
     for (auto& s : servers_) s.link->close();
   }
@@ -484,8 +416,7 @@ class Communicator {
   mutable std::mutex mu_;
   S scheduler_;
   std::vector<server_link> servers_;
-  std::unordered_map<std::uint64_t, tensor> tensors_;
-  std::unordered_map<key_id, pending_part, server::key_id_hash> pending_;
+  worker::op_table ops_;
   std::string dead_;
   bool closing_ = false;
   std::uint64_t order_ = 0;

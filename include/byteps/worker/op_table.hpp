@@ -1,0 +1,145 @@
+#pragma once
+/// @file
+/// `bps::worker::op_table`: a worker's bookkeeping: the tensors it has used (name, shape, round,
+/// which servers know the name) and the partitions whose sums it still awaits. An operation is
+/// released (its handle completes) only when nothing will touch the caller's buffer again: no
+/// payload in the transport, no answer being written, and every answer in or the op failed.
+///
+/// Not thread-safe: the communicator's mutex guards it.
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/partition/partitioner.hpp"
+#include "byteps/server/key_state.hpp"
+#include "byteps/worker/handle.hpp"
+
+namespace bps::worker {
+
+using op_ptr = std::shared_ptr<detail::op_state>;
+
+struct tensor {
+  std::string name;
+  dtype type = dtype::float32;
+  std::size_t bytes = 0;
+  std::uint64_t round = 0;
+  std::vector<partition_range> parts;
+  std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
+  op_ptr active;
+};
+
+struct pending_part {
+  op_ptr op;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+  int server = 0;
+  std::uint64_t round = 0;
+};
+
+class op_table {
+ public:
+  using key_id = server::key_id;
+
+  /// The tensor `op` runs on, created on first use. Throws `usage_error` when the name's key is
+  /// taken by another name, the shape differs from the first use, or an op is still in flight.
+  template <Partitioner P>
+  tensor& begin(const op_ptr& op, std::string name, std::size_t count, const P& partitioner,
+                std::size_t servers) {
+    const std::size_t bytes = count * dtype_size(op->type);
+    auto [it, fresh] = tensors_.try_emplace(op->key);
+    tensor& t = it->second;
+    if (fresh) {
+      t.name = std::move(name);
+      t.type = op->type;
+      t.bytes = bytes;
+      t.parts = partitioner.split(bytes, dtype_size(op->type));
+      t.declared.assign(servers, false);
+    } else if (t.name != name) {
+      throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
+                                    t.name, name));
+    } else if (t.type != op->type || t.bytes != bytes) {
+      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
+                                    "{} x {}",
+                                    op->what, t.bytes / dtype_size(t.type), dtype_name(t.type),
+                                    count, dtype_name(op->type)));
+    } else if (t.active) {
+      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
+                                    "flight; wait on its handle first",
+                                    op->what));
+    }
+    return t;
+  }
+
+  tensor& at(std::uint64_t key) { return tensors_.at(key); }
+  tensor* find_tensor(std::uint64_t key) {
+    auto it = tensors_.find(key);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+
+  void await(key_id id, pending_part p) { pending_[id] = std::move(p); }
+
+  /// The partition awaiting this answer, or nullptr (its op failed, or the answer is stale).
+  pending_part* awaiting(key_id id) {
+    auto it = pending_.find(id);
+    return it == pending_.end() ? nullptr : &it->second;
+  }
+
+  /// An answer for `id` was written into `op`'s buffer.
+  void answered(key_id id, const op_ptr& op) {
+    auto it = pending_.find(id);
+    if (it != pending_.end() && it->second.op == op) {
+      pending_.erase(it);
+      --op->unanswered;
+    }
+    release_if_done(op);
+  }
+
+  /// Partitions of `op` still unanswered, by server.
+  std::vector<std::size_t> unanswered_by_server(const detail::op_state& op,
+                                                std::size_t servers) const {
+    std::vector<std::size_t> n(servers, 0);
+    for (const auto& [id, p] : pending_)
+      if (p.op.get() == &op) ++n[static_cast<std::size_t>(p.server)];
+    return n;
+  }
+
+  std::vector<op_ptr> active() const {
+    std::vector<op_ptr> ops;
+    for (const auto& [key, t] : tensors_)
+      if (t.active) ops.push_back(t.active);
+    return ops;
+  }
+
+  // `op` by value here and below: callers pass `tensor::active`, which release resets.
+  void fail(op_ptr op, std::exception_ptr e) {
+    if (op->failure || op->released) return;
+    op->failure = std::move(e);
+    std::erase_if(pending_, [&](const auto& kv) { return kv.second.op == op; });
+    release_if_done(op);
+  }
+
+  void release_if_done(op_ptr op) {
+    if (op->released || op->in_transport != 0 || op->receiving != 0) return;
+    if (op->unanswered != 0 && !op->failure) return;
+    op->released = true;
+    if (auto* t = find_tensor(op->key)) {
+      if (t->active == op) t->active = nullptr;
+      ++t->round;
+    }
+    op->finish(op->failure);
+  }
+
+ private:
+  std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
+  std::unordered_map<key_id, pending_part, server::key_id_hash> pending_;
+};
+
+}  // namespace bps::worker
