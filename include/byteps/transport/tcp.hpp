@@ -93,7 +93,11 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
     wire::header copy = h;
     copy.payload_bytes = payload.size();
     std::lock_guard lock(mu_);
-    if (closed_) return;
+    if (closed_) {
+      // Still exactly once, and never inside send(): the caller may hold its own lock.
+      if (on_sent) asio::post(strand_, std::move(on_sent));
+      return;
+    }
     queue_.push_back(outgoing{wire::encode(copy), payload, std::move(on_sent)});
     if (!writing_) {
       writing_ = true;

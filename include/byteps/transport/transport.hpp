@@ -16,7 +16,9 @@
 /// thread. When a link fails or closes, `on_close` runs exactly once, after the last
 /// `on_message`. `on_sent` runs exactly once per send, as soon as the transport will not read
 /// the payload again: after it was written, or when the link closed with the send still queued
-/// (the frame is then lost). So an owner may free or reuse a payload once its `on_sent` ran.
+/// (the frame is then lost), or at once for a send on a closed link. It never runs inside
+/// `send` itself, so a caller may hold its own lock while sending. So an owner may free or reuse
+/// a payload once its `on_sent` ran.
 ///
 /// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
 
