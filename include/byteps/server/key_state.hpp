@@ -14,6 +14,7 @@
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/detail/buffer_pool.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -41,9 +42,14 @@ class key_state {
   /// Takes worker `worker`'s push for the current round. Returns what was wrong with it (the
   /// message for that worker alone), or "" when accepted. A push whose shape differs from the
   /// key's is accepted but poisons the round: everyone who pushed gets `round_error`.
+  ///
+  /// `received` holds the pushed bytes. The round's first push of a dtype summed in itself is
+  /// not copied: its buffer becomes the round's sum buffer, and `received` gets the buffer it
+  /// replaced (empty at first), for the caller to recycle.
   template <class NameFn>
-  std::string accept(const wire::header& h, std::span<const std::byte> payload, int worker,
+  std::string accept(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
                      int num_workers, NameFn&& tensor_name) {
+    const std::span<const std::byte> payload = received.span();
     auto t = dtype_from_wire(h.dtype);
     if (!t) return fmt::format("unknown dtype value {} for {}", h.dtype, tensor_name());
     const std::size_t size = dtype_size(*t);
@@ -64,9 +70,10 @@ class key_state {
       bytes = payload.size();
       first_worker_ = worker;
       pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
-      for (auto& o : out_) o.assign(bytes, std::byte{0});
-      if (type == dtype::float16 || type == dtype::bfloat16)
+      if (type == dtype::float16 || type == dtype::bfloat16) {
         wide_.assign(reduce::accumulator_bytes(type, bytes / size), std::byte{0});
+        for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+      }
     } else if (*t != type || h.tensor_bytes != tensor_bytes || h.offset != offset ||
                payload.size() != bytes) {
       if (round_error.empty()) {
@@ -84,12 +91,14 @@ class key_state {
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
     if (round_error.empty()) {
-      void* acc = wide_.empty() ? static_cast<void*>(out_[round % 2].data()) : wide_.data();
       const std::size_t count = bytes / dtype_size(type);
-      if (waiting.empty()) {
-        reduce::accumulate_init(acc, payload.data(), count, type);
+      if (!wide_.empty()) {
+        if (waiting.empty()) reduce::accumulate_init(wide_.data(), payload.data(), count, type);
+        else reduce::accumulate_add(wide_.data(), payload.data(), count, type);
+      } else if (waiting.empty()) {
+        std::swap(out_[round % 2], received);  // the first contribution is the sum so far
       } else {
-        reduce::accumulate_add(acc, payload.data(), count, type);
+        reduce::accumulate_add(out_[round % 2].data.get(), payload.data(), count, type);
       }
     }
     return {};
@@ -98,8 +107,9 @@ class key_state {
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
-    if (!wide_.empty()) reduce::accumulate_finish(out.data(), wide_.data(), bytes / dtype_size(type), type);
-    return out;
+    if (!wide_.empty())
+      reduce::accumulate_finish(out.data.get(), wide_.data(), bytes / dtype_size(type), type);
+    return out.span();
   }
 
   void next_round() {
@@ -121,7 +131,7 @@ class key_state {
   bool initialized_ = false;
   int first_worker_ = -1;
   std::vector<bool> pushed_by_;
-  std::vector<std::byte> out_[2];
+  detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
   std::vector<std::byte> wide_;  // fp32 accumulator for fp16 and bf16
 };
 

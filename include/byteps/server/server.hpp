@@ -218,14 +218,14 @@ class Server {
     auto& e = engine_for(id);
     e.thread.post([this, &e, s = std::move(s), h, payload = std::make_shared<detail::buffer_pool::buffer>(
                                                       std::move(payload))]() mutable {
-      on_push(e, s, h, payload->span());
+      on_push(e, s, h, *payload);
       pool_.give_back(std::move(*payload));
     });
   }
 
   // Engine thread.
   void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
-               std::span<const std::byte> payload) {
+               detail::buffer_pool::buffer& payload) {
     if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
     auto& k = e.keys[key_id{h.key, h.part}];
     auto problem = k.accept(h, payload, s->worker, cfg_.num_workers,
