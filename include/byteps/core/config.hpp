@@ -64,6 +64,9 @@ struct Config {
   millis connect_timeout{30000};                 ///< BYTEPS_CONNECT_TIMEOUT_MS
   millis rendezvous_timeout{120000};             ///< BYTEPS_RENDEZVOUS_TIMEOUT_MS
   millis op_timeout{60000};                      ///< BYTEPS_OP_TIMEOUT_MS
+  millis heartbeat_interval{1000};               ///< BYTEPS_HEARTBEAT_INTERVAL_MS
+  millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
+  millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
 
   /// Largest frame payload a node accepts: a partition plus room for control messages.
   std::size_t max_frame_bytes() const noexcept { return partition_bytes + (1u << 20); }
@@ -132,6 +135,13 @@ inline void Config::validate() const {
   if (connect_timeout.count() <= 0) fail("connect_timeout (BYTEPS_CONNECT_TIMEOUT_MS)", connect_timeout.count(), "> 0");
   if (rendezvous_timeout.count() <= 0) fail("rendezvous_timeout (BYTEPS_RENDEZVOUS_TIMEOUT_MS)", rendezvous_timeout.count(), "> 0");
   if (op_timeout.count() <= 0) fail("op_timeout (BYTEPS_OP_TIMEOUT_MS)", op_timeout.count(), "> 0");
+  if (heartbeat_interval.count() < 10)
+    fail("heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)", heartbeat_interval.count(), ">= 10");
+  if (heartbeat_timeout <= heartbeat_interval)
+    fail("heartbeat_timeout (BYTEPS_HEARTBEAT_TIMEOUT_MS)", heartbeat_timeout.count(),
+         "more than heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)");
+  if (stall_warning.count() <= 0)
+    fail("stall_warning (BYTEPS_STALL_WARNING_MS)", stall_warning.count(), "> 0");
 }
 
 inline Config Config::from_env() {
@@ -169,6 +179,9 @@ inline Config Config::from_env() {
   c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));
   c.rendezvous_timeout = millis(env_integer("BYTEPS_RENDEZVOUS_TIMEOUT_MS", 120000, 1, 86400000));
   c.op_timeout = millis(env_integer("BYTEPS_OP_TIMEOUT_MS", 60000, 1, 86400000));
+  c.heartbeat_interval = millis(env_integer("BYTEPS_HEARTBEAT_INTERVAL_MS", 1000, 10, 3600000));
+  c.heartbeat_timeout = millis(env_integer("BYTEPS_HEARTBEAT_TIMEOUT_MS", 10000, 20, 86400000));
+  c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
 
   if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
     std::string_view v = h;

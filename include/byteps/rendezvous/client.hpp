@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
+#include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/inbox.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
@@ -32,7 +33,12 @@ class client {
           cfg.scheduler_host, cfg.scheduler_port, e.what()));
     }
     link_->start(inbox_);
+    // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
+    // and this node learns when the scheduler does.
+    heartbeat_.start(cfg.heartbeat_interval, [this] { beat(); });
   }
+
+  ~client() { heartbeat_.stop(); }
 
   std::string local_host() const { return link_->local_host(); }
   std::string scheduler() const { return link_->peer(); }
@@ -98,11 +104,13 @@ class client {
     if (!f) throw communicator_error("lost the scheduler " + link_->peer() + ": " + why);
     if (f->header.type == wire::msg::node_failed) throw communicator_error(f->text());
     inbox_->expect_close();
+    heartbeat_.stop();
   }
 
   /// Leaves on purpose; `done` runs once the bye left this node (or the link is gone).
   void bye(std::function<void()> done) {
     inbox_->expect_close();
+    heartbeat_.stop();
     wire::header head;
     head.type = wire::msg::bye;
     link_->send(head, {}, std::move(done));
@@ -111,9 +119,24 @@ class client {
   void close() { link_->close(); }
 
  private:
+  void beat() {
+    wire::header h;
+    h.type = wire::msg::heartbeat;
+    link_->send(h, {}, {});
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() -
+                                                                        inbox_->last_heard());
+    if (silent > cfg_.heartbeat_timeout) {
+      inbox_->fail_now(fmt::format("the scheduler at {} stopped responding: nothing heard for "
+                                   "{} ms (BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                                   link_->peer(), silent.count(), cfg_.heartbeat_timeout.count()));
+      link_->close();
+    }
+  }
+
   Config cfg_;
   std::shared_ptr<inbox> inbox_;
   std::shared_ptr<typename T::link> link_;
+  detail::periodic_thread heartbeat_;  // last: stops before the link and inbox go
 };
 
 }  // namespace bps::rendezvous

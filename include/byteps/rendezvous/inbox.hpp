@@ -53,8 +53,13 @@ class inbox final : public transport::receiver {
 
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
     std::function<void(const std::string&)> notify;
-    frame f{h, {payload.begin(), payload.end()}};
     std::string failure;
+    {
+      std::lock_guard lock(mu_);
+      last_heard_ = clock::now();
+      if (h.type == wire::msg::heartbeat) return;
+    }
+    frame f{h, {payload.begin(), payload.end()}};
     {
       std::lock_guard lock(mu_);
       // The scheduler closes the link right after these: that close is no failure.
@@ -70,10 +75,21 @@ class inbox final : public transport::receiver {
     if (notify) notify(failure);
   }
 
-  void on_close(const std::string& reason) override {
+  void on_close(const std::string& reason) override { fail_now(reason); }
+
+  /// When the peer was last heard from (any frame).
+  clock::time_point last_heard() const {
+    std::lock_guard lock(mu_);
+    return last_heard_;
+  }
+
+  /// The link is dead for `reason` (closed, or silent too long): waiters wake with it, and the
+  /// failure callback runs unless the close was expected. Only the first reason counts.
+  void fail_now(const std::string& reason) {
     std::function<void(const std::string&)> notify;
     {
       std::lock_guard lock(mu_);
+      if (closed_) return;
       closed_ = true;
       close_reason_ = reason;
       if (!close_expected_ && !failed_) {
@@ -114,9 +130,10 @@ class inbox final : public transport::receiver {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<frame> frames_;
+  clock::time_point last_heard_ = clock::now();
   std::vector<std::byte> scratch_;  // I/O thread only
   bool closed_ = false;
   bool close_expected_ = false;

@@ -18,6 +18,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
 
@@ -40,10 +41,14 @@ class SchedulerNode {
     });
     log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
               cfg_.num_workers, cfg_.num_servers);
+    monitor_.start(cfg_.heartbeat_interval, [this] { check_heartbeats(); });
   }
   SchedulerNode(const SchedulerNode&) = delete;
   SchedulerNode& operator=(const SchedulerNode&) = delete;
-  ~SchedulerNode() { transport_.stop(); }
+  ~SchedulerNode() {
+    monitor_.stop();
+    transport_.stop();
+  }
 
   std::uint16_t port() const noexcept { return port_; }
 
@@ -52,13 +57,18 @@ class SchedulerNode {
   void run() {
     std::unique_lock lock(mu_);
     const auto deadline = clock::now() + cfg_.rendezvous_timeout;
-    if (!cv_.wait_until(lock, deadline, [&] { return complete_locked(); })) {
+    if (!cv_.wait_until(lock, deadline, [&] { return complete_locked() || !failure_.empty(); })) {
       auto why = fmt::format(
           "rendezvous timed out after {} ms: {} of {} workers and {} of {} servers joined "
           "(BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
           cfg_.rendezvous_timeout.count(), count_locked(role::worker), cfg_.num_workers,
           count_locked(role::server), cfg_.num_servers);
       fail_locked(why);
+      finish(lock);
+      throw communicator_error(why);
+    }
+    if (!failure_.empty()) {
+      auto why = failure_;
       finish(lock);
       throw communicator_error(why);
     }
@@ -85,6 +95,7 @@ class SchedulerNode {
     std::uint16_t port = 0;
     std::string peer;
     link_ptr link;
+    clock::time_point last_heard = clock::now();
     bool left = false;   // said bye
     bool alive = true;
   };
@@ -159,6 +170,8 @@ class SchedulerNode {
 
   void handle(session& s, const wire::header& h, std::span<std::byte> payload) {
     std::lock_guard lock(mu_);
+    if (s.node_index >= 0) nodes_[static_cast<std::size_t>(s.node_index)].last_heard = clock::now();
+    if (h.type == wire::msg::heartbeat) return;  // nodes beat from their first moment on
     if (h.type == wire::msg::hello) return hello_locked(s, payload);
     if (s.node_index < 0) throw std::runtime_error("a node must say hello first");
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
@@ -263,17 +276,42 @@ class SchedulerNode {
     std::lock_guard lock(mu_);
     if (s.node_index < 0) return;  // never said hello (or was refused)
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
+    if (!n.alive) return;
     n.alive = false;
-    if (!formed_) {
-      log_.warn("{} left before the cluster formed: {}", describe(n), reason);
-      cv_.notify_all();
-      return;
-    }
-    if (n.left || shutting_down_ || !failure_.empty()) return;
-    failure_ = fmt::format("{} disconnected ({}); the job cannot continue", describe(n), reason);
+    if (n.left || shutting_down_) return;
+    node_failed_locked(n, fmt::format("disconnected ({})", reason));
+  }
+
+  // A node that joined is gone without saying bye: the job cannot go on, before or after the
+  // cluster formed. Everyone still connected is told which node, so nobody waits for it.
+  void node_failed_locked(node& n, const std::string& what) {
+    if (!failure_.empty()) return;
+    failure_ = fmt::format("{} {}{}; the job cannot continue", describe(n), what,
+                           formed_ ? "" : " while the cluster was forming");
     log_.error("{}", failure_);
     fail_locked(failure_);
     cv_.notify_all();
+  }
+
+  // Monitor thread: beat to every node, and fail a node silent for longer than the timeout.
+  void check_heartbeats() {
+    std::lock_guard lock(mu_);
+    const auto now = clock::now();
+    for (auto& n : nodes_) {
+      if (!n.alive || n.left || shutting_down_) continue;
+      auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_heard);
+      if (silent > cfg_.heartbeat_timeout) {
+        n.alive = false;
+        n.link->close();
+        node_failed_locked(n, fmt::format("stopped responding: nothing heard for {} ms "
+                                          "(BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                                          silent.count(), cfg_.heartbeat_timeout.count()));
+        continue;
+      }
+      wire::header h;
+      h.type = wire::msg::heartbeat;
+      n.link->send(h, {}, {});
+    }
   }
 
   void fail_locked(const std::string& why) {
@@ -285,6 +323,7 @@ class SchedulerNode {
   void finish(std::unique_lock<std::mutex>& lock) {
     cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sends_in_flight_ == 0; });
     lock.unlock();
+    monitor_.stop();
     transport_.stop();
     lock.lock();
   }
@@ -301,6 +340,7 @@ class SchedulerNode {
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
+  detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };
 

@@ -4,6 +4,7 @@
 /// round being summed, who pushed, and the two sum buffers. Owned and touched by one engine
 /// thread only.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -90,6 +91,7 @@ class key_state {
       return fmt::format("worker {} pushed {} partition {} twice in round {}", worker,
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
+    if (waiting.empty()) round_started = std::chrono::steady_clock::now();
     if (round_error.empty()) {
       const std::size_t count = bytes / dtype_size(type);
       if (!wide_.empty()) {
@@ -112,7 +114,16 @@ class key_state {
     return out.span();
   }
 
+  /// Workers that have not pushed the current round yet (for the stall report).
+  std::vector<int> missing() const {
+    std::vector<int> m;
+    for (std::size_t w = 0; w < pushed_by_.size(); ++w)
+      if (!pushed_by_[w]) m.push_back(static_cast<int>(w));
+    return m;
+  }
+
   void next_round() {
+    stall_reported = false;
     waiting.clear();
     std::fill(pushed_by_.begin(), pushed_by_.end(), false);
     round_error.clear();
@@ -126,6 +137,8 @@ class key_state {
   std::uint64_t round = 0;
   std::string round_error;
   std::vector<std::shared_ptr<Waiter>> waiting;  // pushed this round, in arrival order
+  std::chrono::steady_clock::time_point round_started;  // first push of the current round
+  bool stall_reported = false;
 
  private:
   bool initialized_ = false;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
@@ -29,6 +30,7 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/detail/buffer_pool.hpp"
+#include "byteps/detail/periodic.hpp"
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
@@ -65,9 +67,8 @@ class Server {
   void run() {
     try {
       control_.wait_for_shutdown();
-    } catch (const communicator_error& e) {
-      log_.error("{}", e.what());
-      shutdown();
+    } catch (const communicator_error&) {
+      shutdown();  // fail() already logged why
       throw;
     }
     log_.info("job finished; exiting");
@@ -95,6 +96,10 @@ class Server {
     log_.rename(fmt::format("server {}", rank_));
     log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
               cfg_.server_engine_threads, cfg_.num_workers);
+    const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
+    stall_check_.start(period, [this] {
+      for (auto& e : engines_) e->thread.post([this, ep = e.get()] { report_stalls(*ep); });
+    });
   }
 
   class session;
@@ -251,6 +256,28 @@ class Server {
     k.next_round();
   }
 
+  // Engine thread. Like Horovod's stall inspector: name the workers a round has waited for
+  // longer than BYTEPS_STALL_WARNING_MS, once per round, so a slow job says why.
+  void report_stalls(engine& e) {
+    const auto now = std::chrono::steady_clock::now();
+    int reported = 0, more = 0;
+    for (auto& [id, k] : e.keys) {
+      if (k.waiting.empty() || k.stall_reported || now - k.round_started < cfg_.stall_warning)
+        continue;
+      k.stall_reported = true;
+      if (reported++ >= 10) {
+        ++more;
+        continue;
+      }
+      auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - k.round_started);
+      log_.warn("stalled: {} partition {} round {} has waited {} s for worker(s) {} to push it "
+                "({} of {} pushed)",
+                tensor_name(id.key), id.part, k.round, waited.count(),
+                fmt::join(k.missing(), ", "), k.waiting.size(), cfg_.num_workers);
+    }
+    if (more > 0) log_.warn("stalled: {} more partitions are waiting the same way", more);
+  }
+
   void reply_error(session& s, const wire::header& about, const std::string& text,
                    std::uint32_t flags) {
     auto body = std::make_shared<std::string>(text);
@@ -293,6 +320,7 @@ class Server {
 
   void shutdown() {
     if (stopped_.exchange(true)) return;
+    stall_check_.stop();
     for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
     transport_.stop();
   }
@@ -310,6 +338,7 @@ class Server {
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
   int rank_ = -1;
+  detail::periodic_thread stall_check_;  // last: stops first
 };
 
 }  // namespace bps

@@ -42,8 +42,9 @@ enum class msg : std::uint16_t {
   pull_response = 11,   ///< server -> worker: the partition's sum for `round`
   error = 12,           ///< server -> worker or scheduler -> node: payload is the message text
   node_failed = 13,     ///< scheduler -> node: a node died (payload: text)
+  heartbeat = 14,       ///< node <-> scheduler: I am alive
 };
-inline constexpr std::uint16_t max_msg = 13;
+inline constexpr std::uint16_t max_msg = 14;
 
 constexpr std::string_view msg_name(msg m) noexcept {
   switch (m) {
@@ -60,6 +61,7 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::pull_response: return "pull_response";
     case msg::error: return "error";
     case msg::node_failed: return "node_failed";
+    case msg::heartbeat: return "heartbeat";
   }
   return "unknown";
 }

@@ -1,0 +1,194 @@
+// bps-micro: microbenchmarks (Google Benchmark) of what byteps does per byte and per partition.
+//
+//   BM_memcpy/<bytes>                     the yardstick: memcpy of the same bytes, one core
+//   BM_accumulate_add<dtype>/<bytes>      the server's sum: acc += src (fp16/bf16 widen into an
+//                                         fp32 accumulator); bytes/s counts the pushed payload
+//                                         (<bytes> of the tensor's dtype); the counter
+//                                         x_memcpy is that rate over memcpy's for the same bytes
+//   BM_accumulate_finish<dtype>/<bytes>   fp32 accumulator -> fp16/bf16 reply (one rounding)
+//   BM_partition_schedule<S>/<parts>      a tensor of <parts> partitions: split, pick each
+//                                         partition's server (key hash), push every partition
+//                                         into the scheduler, pop and mark sent under the
+//                                         credit; the time per partition is ns_per_partition
+//   BM_wire_encode, BM_wire_decode        one 64-byte frame header
+//
+// Targets (issue 4): fp32 sum >= 0.8x memcpy, fp16/bf16 >= 0.5x; < 2 us per partition.
+// Pin to one core for stable figures, e.g. `taskset -c 1 bps-micro`.
+#include <byteps/byteps.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace {
+
+struct aligned {
+  explicit aligned(std::size_t bytes)
+      : p(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+    std::memset(p, 0, (bytes + 63) / 64 * 64);
+  }
+  ~aligned() { std::free(p); }
+  aligned(const aligned&) = delete;
+  aligned& operator=(const aligned&) = delete;
+  std::byte* p;
+};
+
+// memcpy bandwidth for `bytes`, measured once per size (about 0.2 s), for the x_memcpy counter.
+double memcpy_bytes_per_second(std::size_t bytes) {
+  static std::map<std::size_t, double> cache;
+  if (auto it = cache.find(bytes); it != cache.end()) return it->second;
+  aligned src(bytes), dst(bytes);
+  using clock = std::chrono::steady_clock;
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    std::size_t reps = 0;
+    const auto t0 = clock::now();
+    auto t1 = t0;
+    do {
+      std::memcpy(dst.p, src.p, bytes);
+      benchmark::ClobberMemory();
+      ++reps;
+      t1 = clock::now();
+    } while (t1 - t0 < std::chrono::milliseconds(40));
+    best = std::max(best, static_cast<double>(reps * bytes) /
+                              std::chrono::duration<double>(t1 - t0).count());
+  }
+  return cache[bytes] = best;
+}
+
+void BM_memcpy(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  aligned src(bytes), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.p, src.p, bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+}
+
+template <bps::dtype T>
+void BM_accumulate_add(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / bps::dtype_size(T);
+  aligned acc(bps::reduce::accumulator_bytes(T, count)), src(bytes);
+  for (auto _ : state) {
+    bps::reduce::accumulate_add(acc.p, src.p, count, T);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+  state.counters["x_memcpy"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(bytes) / memcpy_bytes_per_second(bytes),
+      benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(bps::dtype_name(T)));
+}
+
+template <bps::dtype T>
+void BM_accumulate_finish(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / bps::dtype_size(T);
+  aligned acc(bps::reduce::accumulator_bytes(T, count)), out(bytes);
+  for (auto _ : state) {
+    bps::reduce::accumulate_finish(out.p, acc.p, count, T);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+  state.SetLabel(std::string(bps::dtype_name(T)));
+}
+
+// Reducer sizes: 64 KiB (in cache) and the default partition, 4096000 bytes (memory bound).
+void reducer_sizes(benchmark::internal::Benchmark* b) { b->Arg(64 << 10)->Arg(4096000); }
+
+BENCHMARK(BM_memcpy)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::float32>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::float64>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::float16>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::bfloat16>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::int8>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::uint8>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::int32>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_add<bps::dtype::int64>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_finish<bps::dtype::float16>)->Apply(reducer_sizes);
+BENCHMARK(BM_accumulate_finish<bps::dtype::bfloat16>)->Apply(reducer_sizes);
+
+// One push_pull's per-partition work on the worker, without the network: cut the tensor,
+// hash each partition to a server, queue it, and drain the queue as the transport would
+// (pop while the credit allows, mark one sent, pop again).
+template <class S>
+void BM_partition_schedule(benchmark::State& state) {
+  const auto parts = static_cast<std::size_t>(state.range(0));
+  bps::Config cfg;
+  cfg.partition_bytes = 4096000;
+  bps::partition::by_bytes partitioner(cfg);
+  S scheduler(cfg);
+  const std::size_t tensor_bytes = parts * partitioner.bound();
+  const int servers = 4;
+  std::uint64_t order = 0;
+  std::size_t checksum = 0;
+  for (auto _ : state) {
+    const std::uint64_t key = bps::tensor_key("layer.weight");
+    auto ranges = partitioner.split(tensor_bytes, 4);
+    for (std::uint32_t i = 0; i < ranges.size(); ++i) {
+      checksum += static_cast<std::size_t>(bps::server_for(key, i, servers, cfg.key_hash));
+      scheduler.push(bps::send_task{key, i, static_cast<int>(i % 3), order, ranges[i].bytes, nullptr});
+    }
+    ++order;
+    std::vector<std::size_t> in_flight;
+    in_flight.reserve(ranges.size());
+    std::size_t done = 0;
+    while (done < ranges.size()) {
+      while (auto t = scheduler.pop()) in_flight.push_back(t->bytes);
+      scheduler.sent(in_flight.back());
+      in_flight.pop_back();
+      ++done;
+    }
+    benchmark::DoNotOptimize(checksum);
+  }
+  const double n = static_cast<double>(state.iterations()) * static_cast<double>(parts);
+  state.counters["ns_per_partition"] =
+      benchmark::Counter(n / 1e9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetItemsProcessed(static_cast<std::int64_t>(n));
+}
+
+BENCHMARK(BM_partition_schedule<bps::schedule::priority>)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+BENCHMARK(BM_partition_schedule<bps::schedule::fifo>)->Arg(1)->Arg(16)->Arg(256)->Arg(4096);
+
+void BM_wire_encode(benchmark::State& state) {
+  bps::wire::header h;
+  h.type = bps::wire::msg::push;
+  h.key = 0x1234567890abcdefull;
+  h.part = 7;
+  h.payload_bytes = 4096000;
+  h.tensor_bytes = 1u << 26;
+  bps::wire::header_bytes out{};
+  for (auto _ : state) {
+    h.round++;
+    bps::wire::encode(h, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_wire_encode);
+
+void BM_wire_decode(benchmark::State& state) {
+  bps::wire::header h;
+  h.type = bps::wire::msg::pull_response;
+  h.key = 0x1234567890abcdefull;
+  h.payload_bytes = 4096000;
+  auto bytes = bps::wire::encode(h);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(bytes);
+    auto r = bps::wire::decode(bytes, 1ull << 32);
+    benchmark::DoNotOptimize(r.value.round);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_wire_decode);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,539 @@
+#pragma once
+/// @file
+/// `bps::transport::faulty<Inner>`: a transport decorator that injects faults into the frames a
+/// node sends, for tests and for anyone who wants to see how byteps behaves when the network
+/// misbehaves. It satisfies `bps::Transport` whenever `Inner` does, so every node type takes it
+/// where it takes the real transport:
+///
+///   using net = bps::transport::faulty<bps::transport::tcp>;
+///   auto plan = std::make_shared<bps::transport::fault_plan>();
+///   plan->add({.when = {.type = bps::wire::msg::push, .sender = 0},
+///              .action = bps::transport::fault::delay(std::chrono::milliseconds(200))});
+///   bps::transport::fault_plan::scope use(plan);  // nodes built on this thread now use `plan`
+///   bps::Communicator<net, bps::local::none, bps::partition::by_bytes, bps::schedule::fifo> c(cfg);
+///
+/// @par How a transport composes
+/// A transport is a value type built from `const Config&` with a nested `link` type; nothing in
+/// byteps names a concrete transport. So a decorator is an ordinary class template that owns an
+/// `Inner`, forwards `listen`/`connect`/`register_memory`/`stop` to it, and wraps each
+/// `Inner::link` in its own `link` that forwards `start`/`close`/`peer` and intercepts `send`.
+/// Received frames go straight from the inner link to the node's receiver (no copy, no extra
+/// hop); only outgoing frames pass through the decorator. A research transport (compression,
+/// encryption, tracing, a simulated slow network) is written the same way: keep the concept's
+/// contract (below) and `static_assert(bps::Transport<your_transport<tcp>>)`.
+///
+/// @par Faults
+/// Each outgoing frame is matched against the rules of a shared `fault_plan`, in the order they
+/// were added; the first rule that matches and has not used up its `times` decides:
+/// - `drop`: the frame is never sent (the peer waits for it).
+/// - `delay(d)`: the frame leaves `d` later. The link stays ordered, as links must: frames sent
+///   behind a delayed frame wait behind it (head-of-line blocking, as on a slow network).
+///   Delays run on the decorator's own timer thread; `send` never blocks.
+/// - `duplicate`: the frame is sent twice, back to back.
+/// - `corrupt_header`: the top bit of the header's type field is flipped, so the peer's
+///   `wire::decode` refuses the frame as an unknown message type and closes the link. (The
+///   decorator sits above the encoder: the inner transport writes magic, version and
+///   payload_bytes itself, so the type field is the part of the header it can spoil.)
+/// - `corrupt_payload(at)`: byte `at` (modulo the payload size) of a copy of the payload is
+///   inverted; the caller's buffer is never written. A frame without payload goes out intact.
+/// - `cut`: the link is closed at this frame, which is lost; both ends see the link close.
+///
+/// @par Contract kept
+/// `on_sent` runs exactly once per `send` and never inside `send`: a dropped or cut frame's
+/// callback runs on the timer thread; a duplicated frame's runs once, after both copies left; a
+/// delayed frame's runs when the inner transport sent it. Frames still held for a delay when the
+/// transport stops are lost, and their callbacks run then. After `stop()`, frames pass to the
+/// inner transport unchanged (so its contract for closed links applies).
+///
+/// @par Where the plan comes from
+/// Transports are built from `const Config&` alone, so the plan reaches a transport through the
+/// `PlanSource` policy: a type with `static std::shared_ptr<fault_plan> plan_for(const Config&)`,
+/// asked once, in the constructor. The default, `scoped_fault_plan`, returns the plan that a
+/// `fault_plan::scope` opened on the constructing thread (nodes built with no scope open get an
+/// empty plan of their own: no faults). That keeps the plan out of every global: it is an
+/// ordinary object owned by the test, several clusters with different plans can run at once in
+/// one process, and only the construction of a node looks at the scope.
+///
+/// @par Thread Safety
+/// `fault_plan` may be changed from any thread while frames flow. Rule predicates run under the
+/// plan's mutex on the sending thread: keep them quick and never call the plan from one.
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::transport {
+
+/// What to do to one outgoing frame.
+struct fault {
+  enum class kind { pass, drop, delay, duplicate, corrupt_header, corrupt_payload, cut };
+
+  kind action = kind::pass;
+  std::chrono::milliseconds wait{0};  ///< delay: how long the frame is held
+  std::size_t at = 0;                 ///< corrupt_payload: the byte to invert (modulo size)
+
+  static fault pass() { return {}; }
+  static fault drop() { return {kind::drop}; }
+  static fault delay(std::chrono::milliseconds d) { return {kind::delay, d}; }
+  static fault duplicate() { return {kind::duplicate}; }
+  static fault corrupt_header() { return {kind::corrupt_header}; }
+  static fault corrupt_payload(std::size_t at = 0) { return {kind::corrupt_payload, {}, at}; }
+  static fault cut() { return {kind::cut}; }
+};
+
+constexpr std::string_view fault_name(fault::kind k) noexcept {
+  switch (k) {
+    case fault::kind::pass: return "pass";
+    case fault::kind::drop: return "drop";
+    case fault::kind::delay: return "delay";
+    case fault::kind::duplicate: return "duplicate";
+    case fault::kind::corrupt_header: return "corrupt_header";
+    case fault::kind::corrupt_payload: return "corrupt_payload";
+    case fault::kind::cut: return "cut";
+  }
+  return "?";
+}
+
+/// An outgoing frame, as a rule sees it.
+struct outgoing_frame {
+  const wire::header& header;  ///< as given to send (payload_bytes may not be filled in yet)
+  std::span<const std::byte> payload;
+  role from;              ///< the sending node's role (its `Config::node_role`)
+  std::string_view peer;  ///< where the link goes, "host:port"
+  std::uint64_t index;    ///< how many frames this link sent before this one
+};
+
+/// Which frames a rule applies to: every field that is set must match.
+struct frame_match {
+  std::optional<wire::msg> type;
+  std::optional<role> from;             ///< the sending node's role
+  std::optional<std::uint32_t> sender;  ///< header.sender (a worker's rank on push, declare, ...)
+  std::optional<std::uint64_t> key;
+  std::optional<std::uint32_t> part;
+  std::optional<std::uint64_t> round;
+  std::function<bool(const outgoing_frame&)> also;  ///< any further condition
+
+  bool operator()(const outgoing_frame& f) const {
+    const auto& h = f.header;
+    return (!type || h.type == *type) && (!from || f.from == *from) &&
+           (!sender || h.sender == *sender) && (!key || h.key == *key) &&
+           (!part || h.part == *part) && (!round || h.round == *round) && (!also || also(f));
+  }
+};
+
+struct fault_rule {
+  static constexpr std::uint64_t always = std::numeric_limits<std::uint64_t>::max();
+
+  frame_match when;
+  fault action;
+  std::uint64_t skip = 0;   ///< let this many matching frames pass first (the Nth: N - 1)
+  std::uint64_t times = 1;  ///< then act on this many (`always`: every one after)
+};
+
+/// The faults to inject, shared by every node that should see them.
+class fault_plan {
+ public:
+  using rule_id = std::size_t;
+  using clock = std::chrono::steady_clock;
+
+  /// Adds a rule after the existing ones; returns its id for `fired`.
+  rule_id add(fault_rule r) {
+    std::lock_guard lock(mu_);
+    rules_.push_back(entry{std::move(r)});
+    return rules_.size() - 1;
+  }
+
+  /// Every rule stops acting; frames pass from now on. Counts are kept.
+  void clear() {
+    std::lock_guard lock(mu_);
+    for (auto& e : rules_) e.active = false;
+  }
+
+  /// How many frames rule `id` acted on so far.
+  std::uint64_t fired(rule_id id) const {
+    std::lock_guard lock(mu_);
+    return id < rules_.size() ? rules_[id].fired : 0;
+  }
+
+  /// Waits until rule `id` acted on at least `n` frames; false when `timeout` passed first.
+  bool wait_fired(rule_id id, std::uint64_t n, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return id < rules_.size() && rules_[id].fired >= n; });
+  }
+
+  /// The fault for `f` (pass when no rule acts), counting it. Called by the decorator.
+  fault decide(const outgoing_frame& f) {
+    fault result;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& e : rules_) {
+        if (!e.active || e.fired >= e.rule.times || !e.rule.when(f)) continue;
+        if (e.seen++ < e.rule.skip) continue;
+        ++e.fired;
+        result = e.rule.action;
+        break;
+      }
+    }
+    if (result.action != fault::kind::pass) cv_.notify_all();
+    return result;
+  }
+
+  /// Makes `plan` the one that `scoped_fault_plan` hands to transports constructed on this
+  /// thread until the scope ends. Scopes nest.
+  class scope {
+   public:
+    explicit scope(std::shared_ptr<fault_plan> plan) : previous_(std::exchange(slot(), std::move(plan))) {}
+    ~scope() { slot() = std::move(previous_); }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+
+   private:
+    std::shared_ptr<fault_plan> previous_;
+  };
+
+  /// The plan of the innermost open scope on this thread, or nullptr.
+  static std::shared_ptr<fault_plan> current() { return slot(); }
+
+ private:
+  struct entry {
+    fault_rule rule;
+    std::uint64_t seen = 0;   // matching frames, while the rule was active
+    std::uint64_t fired = 0;  // frames it acted on
+    bool active = true;
+  };
+
+  static std::shared_ptr<fault_plan>& slot() {
+    thread_local std::shared_ptr<fault_plan> current;
+    return current;
+  }
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::vector<entry> rules_;
+};
+
+/// How a `faulty` transport finds its plan: asked once, when the transport is constructed.
+template <class S>
+concept FaultPlanSource = requires(const Config& c) {
+  { S::plan_for(c) } -> std::convertible_to<std::shared_ptr<fault_plan>>;
+};
+
+/// The default source: the plan of the `fault_plan::scope` open on the constructing thread.
+struct scoped_fault_plan {
+  static std::shared_ptr<fault_plan> plan_for(const Config&) { return fault_plan::current(); }
+};
+
+namespace detail {
+
+/// One thread that runs tasks at their due time, in (due, posting) order. `stop()` runs every
+/// task still queued at once with `cancelled = true`, then joins.
+class delay_thread {
+ public:
+  using clock = std::chrono::steady_clock;
+  using task = std::function<void(bool cancelled)>;
+
+  delay_thread() : thread_([this] { loop(); }) {}
+  delay_thread(const delay_thread&) = delete;
+  delay_thread& operator=(const delay_thread&) = delete;
+  ~delay_thread() { stop(); }
+
+  /// False (and `t` is not kept) once stopping.
+  bool post_at(clock::time_point due, task t) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return false;
+      tasks_.emplace(std::pair{due, next_++}, std::move(t));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (!thread_.joinable()) return;
+    if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();  // from one of its tasks
+    else thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (tasks_.empty()) {
+        if (stopping_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = tasks_.begin();
+      if (!stopping_ && clock::now() < first->first.first) {
+        cv_.wait_until(lock, first->first.first);
+        continue;
+      }
+      task t = std::move(first->second);
+      tasks_.erase(first);
+      const bool cancelled = stopping_;
+      lock.unlock();
+      t(cancelled);
+      t = nullptr;
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<clock::time_point, std::uint64_t>, task> tasks_;
+  std::uint64_t next_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after the state above exists
+};
+
+}  // namespace detail
+
+template <Transport Inner, FaultPlanSource PlanSource = scoped_fault_plan>
+class faulty {
+ public:
+  static constexpr std::string_view name = "faulty";
+  class link;
+  using inner_type = Inner;
+
+  explicit faulty(const Config& cfg)
+      : plan_(PlanSource::plan_for(cfg)),
+        from_(cfg.node_role),
+        log_(cfg.log, "faulty"),
+        timer_(std::make_shared<detail::delay_thread>()),
+        inner_(cfg) {
+    if (!plan_) plan_ = std::make_shared<fault_plan>();
+  }
+  faulty(const faulty&) = delete;
+  faulty& operator=(const faulty&) = delete;
+  ~faulty() { stop(); }
+
+  std::uint16_t listen(const std::string& host, std::uint16_t port,
+                       std::function<void(std::shared_ptr<link>)> on_accept) {
+    return inner_.listen(host, port,
+                         [this, on_accept = std::move(on_accept)](
+                             std::shared_ptr<typename Inner::link> l) { on_accept(wrap(std::move(l))); });
+  }
+
+  std::shared_ptr<link> connect(const std::string& host, std::uint16_t port,
+                                std::chrono::milliseconds timeout) {
+    return wrap(inner_.connect(host, port, timeout));
+  }
+
+  void register_memory(std::span<std::byte> memory) { inner_.register_memory(memory); }
+
+  /// Loses the frames still held for a delay (their on_sent run), then stops the inner
+  /// transport. Idempotent.
+  void stop() {
+    timer_->stop();
+    inner_.stop();
+  }
+
+  /// The plan this transport consults (the scope's, or its own empty one).
+  const std::shared_ptr<fault_plan>& plan() const noexcept { return plan_; }
+  Inner& inner() noexcept { return inner_; }
+
+ private:
+  std::shared_ptr<link> wrap(std::shared_ptr<typename Inner::link> l) {
+    return std::make_shared<link>(std::move(l), plan_, timer_, from_, log_);
+  }
+
+  std::shared_ptr<fault_plan> plan_;
+  role from_;
+  logger log_;
+  std::shared_ptr<detail::delay_thread> timer_;
+  Inner inner_;  // last: destroyed (its threads already joined by stop) before the rest
+};
+
+template <Transport Inner, FaultPlanSource PlanSource>
+class faulty<Inner, PlanSource>::link : public std::enable_shared_from_this<link> {
+ public:
+  using clock = std::chrono::steady_clock;
+  using inner_link = typename Inner::link;
+
+  link(std::shared_ptr<inner_link> inner, std::shared_ptr<fault_plan> plan,
+       std::weak_ptr<detail::delay_thread> timer, role from, const logger& log)
+      : inner_(std::move(inner)),
+        plan_(std::move(plan)),
+        timer_(std::move(timer)),
+        from_(from),
+        log_(log) {}
+
+  void start(std::shared_ptr<receiver> r) { inner_->start(std::move(r)); }
+
+  void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
+    std::unique_lock lock(mu_);
+    const std::string peer(inner_->peer());
+    const fault f = plan_->decide(outgoing_frame{h, payload, from_, peer, sent_++});
+    if (f.action != fault::kind::pass)
+      log_.info("injecting {} into a {} frame (key {:#x} part {} round {}) to {}",
+                fault_name(f.action), wire::msg_name(h.type), h.key, h.part, h.round, peer);
+    if (f.action == fault::kind::delay || !held_.empty() || flushing_) {
+      // Hold it, and everything behind it, so that the link stays ordered.
+      const auto due = std::max(last_due_, clock::now() + f.wait);
+      last_due_ = due;
+      const bool schedule = held_.empty() && !flushing_;
+      held_.push_back(held{h, payload, std::move(on_sent), f, due});
+      if (!schedule) return;
+      flushing_ = true;  // until the flush is posted, later frames queue behind this one
+      lock.unlock();
+      if (post_flush(due)) return;
+      // Stopped: nothing can wait any more. Pass what is held on as it is, in order.
+      for (;;) {
+        held item;
+        {
+          std::lock_guard relock(mu_);
+          if (held_.empty()) {
+            flushing_ = false;
+            return;
+          }
+          item = std::move(held_.front());
+          held_.pop_front();
+        }
+        inner_->send(item.header, item.payload, std::move(item.on_sent));
+      }
+    }
+    lock.unlock();
+    apply(h, payload, std::move(on_sent), f, /*on_timer_thread=*/false);
+  }
+
+  void close() { inner_->close(); }
+  std::string peer() const { return std::string(inner_->peer()); }
+  std::string local_host() const { return std::string(inner_->local_host()); }
+  const std::shared_ptr<inner_link>& inner() const noexcept { return inner_; }
+
+ private:
+  struct held {
+    wire::header header;
+    std::span<const std::byte> payload;
+    sent_callback on_sent;
+    fault action;
+    clock::time_point due;
+  };
+
+  bool post_flush(clock::time_point due) {
+    auto timer = timer_.lock();
+    return timer && timer->post_at(due, [self = this->shared_from_this()](bool cancelled) {
+             self->flush(cancelled);
+           });
+  }
+
+  // Timer thread: sends, in order, the held frames that are due.
+  void flush(bool cancelled) {
+    for (;;) {
+      held item;
+      {
+        std::unique_lock lock(mu_);
+        if (held_.empty()) {
+          flushing_ = false;
+          return;
+        }
+        if (!cancelled && held_.front().due > clock::now()) {
+          flushing_ = false;
+          const auto due = held_.front().due;
+          lock.unlock();
+          if (post_flush(due)) return;
+          cancelled = true;  // the timer is stopping: what is still held is lost
+          continue;
+        }
+        item = std::move(held_.front());
+        held_.pop_front();
+        flushing_ = true;
+      }
+      if (cancelled) {
+        if (item.on_sent) item.on_sent();
+        continue;
+      }
+      if (item.action.action == fault::kind::delay) item.action = fault::pass();
+      apply(item.header, item.payload, std::move(item.on_sent), item.action,
+            /*on_timer_thread=*/true);
+    }
+  }
+
+  void apply(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent,
+             const fault& f, bool on_timer_thread) {
+    switch (f.action) {
+      case fault::kind::pass:
+      case fault::kind::delay:
+        return inner_->send(h, payload, std::move(on_sent));
+      case fault::kind::drop:
+        return lose(h, payload, std::move(on_sent), on_timer_thread);
+      case fault::kind::cut:
+        inner_->close();
+        return lose(h, payload, std::move(on_sent), on_timer_thread);
+      case fault::kind::duplicate: {
+        auto left = std::make_shared<std::atomic<int>>(2);
+        auto done = std::make_shared<sent_callback>(std::move(on_sent));
+        auto one_sent = [left, done] {
+          if (left->fetch_sub(1) == 1 && *done) (*done)();
+        };
+        inner_->send(h, payload, one_sent);
+        return inner_->send(h, payload, one_sent);
+      }
+      case fault::kind::corrupt_header: {
+        wire::header bad = h;
+        bad.type = static_cast<wire::msg>(static_cast<std::uint16_t>(h.type) ^ 0x8000u);
+        return inner_->send(bad, payload, std::move(on_sent));
+      }
+      case fault::kind::corrupt_payload: {
+        if (payload.empty()) return inner_->send(h, payload, std::move(on_sent));
+        auto copy = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+        (*copy)[f.at % copy->size()] ^= std::byte{0xff};
+        return inner_->send(h, *copy, [copy, on_sent = std::move(on_sent)] {
+          if (on_sent) on_sent();
+        });
+      }
+    }
+  }
+
+  // The frame is lost; its on_sent must still run once, and not inside send().
+  void lose(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent,
+            bool on_timer_thread) {
+    if (!on_sent) return;
+    if (on_timer_thread) return on_sent();
+    auto timer = timer_.lock();
+    auto deferred = std::make_shared<sent_callback>(std::move(on_sent));
+    if (timer && timer->post_at(clock::now(), [deferred](bool) { (*deferred)(); })) return;
+    // Stopped: no thread of ours is left to run it. The inner transport's contract covers a
+    // send after stop, so the frame goes to it unchanged.
+    inner_->send(h, payload, std::move(*deferred));
+  }
+
+  std::shared_ptr<inner_link> inner_;
+  std::shared_ptr<fault_plan> plan_;
+  std::weak_ptr<detail::delay_thread> timer_;
+  role from_;
+  logger log_;
+  std::mutex mu_;
+  std::deque<held> held_;  // frames waiting for a delay, in send order
+  clock::time_point last_due_{};
+  bool flushing_ = false;  // the timer thread is sending held frames: newer ones queue behind
+  std::uint64_t sent_ = 0;
+};
+
+}  // namespace bps::transport

@@ -1,0 +1,125 @@
+// Heartbeats: a node whose process stops (SIGSTOP, a hung host) keeps its TCP connections open;
+// only silence gives it away. These tests use a node that joins, then says nothing at all.
+#include "cluster.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <future>
+
+using namespace bps;
+using bps::test::cluster;
+using bps::test::comm_t;
+using Catch::Contains;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+Config fast_heartbeats(int workers, int servers) {
+  auto c = test::base_config(workers, servers);
+  c.heartbeat_interval = std::chrono::milliseconds(100);
+  c.heartbeat_timeout = std::chrono::milliseconds(600);
+  return c;
+}
+
+// Joins as worker `id` by hand (hello, welcome, peer_hello to every server), then falls silent:
+// no heartbeats, no pushes, connections left open. Returns when `release` is set.
+void silent_worker(Config cfg, int id, std::shared_future<void> release) {
+  cfg.worker_id = id;
+  transport::tcp net(cfg);
+  auto control = net.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
+  auto inbox = std::make_shared<rendezvous::inbox>();
+  control->start(inbox);
+  auto hello = rendezvous::encode(rendezvous::hello::from(cfg, role::worker));
+  wire::header h;
+  h.type = wire::msg::hello;
+  control->send(h, hello, {});
+  std::string why;
+  auto welcome = inbox->take({wire::msg::welcome}, clock_type::now() + std::chrono::seconds(10), why);
+  if (!welcome) throw std::runtime_error("silent worker: no welcome: " + why);
+  std::vector<std::shared_ptr<transport::tcp::link>> links;
+  for (const auto& a : rendezvous::decode_welcome(welcome->payload).servers) {
+    links.push_back(net.connect(a.host, a.port, cfg.connect_timeout));
+    links.back()->start(std::make_shared<rendezvous::inbox>());
+    wire::header p;
+    p.type = wire::msg::peer_hello;
+    p.sender = static_cast<std::uint32_t>(id);
+    links.back()->send(p, {}, {});
+  }
+  release.wait();
+}
+
+}  // namespace
+
+TEST_CASE("a worker that falls silent fails the others' handles naming it within 2x the timeout",
+          "[heartbeat]") {
+  cluster c(fast_heartbeats(2, 1));
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::thread silent([&] { c.guard_worker([&] { silent_worker(c.worker_config(), 1, released); }); });
+  std::string error;
+  double took = 0;
+  std::thread w0([&] {
+    c.guard_worker([&] {
+      comm_t comm(c.worker_config(0));
+      std::vector<float> v(100, 1.0f);
+      auto start = clock_type::now();
+      try {
+        comm.push_pull("waits", std::span(v)).wait();
+      } catch (const communicator_error& e) {
+        error = e.what();
+      }
+      took = std::chrono::duration<double>(clock_type::now() - start).count();
+    });
+  });
+  w0.join();
+  release.set_value();
+  silent.join();
+  c.join();
+  CHECK_THAT(error, Contains("worker 1") && Contains("stopped responding") && Contains("'waits'"));
+  CHECK(took < 2 * 0.6 + 0.5);
+}
+
+TEST_CASE("a node that dies while the cluster forms fails everyone who joined", "[heartbeat]") {
+  // Two workers expected; the second joins, then vanishes before the server arrives.
+  auto cfg = fast_heartbeats(2, 1);
+  Config sc = cfg;
+  sc.node_role = role::scheduler;
+  SchedulerNode<transport::tcp> scheduler(sc);
+  cfg.scheduler_port = scheduler.port();
+  std::string scheduler_error;
+  std::thread st([&] {
+    try {
+      scheduler.run();
+    } catch (const communicator_error& e) {
+      scheduler_error = e.what();
+    }
+  });
+  std::string worker_error;
+  std::thread w0([&] {
+    Config c = cfg;
+    c.worker_id = 0;
+    try {
+      comm_t comm(c);
+    } catch (const communicator_error& e) {
+      worker_error = e.what();
+    }
+  });
+  {
+    Config c = cfg;
+    c.worker_id = 1;
+    transport::tcp net(c);
+    auto hello = rendezvous::encode(rendezvous::hello::from(c, role::worker));
+    wire::header h;
+    h.type = wire::msg::hello;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Say hello by hand (no heartbeats needed: it leaves long before the timeout).
+    auto link = net.connect(c.scheduler_host, c.scheduler_port, c.connect_timeout);
+    link->start(std::make_shared<rendezvous::inbox>());
+    link->send(h, hello, {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }  // net stops: the worker's connections close without a bye
+  w0.join();
+  st.join();
+  CHECK_THAT(scheduler_error, Contains("worker") && Contains("while the cluster was forming"));
+  CHECK_THAT(worker_error, Contains("while the cluster was forming"));
+}
