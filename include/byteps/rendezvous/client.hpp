@@ -42,7 +42,13 @@ class client {
 
   std::string local_host() const { return link_->local_host(); }
   std::string scheduler() const { return link_->peer(); }
-  void on_failure(std::function<void(const std::string&)> f) { inbox_->on_failure(std::move(f)); }
+  /// `f` learns, once, why the cluster failed: the scheduler's report of a dead node, or the
+  /// loss of the scheduler itself.
+  void on_failure(std::function<void(const std::string&)> f) {
+    inbox_->on_failure([f = std::move(f), peer = link_->peer()](const std::string& why) {
+      f(why.starts_with("the scheduler") ? why : "lost the scheduler at " + peer + ": " + why);
+    });
+  }
 
   /// Sends `hello` and waits for the scheduler's answer until `Config::rendezvous_timeout`.
   welcome join(const hello& h) {

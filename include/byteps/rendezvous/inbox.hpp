@@ -66,7 +66,7 @@ class inbox final : public transport::receiver {
       if (h.type == wire::msg::shutdown || h.type == wire::msg::refuse) close_expected_ = true;
       if (h.type == wire::msg::node_failed && !failed_) {
         failed_ = true;
-        failure = f.text();
+        failure = "the scheduler reports: " + f.text();
         notify = on_failure_;
       }
       frames_.push_back(std::move(f));

@@ -119,6 +119,13 @@ class Communicator {
                  fmt::format("broadcast of '{}' from rank {}", name, root), data, count, type, {});
   }
 
+  /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
+  /// with no operation in flight: a trainer can call it between steps.
+  void throw_if_failed() const {
+    std::lock_guard lock(mu_);
+    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
+  }
+
   /// Blocks until every worker called barrier, at most `Config::op_timeout`.
   void barrier() {
     std::uint64_t n;
@@ -193,7 +200,7 @@ class Communicator {
     log_.rename(fmt::format("worker {}", rank_));
     control_.on_failure([this](const std::string& why) {
       std::lock_guard lock(mu_);
-      die_locked("the scheduler reports: " + why);
+      die_locked(why);
     });
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const auto& a = welcome.servers[i];

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The fault matrix: SIGKILL and SIGSTOP of each role (scheduler, server, worker) while the
+# cluster forms, while workers push_pull, and while they are idle. Every other process must
+# report the failure and exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS, and no process
+# may be left behind.
+#   fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]   (one case, or all 18)
+set -uo pipefail
+
+server_bin=${1:?usage: fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]}
+worker_bin=${2:?usage: fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]}
+shift 2
+
+export BYTEPS_HEARTBEAT_INTERVAL_MS=200 BYTEPS_HEARTBEAT_TIMEOUT_MS=1000
+export BYTEPS_CONNECT_TIMEOUT_MS=5000 BYTEPS_RENDEZVOUS_TIMEOUT_MS=30000 BYTEPS_OP_TIMEOUT_MS=30000
+export BYTEPS_LOG_LEVEL=ERROR DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=2 DMLC_PS_ROOT_URI=127.0.0.1
+limit_ms=$((2 * BYTEPS_HEARTBEAT_TIMEOUT_MS))
+
+work=$(mktemp -d)
+declare -A pid=()
+cleanup() {
+  for p in "${pid[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+now_ms() { date +%s%3N; }
+
+start() {  # start NAME ROLE [WORKER_ID [MODE]]
+  local name=$1 role=$2
+  if [[ $role == worker ]]; then
+    DMLC_ROLE=worker DMLC_WORKER_ID=$3 "$worker_bin" "$4" >"$work/$name.out" 2>"$work/$name.err" &
+  else
+    DMLC_ROLE=$role "$server_bin" >"$work/$name.out" 2>"$work/$name.err" &
+  fi
+  pid[$name]=$!
+}
+
+run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the case passed
+  local role=$1 sig=$2 phase=$3
+  pid=()
+  rm -f "$work"/*
+  DMLC_ROLE=scheduler DMLC_PS_ROOT_PORT=0 "$server_bin" --port-file "$work/port" \
+    >"$work/scheduler.out" 2>"$work/scheduler.err" &
+  pid[scheduler]=$!
+  for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.05; done
+  [[ -s $work/port ]] || { echo "FAIL $role $sig $phase: the scheduler wrote no port"; return 1; }
+  export DMLC_PS_ROOT_PORT
+  DMLC_PS_ROOT_PORT=$(<"$work/port")
+
+  local mode=idle
+  [[ $phase == push_pull ]] && mode=busy
+  start server0 server
+  start server1 server
+  start worker0 worker 0 "$mode"
+  if [[ $phase == rendezvous ]]; then
+    sleep 0.5  # worker 1 never comes: the cluster is still forming when the fault hits
+  else
+    start worker1 worker 1 "$mode"
+    for _ in $(seq 200); do
+      grep -q ready "$work/worker0.out" 2>/dev/null && grep -q ready "$work/worker1.out" 2>/dev/null && break
+      sleep 0.05
+    done
+    sleep 0.3
+  fi
+
+  local victim
+  case $role in scheduler) victim=scheduler ;; server) victim=server0 ;; worker) victim=worker0 ;; esac
+  kill "-$sig" "${pid[$victim]}"
+  local t0 verdict=ok detail=""
+  t0=$(now_ms)
+  for name in "${!pid[@]}"; do
+    [[ $name == "$victim" ]] && continue
+    while kill -0 "${pid[$name]}" 2>/dev/null && (($(now_ms) - t0 < limit_ms)); do sleep 0.02; done
+    if kill -0 "${pid[$name]}" 2>/dev/null; then
+      verdict=FAIL
+      detail+=" $name still running after ${limit_ms} ms;"
+      kill -KILL "${pid[$name]}"
+    fi
+    wait "${pid[$name]}"
+    local code=$?
+    if ((code == 0)); then
+      verdict=FAIL
+      detail+=" $name exited 0;"
+    fi
+  done
+  local took=$(($(now_ms) - t0))
+  kill -KILL "${pid[$victim]}" 2>/dev/null  # a stopped victim cannot exit by itself
+  wait "${pid[$victim]}" 2>/dev/null
+  for name in "${!pid[@]}"; do
+    if kill -0 "${pid[$name]}" 2>/dev/null; then verdict=FAIL; detail+=" $name left behind;"; fi
+  done
+  if compgen -G "/dev/shm/byteps*" >/dev/null; then verdict=FAIL; detail+=" shared memory left;"; fi
+  local why
+  why=$(grep -h -m1 -o "fault_worker: .*" "$work"/worker*.err 2>/dev/null | head -1 | cut -c1-150)
+  printf '%-4s %-9s %-4s %-10s all others exited non-zero in %4d ms%s  %s\n' \
+    "$verdict" "$role" "$sig" "$phase" "$took" "$detail" "$why"
+  [[ $verdict == ok ]]
+}
+
+failed=0
+if (($# == 3)); then
+  run_case "$1" "$2" "$3" || failed=1
+else
+  for role in scheduler server worker; do
+    for sig in KILL STOP; do
+      for phase in rendezvous push_pull idle; do
+        run_case "$role" "$sig" "$phase" || failed=$((failed + 1))
+      done
+    done
+  done
+fi
+echo "fault matrix: $((failed == 0 ? 18 : 18 - failed)) passed, $failed failed (limit ${limit_ms} ms)"
+exit $((failed > 0))
