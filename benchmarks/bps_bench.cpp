@@ -4,9 +4,12 @@
 // Every result is compared with the exact reference sum; the exit status is 1 if any was wrong.
 #include <byteps/byteps.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -23,6 +26,8 @@ void usage(std::FILE* out) {
                "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
                "      build/benchmarks/bps-bench --max-bytes 64M\n\n"
                "Options:\n%s"
+               "  --idle S           after the sweep, keep the job up and idle for S seconds\n"
+               "                     (for scripts/bench-idle-cpu.sh: idle nodes should use no CPU)\n"
                "  --help             print this help\n\n"
                "Columns: size (bytes), count (elements), dtype, p50 and p99 time of one push_pull\n"
                "(slowest worker, microseconds), algbw = size/p50 and busbw = algbw*2(n-1)/n in\n"
@@ -39,12 +44,19 @@ using Comm = bps::Communicator<bps::transport::tcp, bps::local::none, bps::parti
 
 int main(int argc, char** argv) {
   bench::options opts;
+  int idle_s = 0;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string_view a = argv[i];
       if (a == "--help" || a == "-h") {
         usage(stdout);
         return 0;
+      }
+      if (a == "--idle" && i + 1 < argc) {
+        char* end = nullptr;
+        idle_s = static_cast<int>(std::strtol(argv[++i], &end, 10));
+        if (*end != '\0' || idle_s < 0) throw bench::usage_error("--idle: expected whole seconds >= 0");
+        continue;
       }
       if (!bench::parse_common(opts, argc, argv, i))
         throw bench::usage_error("unknown flag '" + std::string(a) + "' (see --help)");
@@ -83,6 +95,12 @@ int main(int argc, char** argv) {
                    b.size, cfg.num_servers, cfg.partition_bytes, cfg.scheduling_credit);
     const double wrong = bench::run_sweep(opts, b);
     comm.barrier();
+    if (idle_s > 0) {
+      if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle for %d s\n", idle_s);
+      std::this_thread::sleep_for(std::chrono::seconds(idle_s));
+      comm.barrier();
+      if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle done\n");
+    }
     if (wrong != 0) {
       if (b.rank == 0) std::fprintf(stderr, "bps-bench: %.0f wrong elements\n", wrong);
       return 1;

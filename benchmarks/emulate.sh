@@ -36,6 +36,10 @@ Options:
                    (default bpsemu<pid>)
   --verify [S]     before anything else, run iperf3 for S seconds (default 5) from host 0 to
                    host 1 and back, and print the goodput against the tbf rate
+  --verify-load [S] then load every link at once: host i and host i+H/2 exchange data both
+                   ways (iperf3 --bidir) for S seconds (default 5); prints each flow's goodput
+                   and the total, so that you see whether this machine's CPUs, rather than the
+                   links, limit the emulated cluster when all hosts talk
   --each CMD       run 'bash -c CMD' inside every host at once; waits for all, fails if any does
   -- DRIVER ...    run DRIVER in the root namespace once the hosts are up; it places processes
                    on host i with: ip netns exec "\${EMU_NS_ARRAY[i]}" ... (or the names in \$EMU_NS)
@@ -95,6 +99,7 @@ cc=reno
 subnet=10.77.0
 name=bpsemu$$
 verify=0
+verify_load=0
 each=
 driver=()
 while (($# > 0)); do
@@ -110,19 +115,24 @@ while (($# > 0)); do
     --verify)
       if [[ ${2:-} =~ ^[0-9]+$ ]]; then verify=$2; shift 2; else verify=5; shift; fi
       ;;
+    --verify-load)
+      if [[ ${2:-} =~ ^[0-9]+$ ]]; then verify_load=$2; shift 2; else verify_load=5; shift; fi
+      ;;
     --each) each=${2:?}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     --) shift; driver=("$@"); break ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
-[[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 200)) || die "--hosts must be 1 .. 200"
+if ! [[ $hosts =~ ^[0-9]+$ ]] || ((hosts < 1 || hosts > 200)); then die "--hosts must be 1 .. 200"; fi
 [[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': expected three octets, e.g. 10.77.0"
 [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "--name '$name': letters, digits, . _ - only"
 ((verify == 0 || hosts >= 2)) || die "--verify needs at least 2 hosts"
+((verify_load == 0 || hosts >= 2)) || die "--verify-load needs at least 2 hosts"
 ((EUID == 0)) || die "needs root (network namespaces, tc)"
-command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
-if ((verify > 0)); then command -v iperf3 >/dev/null || die "--verify needs iperf3 (scripts/install-bench-deps.sh)"; fi
+command -v ip >/dev/null || die "needs iproute2 (ip)"
+command -v tc >/dev/null || die "needs iproute2 (tc)"
+if ((verify > 0 || verify_load > 0)); then command -v iperf3 >/dev/null || die "--verify needs iperf3 (scripts/install-bench-deps.sh)"; fi
 rate_g=$(rate_gbps "$rate")
 [[ -n $gso ]] || gso=$((burst / 2 < 65536 ? burst / 2 : 65536))
 ((gso >= 1500)) || die "--gso $gso is below one MTU-sized packet; raise --burst or --gso"
@@ -168,6 +178,7 @@ cleanup() {
   [[ -n $emu_dir ]] && rm -rf -- "$emu_dir"
   return 0
 }
+# shellcheck disable=SC2317
 on_signal() {
   trap - INT TERM HUP
   echo "$prog: interrupted (SIG$1); deleting the emulated cluster" >&2
@@ -254,6 +265,41 @@ if ((verify > 0)); then
       "= $(awk -v g="$g" -v r="$rate_mbit" 'BEGIN { printf "%.3f", g / r }') of the rate" \
       "(about 0.956 expected at MTU 1500)"
   done
+fi
+
+if ((verify_load > 0)); then
+  half=$((hosts / 2))
+  load_pids=()
+  for ((i = 0; i < half; i++)); do
+    ip netns exec "${ns[i + half]}" iperf3 -s -1 -B "${addrs[i + half]}" -p 5202 >/dev/null 2>&1 &
+    children+=($!)
+    load_pids+=($!)
+  done
+  for ((i = 0; i < half; i++)); do
+    for _ in $(seq 50); do
+      ip netns exec "${ns[i + half]}" ss -Hltn "sport = :5202" 2>/dev/null | grep -q . && break
+      sleep 0.1
+    done
+  done
+  clients=()
+  for ((i = 0; i < half; i++)); do
+    ip netns exec "${ns[i]}" iperf3 -c "${addrs[i + half]}" -p 5202 -t "$verify_load" -O 1 --bidir \
+      -f m >"$emu_dir/load-$i.txt" 2>&1 &
+    children+=($!)
+    clients+=($!)
+  done
+  for p in "${clients[@]}" "${load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rate_mbit=$(awk -v g="$rate_g" 'BEGIN { printf "%.1f", g * 1000 }')
+  for ((i = 0; i < half; i++)); do
+    awk -v i=$i -v j=$((i + half)) '/receiver/ {
+        for (k = 1; k <= NF; k++) if ($k == "Mbits/sec") v = $(k - 1)
+        dir = ($0 ~ /TX-C/) ? i " -> " j : j " -> " i
+        print "FLOW", dir, v }' "$emu_dir/load-$i.txt"
+  done | awk -v r="$rate_mbit" -v p="$prog" '
+      $1 == "FLOW" { printf "%s: verify-load: host %s %s: %s Mbit/s = %.3f of the rate\n", p, $2, $3 " " $4, $5, $5 / r
+                     sum += $5; n++ }
+      END { if (n) printf "%s: verify-load: %d flows at once, total %.0f Mbit/s, mean %.3f of the rate\n", p, n, sum, sum / n / r
+            else print p ": verify-load: iperf3 printed nothing" }'
 fi
 
 rc=0

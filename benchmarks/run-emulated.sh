@@ -33,6 +33,7 @@ Options:
   --peers L         comma separated: gloo,mpi (default both; empty: none)
   --min-bytes S     smallest size (default 4K)
   --max-bytes S     largest size (default 256M)
+  --step-factor F   multiply the size by F each step (default 2)
   --dtype T         one dtype for every system (default float32; Gloo and MPI lack bfloat16,
                     MPI lacks float16)
   --iters N         timed iterations per size (default 20)
@@ -40,8 +41,9 @@ Options:
   --check 0|1       check every result against the exact sum (default 1)
   --build DIR       build tree with benchmarks/ and tools/ (default: the one this script is in,
                     else ./build)
-  --out DIR         results directory (default bench-results/<mode>-<date>)
+  --out DIR         results directory (default BUILD/bench-results/<mode>-<date>)
   --verify S        emulated: iperf3 check of the shaping for S seconds first (default 5; 0: off)
+  --verify-load S   emulated: then every link loaded at once for S seconds (default 0: off)
   --cc NAME         emulated: TCP congestion control inside the hosts (default reno)
   --emulate-args A  extra arguments for emulate.sh, e.g. '--burst 131072 --limit 32M'
   --timeout S       give up on one system's sweep after S seconds (default 3600)
@@ -69,6 +71,7 @@ topologies=
 peers=gloo,mpi
 min_bytes=4K
 max_bytes=256M
+step=2
 dtype=float32
 iters=20
 warmup=5
@@ -76,6 +79,7 @@ check=1
 build=
 out=
 verify=5
+verify_load=0
 cc=reno
 emulate_args=
 timeout_s=3600
@@ -91,6 +95,7 @@ while (($# > 0)); do
     --peers) peers=${2-}; shift 2 ;;
     --min-bytes) min_bytes=${2:?}; shift 2 ;;
     --max-bytes) max_bytes=${2:?}; shift 2 ;;
+    --step-factor) step=${2:?}; shift 2 ;;
     --dtype) dtype=${2:?}; shift 2 ;;
     --iters) iters=${2:?}; shift 2 ;;
     --warmup) warmup=${2:?}; shift 2 ;;
@@ -98,6 +103,7 @@ while (($# > 0)); do
     --build) build=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --verify) verify=${2:?}; shift 2 ;;
+    --verify-load) verify_load=${2:?}; shift 2 ;;
     --cc) cc=${2:?}; shift 2 ;;
     --emulate-args) emulate_args=${2-}; shift 2 ;;
     --timeout) timeout_s=${2:?}; shift 2 ;;
@@ -110,8 +116,8 @@ case $mode in emulated | loopback) ;; *) die "--mode must be emulated or loopbac
 [[ -n $workers ]] || workers=$([[ $mode == loopback ]] && echo 2 || echo 4)
 [[ -n $servers ]] || servers=$workers
 [[ -n $topologies ]] || topologies=$([[ $mode == loopback ]] && echo ps || echo ps,colocated)
-[[ $workers =~ ^[0-9]+$ ]] && ((workers >= 1)) || die "--workers must be >= 1"
-[[ $servers =~ ^[0-9]+$ ]] && ((servers >= 1)) || die "--servers must be >= 1"
+if ! [[ $workers =~ ^[0-9]+$ ]] || ((workers < 1)); then die "--workers must be >= 1"; fi
+if ! [[ $servers =~ ^[0-9]+$ ]] || ((servers < 1)); then die "--servers must be >= 1"; fi
 for t in ${topologies//,/ }; do
   case $t in ps | colocated) ;; *) die "--topologies: unknown '$t' (ps, colocated)" ;; esac
 done
@@ -137,13 +143,13 @@ if has "$peers" mpi; then
   command -v mpirun >/dev/null || die "mpirun is missing (openmpi-bin)"
 fi
 
-sweep_args=(--min-bytes "$min_bytes" --max-bytes "$max_bytes" --dtype "$dtype" --iters "$iters"
+sweep_args=(--min-bytes "$min_bytes" --max-bytes "$max_bytes" --step-factor "$step" --dtype "$dtype" --iters "$iters"
   --warmup "$warmup" --check "$check")
 
 # ------------------------------------------------------------------ outside: set up, recurse
 if [[ $mode == emulated && $inside == 0 ]]; then
   ((EUID == 0)) || die "emulated mode needs root (network namespaces); or use --mode loopback"
-  [[ -n $out ]] || out=bench-results/emulated-$(date +%Y%m%d-%H%M%S)
+  [[ -n $out ]] || out=$build/bench-results/emulated-$(date +%Y%m%d-%H%M%S)
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   hosts=$workers
@@ -151,13 +157,14 @@ if [[ $mode == emulated && $inside == 0 ]]; then
   emu=("$here/emulate.sh")
   [[ -x ${emu[0]} ]] || emu=("$(cd "$here/../.." 2>/dev/null && pwd)/benchmarks/emulate.sh")
   verify_args=()
-  ((verify > 0)) && verify_args=(--verify "$verify")
+  ((verify > 0)) && verify_args+=(--verify "$verify")
+  ((verify_load > 0)) && verify_args+=(--verify-load "$verify_load")
   # shellcheck disable=SC2086 # emulate_args is a word list on purpose
   exec "${emu[@]}" --hosts "$hosts" --rate "$rate" --cc "$cc" "${verify_args[@]}" $emulate_args \
     -- "$self" "${orig_args[@]}" --build "$build" --out "$out" --inside
 fi
 
-[[ -n $out ]] || out=bench-results/$mode-$(date +%Y%m%d-%H%M%S)
+[[ -n $out ]] || out=$build/bench-results/$mode-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out/logs"
 out=$(cd "$out" && pwd)
 
@@ -203,7 +210,7 @@ run_byteps() {
   sched_host=$first_server_host
   local k=${#server_host[@]}
   local -a common_env=(DMLC_NUM_WORKER="$workers" DMLC_NUM_SERVER="$k"
-    DMLC_PS_ROOT_URI="${host_addr[sched_host]}" DMLC_PS_ROOT_PORT=$port
+    DMLC_PS_ROOT_URI="${host_addr[sched_host]}" DMLC_PS_ROOT_PORT="$port"
     BYTEPS_LOG_LEVEL="${BYTEPS_LOG_LEVEL:-WARNING}")
   log "$name: $workers workers, $k servers ($topo), scheduler on host $sched_host"
   on_host "$sched_host" env "${common_env[@]}" DMLC_ROLE=scheduler \
@@ -265,7 +272,7 @@ run_gloo() {
     ((i == 0)) && stdout=$out/$name.txt
     on_host "$i" timeout "$timeout_s" "$gloo_bin" --rank $i --size "$workers" --store "$store" \
       --host "${host_addr[i]}" "${sweep_args[@]}" --topology ring "${bound_args[@]}" \
-      --label "ring ${workers} ranks" >"$stdout" 2>"$out/logs/$name-rank$i.log" &
+      --label ring >"$stdout" 2>"$out/logs/$name-rank$i.log" &
     pids+=($!) ps+=($!)
   done
   for p in "${ps[@]}"; do
@@ -282,6 +289,7 @@ run_gloo() {
 # Open MPI settings for both modes (../shared/EMULATION.md): TCP only, ob1, yield when idle on
 # 2 cores, ring all-reduce, no binding (every namespace looks like its own node to Open MPI, so
 # its default binding would put every rank on core 0).
+# shellcheck disable=SC2054 # "self,tcp" is one argument
 mpi_common=(--allow-run-as-root --bind-to none --mca pml ob1 --mca btl self,tcp
   --mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1
   --mca coll_tuned_allreduce_algorithm 4)
@@ -295,6 +303,7 @@ run_mpi() {
     # Open MPI's out-of-band and byte transfers both use the namespaces' subnet only.
     local agent=$out/logs/mpi-netns-agent.sh hostfile=$out/logs/mpi-hostfile subnet
     subnet="${host_addr[0]%.*}.0/24"
+    # shellcheck disable=SC2016 # the agent's own variables, written literally
     {
       echo '#!/usr/bin/env bash'
       echo '# Open MPI rsh agent: "agent [options] HOST COMMAND..." runs COMMAND in HOST'"'"'s namespace.'
@@ -311,12 +320,11 @@ run_mpi() {
       --hostfile "$hostfile" --map-by node
       --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
       --mca oob_tcp_if_include "$subnet" --mca btl_tcp_if_include "$subnet"
-      "$mpi_bin" "${sweep_args[@]}" --topology ring "${bound_args[@]}"
-      --label "ring ${workers} ranks")
+      "$mpi_bin" "${sweep_args[@]}" --topology ring "${bound_args[@]}" --label ring)
   else
     cmd=(timeout "$timeout_s" mpirun "${mpi_common[@]}" -np "$workers"
       --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo
-      "$mpi_bin" "${sweep_args[@]}" --topology ring --label "ring ${workers} ranks, loopback")
+      "$mpi_bin" "${sweep_args[@]}" --topology ring --label "ring, loopback")
   fi
   log "$name: $workers ranks"
   "${cmd[@]}" >"$out/$name.txt" 2>"$out/logs/$name.log" || rc=$?
@@ -341,7 +349,9 @@ if has "$peers" mpi; then run_mpi || failed+=(mpi-ring); systems+=(mpi-ring); fi
 # ------------------------------------------------------------------ the combined table
 summary=$out/summary.txt
 {
-  echo "# run-emulated.sh --mode $mode: $workers workers, $servers servers (ps), dtype $dtype," \
+  ps_servers=
+  if [[ $mode == loopback ]]; then ps_servers=" + $servers servers"; elif has "$topologies" ps; then ps_servers=", $servers separate servers (ps)"; fi
+  echo "# run-emulated.sh --mode $mode: $workers workers$ps_servers, dtype $dtype," \
     "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup"
   echo "# time = p50 of the slowest rank, us; busbw = size/time*2(n-1)/n, GB/s;" \
     "x_gloo, x_mpi = the peer's time / this system's time (byteps rows only)"
@@ -383,8 +393,11 @@ summary=$out/summary.txt
 } >"$summary"
 cat "$summary"
 if command -v gnuplot >/dev/null && [[ -x $here/plot.sh ]]; then
-  "$here/plot.sh" "$summary" "$out/busbw.png" >/dev/null 2>&1 && log "plot: $out/busbw.png" ||
+  if "$here/plot.sh" "$summary" "$out/busbw.png" >/dev/null 2>&1; then
+    log "plot: $out/busbw.png"
+  else
     log "plot failed (benchmarks/plot.sh $summary)"
+  fi
 fi
 log "results in $out"
 if ((${#failed[@]} > 0)); then

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh byteps-server train_mlp >/dev/null
+scripts/build.sh --target byteps-server train_mlp >/dev/null
 build_dir=${BUILD_DIR:-build}
 exec "$build_dir/tools/byteps-launch" --workers "${WORKERS:-2}" --servers "${SERVERS:-2}" \
   -- "$build_dir/examples/train_mlp" "$@"

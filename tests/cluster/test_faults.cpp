@@ -97,12 +97,20 @@ TEST_CASE("misuse fails at the call with a clear usage_error", "[faults]") {
     comm.push_pull("ints", std::span(v)).wait();
     m.push_back(message_of<usage_error>([&] { comm.push_pull("ints", std::span(w)); }));
     m.push_back(message_of<usage_error>([&] { comm.push_pull("null", nullptr, 4, dtype::float32); }));
+    m.push_back(message_of<usage_error>(
+        [&] { comm.push_pull("odd", v.data(), 8, static_cast<dtype>(42)); }));
+    comm.shutdown();
+    m.push_back(message_of<usage_error>([&] { comm.push_pull("ints", std::span(v)); }));
+    m.push_back(message_of<usage_error>([&] { comm.barrier(); }));
   });
   CHECK_THAT(m[0], Contains("name is empty"));
   CHECK_THAT(m[1], Contains("floating dtypes only") && Contains("int32"));
   CHECK_THAT(m[2], Contains("root 3 is outside the group of 1"));
   CHECK_THAT(m[3], Contains("'ints'") && Contains("8 x int32") && Contains("9 x int32"));
   CHECK_THAT(m[4], Contains("null"));
+  CHECK_THAT(m[5], Contains("dtype value 42"));
+  CHECK_THAT(m[6], Contains("shut down"));
+  CHECK_THAT(m[7], Contains("shut down"));
 }
 
 TEST_CASE("a push_pull while the previous one on the tensor is in flight is refused", "[faults]") {
@@ -279,4 +287,26 @@ TEST_CASE("a push_pull that cannot complete fails at its deadline naming the ser
   CHECK_THAT(error, Contains("'lonely'") && Contains("1000 ms") && Contains("server 0"));
   CHECK(took >= 0.9);
   CHECK(took < 5.0);
+}
+
+TEST_CASE("a job token keeps out other jobs' workers and strangers", "[faults]") {
+  auto cfg = test::base_config(1, 1);
+  cfg.job_token = "job-a";
+  cluster c(cfg);
+  auto other_job = c.worker_config();
+  other_job.job_token = "job-b";
+  auto m = message_of<usage_error>([&] { comm_t comm(other_job); });
+  CHECK_THAT(m, Contains("BYTEPS_JOB_TOKEN") && !Contains("job-a") && !Contains("job-b"));
+  bool stranger_dropped = false;
+  c.run_workers([&](comm_t& comm, int) {
+    // A peer_hello without the token is dropped; the job goes on.
+    wire::header h;
+    h.type = wire::msg::peer_hello;
+    auto b = wire::encode(h);
+    stranger_dropped = peer_hangs_up_on(c.server_port(0), {b.begin(), b.end()});
+    std::vector<float> v(10, 4.0f);
+    comm.push_pull("x", std::span(v)).wait();
+    BPS_EXPECT(v[0] == 4.0f, "got {}", v[0]);
+  });
+  CHECK(stranger_dropped);
 }

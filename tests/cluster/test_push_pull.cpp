@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <numeric>
 
 using namespace bps;
@@ -110,6 +111,9 @@ TEST_CASE("broadcast copies the root's data to every worker; barrier", "[cluster
     std::vector<double> v(5000, rank + 0.25);
     comm.broadcast("params", std::span(v), 1).wait();
     for (double x : v) BPS_EXPECT(x == 1.25, "got {}", x);
+    std::vector<float> z(9, rank == 0 ? -0.0f : 5.0f);  // -0.0 survives the sum bit for bit
+    comm.broadcast("negative zero", std::span(z), 0).wait();
+    for (float x : z) BPS_EXPECT(std::signbit(x) && x == 0.0f, "got {}", x);
     std::vector<float16> h(33, to_float16(static_cast<float>(rank) - 7.5f));
     comm.broadcast("half", std::span(h), 2).wait();
     for (auto x : h) BPS_EXPECT(to_float(x) == -5.5f, "got {}", to_float(x));

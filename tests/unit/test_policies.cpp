@@ -397,15 +397,32 @@ TEST_CASE("server_for is in range and deterministic for every hash fn", "[polici
   }
 }
 
-TEST_CASE("server_for djb2 hashes the decimal text of the partition key", "[policies][keys]") {
+TEST_CASE("server_for djb2 hashes the decimal text of the tensor key", "[policies][keys]") {
   // djb2 of "0" is 5381*33 + '0' = 177621; sdbm of "0" is '0' = 48.
   CHECK(bps::server_for(0, 0, 1000000, bps::key_hash_fn::djb2) == 177621);
   CHECK(bps::server_for(0, 0, 1000, bps::key_hash_fn::sdbm) == 48);
   // "12": djb2 = (177622*33) + '2' = 5861576; sdbm = '2' + 49*65599 = 3214401
   CHECK(bps::server_for(12, 0, 100000000, bps::key_hash_fn::djb2) == 5861576);
   CHECK(bps::server_for(12, 0, 100000000, bps::key_hash_fn::sdbm) == 3214401);
-  // naive: (tensor >> 16) + tensor + part
+  // naive: (tensor >> 16) + tensor, then + part
   CHECK(bps::server_for(0x30000, 2, 1000000, bps::key_hash_fn::naive) == 3 + 0x30000 + 2);
+}
+
+TEST_CASE("a tensor's partitions are spread over the servers in turn", "[policies][keys]") {
+  for (auto fn : {bps::key_hash_fn::djb2, bps::key_hash_fn::sdbm, bps::key_hash_fn::naive,
+                  bps::key_hash_fn::built_in}) {
+    for (int servers = 1; servers <= 5; ++servers) {
+      const auto key = bps::tensor_key("model.embedding");
+      std::vector<int> count(static_cast<std::size_t>(servers), 0);
+      for (std::uint32_t part = 0; part < 17; ++part)
+        ++count[static_cast<std::size_t>(bps::server_for(key, part, servers, fn))];
+      CAPTURE(bps::key_hash_name(fn), servers);
+      for (int c : count) {  // 17 partitions: every server holds floor or ceil of 17/servers
+        CHECK(c >= 17 / servers);
+        CHECK(c <= (17 + servers - 1) / servers);
+      }
+    }
+  }
 }
 
 TEST_CASE("djb2 and sdbm spread partitions evenly over 4 servers", "[policies][keys]") {

@@ -37,6 +37,7 @@ bps::rendezvous::hello sample_hello() {
   h.num_workers = 123;
   h.num_servers = 45;
   h.key_hash = "sdbm";
+  h.token = 0x0123456789ABCDEFull;
   return h;
 }
 
@@ -50,6 +51,7 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.num_workers == b.num_workers);
   CHECK(a.num_servers == b.num_servers);
   CHECK(a.key_hash == b.key_hash);
+  CHECK(a.token == b.token);
 }
 
 bps::rendezvous::welcome sample_welcome() {
@@ -66,8 +68,9 @@ bps::rendezvous::welcome sample_welcome() {
 TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
-  // 4 + 1 + 4 + (4+24) + 2 + 8 + 4 + 4 + (4+4)
-  CHECK(bytes.size() == 4 + 1 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size());
+  // 4 + 1 + 4 + (4+24) + 2 + 8 + 4 + 4 + (4+4) + 8
+  CHECK(bytes.size() ==
+        4 + 1 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -218,7 +221,8 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
   }
   SECTION("protocol") {
     theirs.protocol = 7;
-    expect({"protocol", "speaks 7", "the scheduler speaks 1", where});
+    const auto ours = "the scheduler speaks " + std::to_string(bps::rendezvous::protocol_version);
+    expect({"protocol", "speaks 7", ours, where});
   }
   SECTION("the first difference is reported: protocol before counts") {
     theirs.protocol = 7;
@@ -228,4 +232,20 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
     CHECK(contains(*d, "protocol"));
     CHECK_FALSE(contains(*d, "DMLC_NUM_WORKER"));
   }
+}
+
+TEST_CASE("first_difference refuses another job's token without revealing it", "[wire][rendezvous]") {
+  auto mine = sample_hello();
+  mine.token = bps::rendezvous::job_token_digest("our-secret");
+  auto theirs = mine;
+  theirs.node_role = bps::role::worker;
+  CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, "10.0.0.9:1234"));
+  theirs.token = bps::rendezvous::job_token_digest("another-job");
+  auto diff = bps::rendezvous::first_difference(mine, theirs, "10.0.0.9:1234");
+  REQUIRE(diff);
+  CHECK(diff->find("BYTEPS_JOB_TOKEN") != std::string::npos);
+  CHECK(diff->find("10.0.0.9:1234") != std::string::npos);
+  CHECK(diff->find("our-secret") == std::string::npos);
+  CHECK(bps::rendezvous::job_token_digest("") == 0);
+  CHECK(bps::rendezvous::job_token_digest("a") != bps::rendezvous::job_token_digest("b"));
 }

@@ -53,6 +53,7 @@ struct Config {
   int worker_id = -1;                            ///< DMLC_WORKER_ID (-1: scheduler assigns)
   std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
   std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
+  std::string job_token;                         ///< BYTEPS_JOB_TOKEN ("": no token)
   std::size_t partition_bytes = 4096000;         ///< BYTEPS_PARTITION_BYTES
   int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
@@ -68,8 +69,11 @@ struct Config {
   millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
   millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
 
-  /// Largest frame payload a node accepts: a partition plus room for control messages.
-  std::size_t max_frame_bytes() const noexcept { return partition_bytes + (1u << 20); }
+  /// Largest frame payload a node accepts: a partition (rounded up to local_size pages by the
+  /// partitioner) plus room for control messages.
+  std::size_t max_frame_bytes() const noexcept {
+    return partition_bytes + static_cast<std::size_t>(local_size) * 4096 + (1u << 20);
+  }
 
   /// Throws `usage_error` naming the first field that is out of range.
   void validate() const;
@@ -168,6 +172,7 @@ inline Config Config::from_env() {
       static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, lowest_port, 65535, true));
   c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
+  if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;
   c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));
   c.partition_bytes = static_cast<std::size_t>(
       env_integer("BYTEPS_PARTITION_BYTES", 4096000, 4096, std::int64_t{1} << 31));

@@ -239,4 +239,25 @@ inline void scale(void* data, std::size_t count, dtype t, double factor) {
   detail::throw_unknown_dtype(t);
 }
 
+/// Fills `count` elements with the additive identity that keeps every value's bits: -0.0 for
+/// floating dtypes (x + -0.0 == x for x = -0.0 too, where +0.0 would give +0.0), 0 otherwise.
+/// Broadcast sends this from non-root workers.
+inline void fill_negative_zero(void* data, std::size_t count, dtype t) {
+  auto fill = [&]<class U>(U pattern) {
+    auto* p = static_cast<U*>(data);
+    for (std::size_t i = 0; i < count; ++i) p[i] = pattern;
+  };
+  switch (t) {
+    case dtype::float32: return fill(std::uint32_t{0x80000000u});
+    case dtype::float64: return fill(std::uint64_t{0x8000000000000000ull});
+    case dtype::float16:
+    case dtype::bfloat16: return fill(std::uint16_t{0x8000u});
+    case dtype::int8:
+    case dtype::uint8:
+    case dtype::int32:
+    case dtype::int64: std::memset(data, 0, count * dtype_size(t)); return;
+  }
+  detail::throw_unknown_dtype(t);
+}
+
 }  // namespace bps::reduce

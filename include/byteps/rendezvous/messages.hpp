@@ -13,12 +13,20 @@
 #include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/keys.hpp"
 #include "byteps/wire/codec.hpp"
 
 namespace bps::rendezvous {
 
+/// What travels for BYTEPS_JOB_TOKEN: a digest, so the token itself is not sent. It keeps out
+/// processes of other jobs and strangers who do not know the token; it is no defence against
+/// someone who can read the network.
+constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
+  return token.empty() ? 0 : tensor_key(token) ^ 0x6a6f62746f6b656eull;
+}
+
 /// Raised when nodes of two different byteps protocol generations meet.
-inline constexpr std::uint32_t protocol_version = 1;
+inline constexpr std::uint32_t protocol_version = 2;  // 2: heartbeats, job token
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -31,6 +39,7 @@ struct hello {
   std::int32_t num_workers = 0;
   std::int32_t num_servers = 0;
   std::string key_hash;
+  std::uint64_t token = 0;  ///< job_token_digest(BYTEPS_JOB_TOKEN): keeps other jobs out
 
   static hello from(const Config& c, role r) {
     hello h;
@@ -40,6 +49,7 @@ struct hello {
     h.num_workers = c.num_workers;
     h.num_servers = c.num_servers;
     h.key_hash = std::string(key_hash_name(c.key_hash));
+    h.token = job_token_digest(c.job_token);
     return h;
   }
 };
@@ -69,6 +79,7 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.num_workers);
   w.put(h.num_servers);
   w.put_string(h.key_hash);
+  w.put(h.token);
   return w.take();
 }
 
@@ -87,6 +98,7 @@ inline hello decode_hello(std::span<const std::byte> in) {
   h.num_workers = r.get<std::int32_t>();
   h.num_servers = r.get<std::int32_t>();
   h.key_hash = r.get_string(32);
+  h.token = r.get<std::uint64_t>();
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -127,6 +139,10 @@ inline welcome decode_welcome(std::span<const std::byte> in) {
 inline std::optional<std::string> first_difference(const hello& mine, const hello& theirs,
                                                    const std::string& where) {
   const auto who = fmt::format("the {} at {}", role_name(theirs.node_role), where);
+  if (theirs.protocol == mine.protocol && theirs.token != mine.token)
+    return fmt::format("BYTEPS_JOB_TOKEN differs: {} does not hold this job's token (a process "
+                       "of another job, or a stranger?)",
+                       who);
   if (theirs.protocol != mine.protocol)
     return fmt::format("byteps protocol differs: {} speaks {}, the scheduler speaks {}; run the "
                        "same byteps version everywhere",

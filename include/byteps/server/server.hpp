@@ -143,6 +143,8 @@ class Server {
         case wire::msg::peer_hello:
           if (worker >= 0 || h.sender >= static_cast<std::uint32_t>(owner_->cfg_.num_workers))
             throw std::runtime_error(fmt::format("bad peer_hello (worker {})", h.sender));
+          if (h.key != rendezvous::job_token_digest(owner_->cfg_.job_token))
+            throw std::runtime_error("peer_hello without this job's BYTEPS_JOB_TOKEN");
           worker = static_cast<int>(h.sender);
           return;
         case wire::msg::declare:

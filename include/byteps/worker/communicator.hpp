@@ -78,7 +78,12 @@ class Communicator {
   }
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  ~Communicator() { leave(); }
+  ~Communicator() { shutdown(); }
+
+  /// Leaves the job: operations still in flight fail, servers and the scheduler are told this
+  /// worker is done (so its exit is no failure), and later calls throw `usage_error`. The
+  /// destructor does this too. Idempotent.
+  void shutdown() { leave(); }
 
   int rank() const noexcept { return rank_ * local_.local_size() + local_.local_rank(); }
   int size() const noexcept { return num_workers_ * local_.local_size(); }
@@ -113,8 +118,10 @@ class Communicator {
       throw usage_error(fmt::format("broadcast of '{}': root {} is outside the group of {} "
                                     "workers (0 .. {})",
                                     name, root, size(), size() - 1));
-    // Non-roots contribute zeros, so the servers' sum is root's data, bit for bit.
-    if (rank() != root && data != nullptr) std::memset(data, 0, count * dtype_size(type));
+    // Non-roots contribute zeros, so the servers' sum is root's data bit for bit: -0.0 for
+    // floating dtypes, since x + (-0.0) is x for every x, -0.0 and NaN included.
+    if (rank() != root && data != nullptr && dtype_from_wire(static_cast<std::uint32_t>(type)))
+      reduce::fill_negative_zero(data, count, type);
     return start("broadcast:" + std::string(name),
                  fmt::format("broadcast of '{}' from rank {}", name, root), data, count, type, {});
   }
@@ -215,6 +222,7 @@ class Communicator {
       wire::header h;
       h.type = wire::msg::peer_hello;
       h.sender = static_cast<std::uint32_t>(rank_);
+      h.key = rendezvous::job_token_digest(cfg_.job_token);  // servers admit this job only
       s.link->send(h, {}, {});
       std::lock_guard lock(mu_);
       servers_.push_back(std::move(s));
@@ -230,7 +238,7 @@ class Communicator {
       closing_ = true;
       for (auto& op : ops_.active())
         ops_.fail(op, std::make_exception_ptr(communicator_error(
-                          op->what + ": the communicator was destroyed before it finished")));
+                          op->what + ": the communicator was shut down before it finished")));
       if (dead_.empty())
         for (auto& s : servers_) links.push_back(s.link);
     }
@@ -256,12 +264,16 @@ class Communicator {
   }
 
   void throw_if_dead_locked() const {
-    if (closing_) throw usage_error("this communicator is shutting down");
+    if (closing_) throw usage_error("this communicator was shut down; create a new one");
     if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
   }
 
   handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
                push_pull_options opts) {
+    if (!dtype_from_wire(static_cast<std::uint32_t>(type)))
+      throw usage_error(fmt::format("{}: dtype value {} is not one byteps carries (see "
+                                    "bps::dtype)",
+                                    what, static_cast<unsigned>(type)));
     if (data == nullptr && count != 0)
       throw usage_error(what + ": the data pointer is null but the count is " +
                         std::to_string(count));
@@ -408,8 +420,11 @@ class Communicator {
     if (!dead_.empty() || closing_) return;
     dead_ = why;
     log_.error("{}", why);
-    for (auto& op : ops_.active())
-      ops_.fail(op, std::make_exception_ptr(communicator_error(op->what + ": " + why)));
+    for (auto& op : ops_.active()) {
+      // The operation whose deadline passed is named at the start of `why` already.
+      auto text = why.starts_with(op->what) ? why : op->what + ": " + why;
+      ops_.fail(op, std::make_exception_ptr(communicator_error(text)));
+    }
     // Closing the links returns every payload the transport still holds (their on_sent run).
     for (auto& s : servers_) s.link->close();
   }
