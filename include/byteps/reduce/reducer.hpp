@@ -58,7 +58,10 @@ inline void add_n(T* __restrict dst, const T* __restrict src, std::size_t n) noe
 /// fp32 accumulator += widened half source.
 template <class H>
 inline void add_widened_n(float* __restrict acc, const H* __restrict src, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) acc[i] += to_float(src[i]);
+  std::size_t i = 0;
+  if constexpr (std::is_same_v<H, float16>)
+    if (f16c::has_f16c()) i = f16c::add_widened(acc, src, n);
+  for (; i < n; ++i) acc[i] += to_float(src[i]);
 }
 
 inline float16 from_float(float f, float16) noexcept { return to_float16(f); }
@@ -77,7 +80,10 @@ inline void scale_n(T* __restrict data, std::size_t n, T factor) noexcept {
 
 template <class H>
 inline void scale_half_n(H* __restrict data, std::size_t n, float factor) noexcept {
-  for (std::size_t i = 0; i < n; ++i) data[i] = from_float(to_float(data[i]) * factor, H{});
+  std::size_t i = 0;
+  if constexpr (std::is_same_v<H, float16>)
+    if (f16c::has_f16c()) i = f16c::scale(data, factor, n);
+  for (; i < n; ++i) data[i] = from_float(to_float(data[i]) * factor, H{});
 }
 
 /// Narrowing in place (out == acc) is safe front to back, because element i is written to bytes
