@@ -98,7 +98,7 @@ class Server {
               cfg_.server_engine_threads, cfg_.num_workers);
     const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
     stall_check_.start(period, [this] {
-      for (auto& e : engines_) e->thread.post([this, ep = e.get()] { report_stalls(*ep); });
+      for (auto& e : engines_) e->post([this, ep = e.get()] { report_stalls(*ep); });
     });
   }
 
@@ -107,9 +107,23 @@ class Server {
   using key_state = server::key_state<session>;
 
   struct engine {
-    std::unordered_map<key_id, key_state, server::key_id_hash> keys;  // engine thread only
+    std::mutex mu;  // guards keys: held by the engine thread per task, or by an I/O thread
+    std::unordered_map<key_id, key_state, server::key_id_hash> keys;
     detail::task_thread thread;  // after keys: joins before they are destroyed
+
+    /// Runs `task` on the engine thread, holding `mu`.
+    template <class F>
+    void post(F task) {
+      thread.post([this, task = std::move(task)]() mutable {
+        std::lock_guard lock(mu);
+        task();
+      });
+    }
   };
+
+  /// Pushes up to this size are summed on the I/O thread that read them: a hop to an engine
+  /// thread costs more than the sum. Larger ones go to the engine, so I/O goes on meanwhile.
+  static constexpr std::size_t inline_sum_bytes = 64 * 1024;
 
   class session final : public transport::receiver,
                         public std::enable_shared_from_this<session> {
@@ -223,14 +237,22 @@ class Server {
                  detail::buffer_pool::buffer payload) {
     key_id id{h.key, h.part};
     auto& e = engine_for(id);
-    e.thread.post([this, &e, s = std::move(s), h, payload = std::make_shared<detail::buffer_pool::buffer>(
-                                                      std::move(payload))]() mutable {
+    if (payload.size <= inline_sum_bytes) {
+      {
+        std::lock_guard lock(e.mu);
+        on_push(e, s, h, payload);
+      }
+      pool_.give_back(std::move(payload));
+      return;
+    }
+    e.post([this, &e, s = std::move(s), h,
+            payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
       on_push(e, s, h, *payload);
       pool_.give_back(std::move(*payload));
     });
   }
 
-  // Engine thread.
+  // Holding e.mu (engine thread, or the I/O thread for small pushes).
   void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
                detail::buffer_pool::buffer& payload) {
     if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
@@ -307,7 +329,7 @@ class Server {
     }
     log_.error("{}", why);
     for (auto& e : engines_) {
-      e->thread.post([this, ep = e.get(), why] {
+      e->post([this, ep = e.get(), why] {
         for (auto& [id, k] : ep->keys) {
           wire::header h;
           h.key = id.key;
