@@ -10,7 +10,15 @@
 # byteps-server and worker binaries; a report makes a process exit non-zero, so the launcher
 # fails) and the install test (the consumer is compiled with the same CMAKE_CXX_FLAGS, so it is
 # sanitized too). halt_on_error is set by the test presets: the first report fails the test.
-# No suppression file is used.
+# No suppression file is used. One ASan option is not about findings: byteps-launch runs each
+# process under `stdbuf -oL`, which works by LD_PRELOADing libstdbuf.so, and ASan refuses to
+# start when any library comes before its runtime ("ASan runtime does not come first in initial
+# library list"); verify_asan_link_order=0 lets it start (libstdbuf only calls setvbuf and
+# replaces no allocator function, so ASan still sees every allocation).
+# The tsan preset defines ASIO_DISABLE_FENCED_BLOCK: Asio brackets each handler call with
+# std::atomic_thread_fence, which ThreadSanitizer does not model (GCC warns: -Wtsan), while the
+# handler itself is handed over under the io_context's mutex, which TSan does see. Without the
+# fences TSan reasons about the same synchronisation and reports nothing falsely through them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

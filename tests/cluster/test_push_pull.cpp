@@ -105,7 +105,7 @@ TEST_CASE("3 workers x 2 servers: 64 MiB + 3 int8 elements - wrapping sums", "[c
   });
 }
 
-TEST_CASE("broadcast copies the root's data to every worker; barrier", "[cluster]") {
+TEST_CASE("broadcast copies the root's data to every worker - and barrier", "[cluster]") {
   cluster c(test::base_config(3, 2));
   c.run_workers([](comm_t& comm, int rank) {
     std::vector<double> v(5000, rank + 0.25);
@@ -124,7 +124,7 @@ TEST_CASE("broadcast copies the root's data to every worker; barrier", "[cluster
   });
 }
 
-TEST_CASE("workers may declare tensors in different orders; empty tensors complete", "[cluster]") {
+TEST_CASE("workers may declare tensors in different orders - and empty tensors complete", "[cluster]") {
   cluster c(test::base_config(2, 3));
   c.run_workers([](comm_t& comm, int rank) {
     std::vector<std::vector<int>> t(10, std::vector<int>(300));

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -32,10 +33,25 @@ class logger {
  public:
   logger() = default;
   logger(log_level level, std::string who) : level_(level), who_(std::move(who)) {}
+  logger(const logger& other) : level_(other.level_), who_(other.who()) {}
+  logger& operator=(const logger& other) {
+    if (this != &other) {
+      level_ = other.level_;
+      rename(other.who());
+    }
+    return *this;
+  }
 
   bool enabled(log_level l) const noexcept { return l >= level_ && level_ != log_level::off; }
-  const std::string& who() const noexcept { return who_; }
-  void rename(std::string who) { who_ = std::move(who); }
+  std::string who() const {
+    std::lock_guard lock(mu_);
+    return who_;
+  }
+  /// A node learns its rank after its I/O threads already log: renaming is thread-safe too.
+  void rename(std::string who) {
+    std::lock_guard lock(mu_);
+    who_ = std::move(who);
+  }
 
   template <class... Args>
   void log(log_level l, fmt::format_string<Args...> format, Args&&... args) const {
@@ -44,7 +60,7 @@ class logger {
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
     std::string line = fmt::format("[{}.{:03d}] {} {}: ", now / 1000, static_cast<int>(now % 1000),
-                                   log_level_name(l), who_);
+                                   log_level_name(l), who());
     fmt::format_to(std::back_inserter(line), format, std::forward<Args>(args)...);
     line.push_back('\n');
     std::fwrite(line.data(), 1, line.size(), stderr);
@@ -73,6 +89,7 @@ class logger {
 
  private:
   log_level level_ = log_level::info;
+  mutable std::mutex mu_;
   std::string who_ = "byteps";
 };
 

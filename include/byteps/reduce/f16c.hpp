@@ -12,6 +12,7 @@
 #include "byteps/core/dtype.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define BYTEPS_HAVE_F16C_PATH 1
 #endif
@@ -21,7 +22,12 @@ namespace bps::reduce::f16c {
 #ifdef BYTEPS_HAVE_F16C_PATH
 
 inline bool has_f16c() noexcept {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // avx through the builtin (it also checks that the OS saves the AVX registers); F16C's bit
+  // from cpuid, since clang's builtin does not know the name "f16c".
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return yes;
 }
 

@@ -126,13 +126,14 @@ struct outgoing_frame {
 
 /// Which frames a rule applies to: every field that is set must match.
 struct frame_match {
-  std::optional<wire::msg> type;
-  std::optional<role> from;             ///< the sending node's role
-  std::optional<std::uint32_t> sender;  ///< header.sender (a worker's rank on push, declare, ...)
-  std::optional<std::uint64_t> key;
-  std::optional<std::uint32_t> part;
-  std::optional<std::uint64_t> round;
-  std::function<bool(const outgoing_frame&)> also;  ///< any further condition
+  // Each member has an initializer so that designated initializers may leave any out.
+  std::optional<wire::msg> type{};
+  std::optional<role> from{};             ///< the sending node's role
+  std::optional<std::uint32_t> sender{};  ///< header.sender (a worker's rank on push, declare...)
+  std::optional<std::uint64_t> key{};
+  std::optional<std::uint32_t> part{};
+  std::optional<std::uint64_t> round{};
+  std::function<bool(const outgoing_frame&)> also{};  ///< any further condition
 
   bool operator()(const outgoing_frame& f) const {
     const auto& h = f.header;
@@ -145,8 +146,8 @@ struct frame_match {
 struct fault_rule {
   static constexpr std::uint64_t always = std::numeric_limits<std::uint64_t>::max();
 
-  frame_match when;
-  fault action;
+  frame_match when{};
+  fault action{};
   std::uint64_t skip = 0;   ///< let this many matching frames pass first (the Nth: N - 1)
   std::uint64_t times = 1;  ///< then act on this many (`always`: every one after)
 };

@@ -18,7 +18,8 @@
 /// the payload again: after it was written, or when the link closed with the send still queued
 /// (the frame is then lost), or at once for a send on a closed link. It never runs inside
 /// `send` itself, so a caller may hold its own lock while sending. So an owner may free or reuse
-/// a payload once its `on_sent` ran.
+/// a payload once its `on_sent` ran. After the transport's `stop()`, nothing runs any more:
+/// sends are dropped and their `on_sent` never runs (no payload is read either).
 ///
 /// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
 
