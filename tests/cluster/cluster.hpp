@@ -26,6 +26,21 @@ namespace bps::test {
 
 using comm_t = Communicator<transport::tcp, local::none, partition::by_bytes, schedule::priority>;
 
+/// The message of the `E` that `f` throws, or "(no exception)".
+template <class E>
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 inline Config base_config(int workers, int servers) {
   Config c;
   c.num_workers = workers;

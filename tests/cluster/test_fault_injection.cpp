@@ -18,22 +18,11 @@ using bps::transport::fault_plan;
 using bps::transport::fault_rule;
 using Catch::Contains;
 using clock_type = std::chrono::steady_clock;
+using bps::test::message_of;
+using bps::test::seconds_since;
 
 namespace {
 
-template <class E>
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
 
 Config quick_config(int workers, int servers) {
   Config c = test::base_config(workers, servers);

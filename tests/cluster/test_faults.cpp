@@ -11,22 +11,11 @@ using bps::test::cluster;
 using bps::test::comm_t;
 using Catch::Contains;
 using clock_type = std::chrono::steady_clock;
+using bps::test::message_of;
+using bps::test::seconds_since;
 
 namespace {
 
-template <class E>
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
 
 // Sends `bytes` to host:port and reports whether the peer closed the connection within 5 s.
 bool peer_hangs_up_on(std::uint16_t port, const std::vector<std::byte>& bytes) {

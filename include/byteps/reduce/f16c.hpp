@@ -50,7 +50,7 @@ inline bool has_f16c() noexcept {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-    std::memcpy(dst + i, &h, sizeof h);
+    std::memcpy(static_cast<void*>(dst + i), &h, sizeof h);
   }
   return i;
 }
@@ -76,7 +76,7 @@ inline bool has_f16c() noexcept {
     __m128i h;
     std::memcpy(&h, data + i, sizeof h);
     h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtph_ps(h), f), _MM_FROUND_TO_NEAREST_INT);
-    std::memcpy(data + i, &h, sizeof h);
+    std::memcpy(static_cast<void*>(data + i), &h, sizeof h);
   }
   return i;
 }
