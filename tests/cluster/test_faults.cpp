@@ -186,7 +186,7 @@ TEST_CASE("a server that dies fails every pending handle naming it, quickly", "[
     Config c = base;
     c.node_role = role::server;
     Server<transport::tcp> server(c);
-    dead.wait();  // then destroyed without the scheduler's word: its links just close
+    dead.wait_for(std::chrono::seconds(30));  // then destroyed without the scheduler's word: its links just close
   });
   std::string error;
   double took = 0;
@@ -205,7 +205,7 @@ TEST_CASE("a server that dies fails every pending handle naming it, quickly", "[
     Config c = base;
     c.worker_id = 1;
     comm_t comm(c);
-    pushed.get_future().wait();
+    pushed.get_future().wait_for(std::chrono::seconds(30));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     kill_server.set_value();
   });
@@ -234,7 +234,7 @@ TEST_CASE("a worker that vanishes fails the others' pending handles naming it", 
       h.type = wire::msg::peer_hello;
       h.sender = 1;
       link->send(h, {}, {});
-      pushed.get_future().wait();
+      pushed.get_future().wait_for(std::chrono::seconds(30));
       net.stop();
     });
   });

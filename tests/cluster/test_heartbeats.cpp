@@ -45,7 +45,7 @@ void silent_worker(Config cfg, int id, std::shared_future<void> release) {
     p.sender = static_cast<std::uint32_t>(id);
     links.back()->send(p, {}, {});
   }
-  release.wait();
+  release.wait_for(std::chrono::seconds(30));
 }
 
 }  // namespace
