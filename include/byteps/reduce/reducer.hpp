@@ -101,6 +101,26 @@ inline void narrow_in_place(float* acc, std::size_t n) noexcept {
   }
 }
 
+/// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`: the one switch over
+/// dtypes that the kernels below share.
+template <class F>
+inline void visit_dtype(dtype t, F&& f) {
+  switch (t) {
+    case dtype::float32: return f(std::type_identity<float>{});
+    case dtype::float64: return f(std::type_identity<double>{});
+    case dtype::float16: return f(std::type_identity<float16>{});
+    case dtype::bfloat16: return f(std::type_identity<bfloat16>{});
+    case dtype::int8: return f(std::type_identity<std::int8_t>{});
+    case dtype::uint8: return f(std::type_identity<std::uint8_t>{});
+    case dtype::int32: return f(std::type_identity<std::int32_t>{});
+    case dtype::int64: return f(std::type_identity<std::int64_t>{});
+  }
+  throw_unknown_dtype(t);
+}
+
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
 }  // namespace detail
 
 /// Bytes of the server-side accumulator for `count` elements of `t`: fp16 and bf16 widen to
@@ -134,33 +154,13 @@ inline void accumulate_init(void* acc, const void* src, std::size_t count, dtype
 
 /// acc += src; fp16/bf16 sources are widened and added in fp32.
 inline void accumulate_add(void* acc, const void* src, std::size_t count, dtype t) {
-  switch (t) {
-    case dtype::float32:
-      detail::add_n(static_cast<float*>(acc), static_cast<const float*>(src), count);
-      return;
-    case dtype::float64:
-      detail::add_n(static_cast<double*>(acc), static_cast<const double*>(src), count);
-      return;
-    case dtype::float16:
-      detail::add_widened_n(static_cast<float*>(acc), static_cast<const float16*>(src), count);
-      return;
-    case dtype::bfloat16:
-      detail::add_widened_n(static_cast<float*>(acc), static_cast<const bfloat16*>(src), count);
-      return;
-    case dtype::int8:
-      detail::add_n(static_cast<std::int8_t*>(acc), static_cast<const std::int8_t*>(src), count);
-      return;
-    case dtype::uint8:
-      detail::add_n(static_cast<std::uint8_t*>(acc), static_cast<const std::uint8_t*>(src), count);
-      return;
-    case dtype::int32:
-      detail::add_n(static_cast<std::int32_t*>(acc), static_cast<const std::int32_t*>(src), count);
-      return;
-    case dtype::int64:
-      detail::add_n(static_cast<std::int64_t*>(acc), static_cast<const std::int64_t*>(src), count);
-      return;
-  }
-  detail::throw_unknown_dtype(t);
+  detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
+    if constexpr (detail::is_half_v<T>) {
+      detail::add_widened_n(static_cast<float*>(acc), static_cast<const T*>(src), count);
+    } else {
+      detail::add_n(static_cast<T*>(acc), static_cast<const T*>(src), count);
+    }
+  });
 }
 
 /// out = acc in the tensor's dtype: fp32 -> fp16/bf16 rounds to nearest even, other dtypes are
@@ -197,24 +197,13 @@ inline void accumulate_finish(void* out, const void* acc, std::size_t count, dty
 /// dst += src in the tensor's own dtype (no separate accumulator); fp16/bf16 are widened, added
 /// in fp32 and rounded once per call.
 inline void sum_into(void* dst, const void* src, std::size_t count, dtype t) {
-  switch (t) {
-    case dtype::float16:
-      detail::add_half_n(static_cast<float16*>(dst), static_cast<const float16*>(src), count);
-      return;
-    case dtype::bfloat16:
-      detail::add_half_n(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), count);
-      return;
-    case dtype::float32:
-    case dtype::float64:
-    case dtype::int8:
-    case dtype::uint8:
-    case dtype::int32:
-    case dtype::int64:
-      // The accumulator of these dtypes is the dtype itself, so the same kernel serves.
-      accumulate_add(dst, src, count, t);
-      return;
-  }
-  detail::throw_unknown_dtype(t);
+  detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
+    if constexpr (detail::is_half_v<T>) {
+      detail::add_half_n(static_cast<T*>(dst), static_cast<const T*>(src), count);
+    } else {
+      detail::add_n(static_cast<T*>(dst), static_cast<const T*>(src), count);
+    }
+  });
 }
 
 /// data *= factor, for averaging. fp32 multiplies by `static_cast<float>(factor)` so that it
