@@ -14,6 +14,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/local/host.hpp"
 #include "byteps/local/none.hpp"
 #include "byteps/partition/by_bytes.hpp"
 #include "byteps/reduce/reducer.hpp"

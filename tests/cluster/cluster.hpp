@@ -25,6 +25,8 @@
 namespace bps::test {
 
 using comm_t = Communicator<transport::tcp, local::none, partition::by_bytes, schedule::priority>;
+using host_comm_t =
+    Communicator<transport::tcp, local::host, partition::by_bytes, schedule::priority>;
 
 /// The message of the `E` that `f` throws, or "(no exception)".
 template <class E>
@@ -112,6 +114,31 @@ class cluster {
           body(comm, comm.rank());
         });
       });
+    }
+    for (auto& w : workers) w.join();
+    join();
+    if (worker_error_) std::rethrow_exception(worker_error_);
+    if (strict && node_error_) std::rethrow_exception(node_error_);
+  }
+
+  /// Runs `body` on every local rank of every machine: machine m has `local_sizes[m]` local
+  /// ranks, each a thread with its own communicator of type `Comm`.
+  template <class Comm>
+  void run_local(const std::vector<int>& local_sizes, const std::function<void(Comm&)>& body,
+                 bool strict = true) {
+    std::vector<std::thread> workers;
+    for (std::size_t m = 0; m < local_sizes.size(); ++m) {
+      for (int l = 0; l < local_sizes[m]; ++l) {
+        workers.emplace_back([this, &body, &local_sizes, m, l] {
+          guard(worker_error_, [&] {
+            Config c = worker_config(static_cast<int>(m));
+            c.local_rank = l;
+            c.local_size = local_sizes[m];
+            Comm comm(c);
+            body(comm);
+          });
+        });
+      }
     }
     for (auto& w : workers) w.join();
     join();

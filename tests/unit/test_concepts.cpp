@@ -3,6 +3,7 @@
 #include <byteps/partition/partitioner.hpp>
 #include <byteps/local/local_collective.hpp>
 
+#include <byteps/local/host.hpp>
 #include <byteps/local/none.hpp>
 #include <byteps/partition/by_bytes.hpp>
 #include <byteps/schedule/fifo.hpp>
@@ -46,19 +47,19 @@ struct partitioner_with_bound : partitioner_missing_bound {
   std::size_t bound() const { return 1; }
 };
 
-struct local_missing_all_gather {
+struct local_missing_fail {
   static constexpr bool is_identity = false;
-  explicit local_missing_all_gather(const bps::Config&) {}
+  explicit local_missing_fail(const bps::Config&) {}
   int local_rank() const { return 0; }
   int local_size() const { return 1; }
-  std::span<std::byte> reduce_scatter(std::string_view, std::span<std::byte> d, bps::dtype) {
-    return d;
-  }
+  void attach(const bps::local::cluster&, bps::local::network&) {}
+  bps::handle push_pull(bps::local::request) { return {}; }
+  void shutdown() {}
 };
 
-struct local_with_all_gather : local_missing_all_gather {
-  using local_missing_all_gather::local_missing_all_gather;
-  void all_gather(std::string_view, std::span<std::byte>, bps::dtype) {}
+struct local_with_fail : local_missing_fail {
+  using local_missing_fail::local_missing_fail;
+  void fail(const std::string&) {}
 };
 
 }  // namespace
@@ -83,8 +84,9 @@ TEST_CASE("policy concepts accept the shipped policies and reject wrong types",
   static_assert(!bps::Partitioner<bps::schedule::fifo>);
 
   static_assert(bps::LocalCollective<bps::local::none>);
-  static_assert(bps::LocalCollective<local_with_all_gather>);
-  static_assert(!bps::LocalCollective<local_missing_all_gather>);
+  static_assert(bps::LocalCollective<bps::local::host>);
+  static_assert(bps::LocalCollective<local_with_fail>);
+  static_assert(!bps::LocalCollective<local_missing_fail>);
   static_assert(!bps::LocalCollective<int>);
   static_assert(!bps::LocalCollective<bps::partition::by_bytes>);
 

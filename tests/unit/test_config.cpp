@@ -21,6 +21,7 @@ constexpr const char* all_variables[] = {
     "DMLC_PS_ROOT_URI",
     "DMLC_PS_ROOT_PORT",
     "DMLC_WORKER_ID",
+    "BYTEPS_SERVER_ID",
     "DMLC_NODE_HOST",
     "BYTEPS_SERVER_PORT",
     "BYTEPS_PARTITION_BYTES",
@@ -95,6 +96,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("DMLC_PS_ROOT_URI", "scheduler.cluster.local");
   set("DMLC_PS_ROOT_PORT", "12345");
   set("DMLC_WORKER_ID", "7");
+  set("BYTEPS_SERVER_ID", "2");
   set("DMLC_NODE_HOST", "192.168.1.20");
   set("BYTEPS_SERVER_PORT", "23456");
   set("BYTEPS_PARTITION_BYTES", "8192000");
@@ -116,6 +118,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.scheduler_host == "scheduler.cluster.local");
   CHECK(c.scheduler_port == 12345);
   CHECK(c.worker_id == 7);
+  CHECK(c.server_id == 2);
   CHECK(c.node_host == "192.168.1.20");
   CHECK(c.server_port == 23456);
   CHECK(c.partition_bytes == 8192000);
@@ -129,7 +132,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.op_timeout == 7000ms);
   CHECK(c.key_hash == bps::key_hash_fn::sdbm);
   CHECK(c.log == bps::log_level::debug);
-  CHECK(c.max_frame_bytes() == 8192000 + 4 * 4096 + (1u << 20));  // room for local_size 4's rounding
+  CHECK(c.max_frame_bytes() == 8192000 + 4096 + (1u << 20));  // a partition rounded up to a page
 }
 
 TEST_CASE("Config::from_env reads each role and key hash", "[config]") {
@@ -333,6 +336,8 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"local_size", [](bps::Config& c) { c.local_size = 0; }},
       {"local_rank", [](bps::Config& c) { c.local_rank = -1; }},
       {"local_rank", [](bps::Config& c) { c.local_size = 2; c.local_rank = 2; }},
+      {"worker_id", [](bps::Config& c) { c.local_size = 2; c.worker_id = -1; }},
+      {"server_id", [](bps::Config& c) { c.num_servers = 2; c.server_id = 2; }},
       {"scheduler_host", [](bps::Config& c) { c.scheduler_host.clear(); }},
       {"connect_timeout", [](bps::Config& c) { c.connect_timeout = std::chrono::milliseconds(0); }},
       {"rendezvous_timeout", [](bps::Config& c) { c.rendezvous_timeout = std::chrono::milliseconds(-1); }},

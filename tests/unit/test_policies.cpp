@@ -59,14 +59,15 @@ void check_split(const bps::partition::by_bytes& p, std::size_t bytes) {
 
 }  // namespace
 
-TEST_CASE("by_bytes bound rounds up to local_size pages", "[policies][partition]") {
+TEST_CASE("by_bytes bound rounds up to whole pages - the same for every local size", "[policies][partition]") {
   CHECK(bps::partition::by_bytes(config_with(4096000, 1)).bound() == 4096000);
   CHECK(bps::partition::by_bytes(config_with(5000, 1)).bound() == 8192);
   CHECK(bps::partition::by_bytes(config_with(4096, 1)).bound() == 4096);
   CHECK(bps::partition::by_bytes(config_with(4097, 1)).bound() == 8192);
-  CHECK(bps::partition::by_bytes(config_with(4096000, 3)).bound() == 4104192);
-  CHECK(bps::partition::by_bytes(config_with(4096000, 2)).bound() == 4096000);
-  CHECK(bps::partition::by_bytes(config_with(4096, 8)).bound() == 32768);
+  // Machines with different local sizes must cut a slice into the same partitions.
+  CHECK(bps::partition::by_bytes(config_with(4096000, 3)).bound() == 4096000);
+  CHECK(bps::partition::by_bytes(config_with(4097, 2)).bound() == 8192);
+  CHECK(bps::partition::by_bytes(config_with(4096, 8)).bound() == 4096);
   CHECK(bps::partition::by_bytes(config_with(std::size_t{1} << 31, 1)).bound() == (std::size_t{1} << 31));
   // the default config
   CHECK(bps::partition::by_bytes(bps::Config{}).bound() == 4096000);
@@ -263,9 +264,9 @@ TEST_CASE("priority bounds bytes in flight by credit x bound", "[policies][sched
   CHECK(s.queued() == 0);
 }
 
-TEST_CASE("priority credit is in local_size-rounded bound units", "[policies][schedule]") {
-  bps::schedule::priority s(config_with(4096000, 3, 4));
-  CHECK(s.credit_bytes() == 4 * std::size_t{4104192});
+TEST_CASE("priority credit is in page-rounded bound units", "[policies][schedule]") {
+  bps::schedule::priority s(config_with(4097, 3, 4));
+  CHECK(s.credit_bytes() == 4 * std::size_t{8192});
 }
 
 TEST_CASE("priority lets one partition larger than the credit go when idle", "[policies][schedule]") {

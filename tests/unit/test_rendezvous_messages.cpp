@@ -31,6 +31,8 @@ bps::rendezvous::hello sample_hello() {
   h.protocol = bps::rendezvous::protocol_version;
   h.node_role = bps::role::server;
   h.requested_rank = 0x7FFFFFF0;
+  h.local_rank = 2;
+  h.local_size = 3;
   h.host = "server-7.cluster.example";
   h.port = 65535;
   h.partition_bytes = 0xFEDCBA9876543210ull;
@@ -45,6 +47,8 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.protocol == b.protocol);
   CHECK(a.node_role == b.node_role);
   CHECK(a.requested_rank == b.requested_rank);
+  CHECK(a.local_rank == b.local_rank);
+  CHECK(a.local_size == b.local_size);
   CHECK(a.host == b.host);
   CHECK(a.port == b.port);
   CHECK(a.partition_bytes == b.partition_bytes);
@@ -59,6 +63,10 @@ bps::rendezvous::welcome sample_welcome() {
   m.rank = 3;
   m.num_workers = 8;
   m.num_servers = 3;
+  m.global_rank = 11;
+  m.global_size = 20;
+  m.slices = 4;
+  m.job_id = 0xFEEDFACECAFEBEEFull;
   m.servers = {{"10.0.0.1", 9000}, {"", 1}, {"host-with-a-longer-name.example.org", 65535}};
   return m;
 }
@@ -68,9 +76,10 @@ bps::rendezvous::welcome sample_welcome() {
 TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
-  // 4 + 1 + 4 + (4+24) + 2 + 8 + 4 + 4 + (4+4) + 8
+  // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
+  // workers, servers, key hash, token
   CHECK(bytes.size() ==
-        4 + 1 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8);
+        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -117,8 +126,15 @@ TEST_CASE("rendezvous hello refuses bad payloads", "[wire][rendezvous]") {
   auto bad_role = bytes;
   bad_role[4] = std::byte{3};
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad_role), bps::wire::decode_error);
-  // over-long key hash name
+  // a local rank outside its local size, or an absurd local size
   auto h = sample_hello();
+  h.local_rank = 3;
+  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
+  h.local_rank = 0;
+  h.local_size = 0;
+  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
+  // over-long key hash name
+  h = sample_hello();
   h.key_hash = std::string(33, 'k');
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
   // over-long host
@@ -143,13 +159,13 @@ TEST_CASE("rendezvous hello of another protocol decodes only its protocol", "[wi
 TEST_CASE("rendezvous welcome round-trips", "[wire][rendezvous]") {
   const auto m = sample_welcome();
   const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 16 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2));
+  CHECK(bytes.size() == 36 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2));
   CHECK(bps::rendezvous::decode_welcome(bytes) == m);
 
   bps::rendezvous::welcome empty;
   empty.rank = -1;
   const auto eb = bps::rendezvous::encode(empty);
-  CHECK(eb.size() == 16);
+  CHECK(eb.size() == 36);
   CHECK(bps::rendezvous::decode_welcome(eb) == empty);
 }
 
@@ -168,8 +184,19 @@ TEST_CASE("rendezvous welcome refuses bad payloads", "[wire][rendezvous]") {
   w.put(std::int32_t{0});
   w.put(std::int32_t{1});
   w.put(std::int32_t{1});
+  w.put(std::int32_t{0});
+  w.put(std::int32_t{1});
+  w.put(std::int32_t{1});
+  w.put(std::uint64_t{7});
   w.put(u32_max);
   CHECK_THROWS_AS(bps::rendezvous::decode_welcome(w.take()), bps::wire::decode_error);
+
+  // a slice count out of range
+  auto m = sample_welcome();
+  m.slices = 0;
+  CHECK_THROWS_AS(bps::rendezvous::decode_welcome(bps::rendezvous::encode(m)), bps::wire::decode_error);
+  m.slices = 1025;
+  CHECK_THROWS_AS(bps::rendezvous::decode_welcome(bps::rendezvous::encode(m)), bps::wire::decode_error);
 }
 
 TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") {

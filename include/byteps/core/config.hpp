@@ -50,7 +50,8 @@ struct Config {
   int num_servers = 1;                           ///< DMLC_NUM_SERVER
   std::string scheduler_host = "127.0.0.1";      ///< DMLC_PS_ROOT_URI
   std::uint16_t scheduler_port = 0;              ///< DMLC_PS_ROOT_PORT (0: scheduler picks one)
-  int worker_id = -1;                            ///< DMLC_WORKER_ID (-1: scheduler assigns)
+  int worker_id = -1;                            ///< DMLC_WORKER_ID: the machine (-1: assigned)
+  int server_id = -1;                            ///< BYTEPS_SERVER_ID (-1: scheduler assigns)
   std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
   std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
   std::string job_token;                         ///< BYTEPS_JOB_TOKEN ("": no token)
@@ -69,11 +70,9 @@ struct Config {
   millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
   millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
 
-  /// Largest frame payload a node accepts: a partition (rounded up to local_size pages by the
+  /// Largest frame payload a node accepts: a partition (rounded up to a page by the
   /// partitioner) plus room for control messages.
-  std::size_t max_frame_bytes() const noexcept {
-    return partition_bytes + static_cast<std::size_t>(local_size) * 4096 + (1u << 20);
-  }
+  std::size_t max_frame_bytes() const noexcept { return partition_bytes + 4096 + (1u << 20); }
 
   /// Throws `usage_error` naming the first field that is out of range.
   void validate() const;
@@ -132,9 +131,15 @@ inline void Config::validate() const {
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
   if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (server_id < -1 || server_id >= num_servers)
+    fail("server_id (BYTEPS_SERVER_ID)", server_id, "-1 (assigned) or 0 .. num_servers-1");
   if (local_size < 1) fail("local_size (BYTEPS_LOCAL_SIZE)", local_size, ">= 1");
   if (local_rank < 0 || local_rank >= local_size)
     fail("local_rank (BYTEPS_LOCAL_RANK)", local_rank, "0 .. local_size-1");
+  if (node_role == role::worker && local_size > 1 && worker_id < 0)
+    fail("worker_id (DMLC_WORKER_ID)", worker_id,
+         "the machine's index 0 .. num_workers-1 when local_size (BYTEPS_LOCAL_SIZE) > 1, so "
+         "that the local ranks of one machine find each other");
   if (scheduler_host.empty()) fail("scheduler_host (DMLC_PS_ROOT_URI)", "\"\"", "a host name or address");
   if (connect_timeout.count() <= 0) fail("connect_timeout (BYTEPS_CONNECT_TIMEOUT_MS)", connect_timeout.count(), "> 0");
   if (rendezvous_timeout.count() <= 0) fail("rendezvous_timeout (BYTEPS_RENDEZVOUS_TIMEOUT_MS)", rendezvous_timeout.count(), "> 0");
@@ -171,6 +176,7 @@ inline Config Config::from_env() {
   c.scheduler_port =
       static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, lowest_port, 65535, true));
   c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
+  c.server_id = static_cast<int>(env_integer("BYTEPS_SERVER_ID", -1, 0, c.num_servers - 1));
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
   if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;
   c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));

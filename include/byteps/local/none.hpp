@@ -1,11 +1,12 @@
 #pragma once
 /// @file
 /// `bps::local::none`: one process per machine (or per device, each its own "machine"); no local
-/// stage. Every process talks to the servers directly.
+/// stage. Every process talks to the servers directly: the communicator sees `is_identity` and
+/// never calls `push_pull` here.
 
-#include <span>
-#include <string_view>
+#include <string>
 
+#include "byteps/core/error.hpp"
 #include "byteps/local/local_collective.hpp"
 
 namespace bps::local {
@@ -16,10 +17,13 @@ class none {
   explicit none(const Config&) {}
   int local_rank() const noexcept { return 0; }
   int local_size() const noexcept { return 1; }
-  std::span<std::byte> reduce_scatter(std::string_view, std::span<std::byte> data, dtype) {
-    return data;
+  void attach(const cluster&, network&) {}
+  handle push_pull(request r) {
+    throw usage_error(r.what + ": bps::local::none has no local stage (the communicator sends "
+                               "directly)");
   }
-  void all_gather(std::string_view, std::span<std::byte>, dtype) {}
+  void fail(const std::string&) {}
+  void shutdown() {}
 };
 
 static_assert(LocalCollective<none>);

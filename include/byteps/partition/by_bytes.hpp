@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// `bps::partition::by_bytes`: BytePS's partitioner. Partitions of `BYTEPS_PARTITION_BYTES`
-/// (default 4096000), rounded up to a multiple of local_size x 4096 so that each local rank's
-/// slice of a partition is page aligned (the local reduce-scatter splits partitions that way).
+/// (default 4096000), rounded up to a multiple of 4096. The split depends on nothing that
+/// differs between machines (local collectives cut tensors into slices before this runs), so
+/// every worker cuts a tensor the same way.
 ///
 /// One change from BytePS: with several servers, a tensor that would make fewer than 4
 /// partitions per server is cut into up to 4 x `DMLC_NUM_SERVER` equal partitions of at least
@@ -27,7 +28,7 @@ class by_bytes {
   static constexpr std::size_t parts_per_server = 4;
 
   explicit by_bytes(const Config& cfg)
-      : unit_(page * static_cast<std::size_t>(cfg.local_size)),
+      : unit_(page),
         bound_(round_up(cfg.partition_bytes, unit_)),
         spread_(cfg.num_servers > 1 ? parts_per_server * static_cast<std::size_t>(cfg.num_servers)
                                     : 1) {}

@@ -22,8 +22,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <byteps/core/dtype.hpp>
 #include <byteps/core/error.hpp>
@@ -253,6 +255,24 @@ inline void fill_negative_zero(void* data, std::size_t count, dtype t) {
     case dtype::int64: std::memset(data, 0, count * dtype_size(t)); return;
   }
   detail::throw_unknown_dtype(t);
+}
+
+/// out = the sum of `inputs` (each `count` elements of `t`), added in the inputs' order so
+/// that every machine gets the same bits. fp16/bf16 accumulate in fp32 in `scratch` and round
+/// once, as the servers do. `out` may be one of the inputs only if it is the first.
+inline void sum_of(void* out, std::span<const std::byte* const> inputs, std::size_t count,
+                   dtype t, std::vector<std::byte>& scratch) {
+  if (inputs.empty() || count == 0) return;
+  if (t == dtype::float16 || t == dtype::bfloat16) {
+    scratch.resize(accumulator_bytes(t, count));
+    accumulate_init(scratch.data(), inputs[0], count, t);
+    for (std::size_t i = 1; i < inputs.size(); ++i)
+      accumulate_add(scratch.data(), inputs[i], count, t);
+    accumulate_finish(out, scratch.data(), count, t);
+    return;
+  }
+  if (out != inputs[0]) std::memcpy(out, inputs[0], count * dtype_size(t));
+  for (std::size_t i = 1; i < inputs.size(); ++i) sum_into(out, inputs[i], count, t);
 }
 
 }  // namespace bps::reduce

@@ -26,12 +26,14 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 }
 
 /// Raised when nodes of two different byteps protocol generations meet.
-inline constexpr std::uint32_t protocol_version = 2;  // 2: heartbeats, job token
+inline constexpr std::uint32_t protocol_version = 3;  // 2: heartbeats, job token; 3: local ranks
 
 struct hello {
   std::uint32_t protocol = protocol_version;
   role node_role = role::worker;
-  std::int32_t requested_rank = -1;  ///< DMLC_WORKER_ID, or -1
+  std::int32_t requested_rank = -1;  ///< DMLC_WORKER_ID (a worker's machine), BYTEPS_SERVER_ID, or -1
+  std::int32_t local_rank = 0;       ///< workers: BYTEPS_LOCAL_RANK on its machine
+  std::int32_t local_size = 1;       ///< workers: BYTEPS_LOCAL_SIZE of its machine
   std::string host;                  ///< servers: where workers reach them
   std::uint16_t port = 0;
   // Settings that must agree across the cluster.
@@ -44,7 +46,11 @@ struct hello {
   static hello from(const Config& c, role r) {
     hello h;
     h.node_role = r;
-    h.requested_rank = r == role::worker ? c.worker_id : -1;
+    h.requested_rank = r == role::worker ? c.worker_id : r == role::server ? c.server_id : -1;
+    if (r == role::worker) {
+      h.local_rank = c.local_rank;
+      h.local_size = c.local_size;
+    }
     h.partition_bytes = c.partition_bytes;
     h.num_workers = c.num_workers;
     h.num_servers = c.num_servers;
@@ -61,9 +67,13 @@ struct address {
 };
 
 struct welcome {
-  std::int32_t rank = 0;
-  std::int32_t num_workers = 0;
+  std::int32_t rank = 0;  ///< a server's rank, or a worker's machine
+  std::int32_t num_workers = 0;  ///< machines (DMLC_NUM_WORKER)
   std::int32_t num_servers = 0;
+  std::int32_t global_rank = 0;   ///< workers: rank among all worker processes, machine-major
+  std::int32_t global_size = 0;   ///< worker processes in the job (sum of local sizes)
+  std::int32_t slices = 1;        ///< the largest local size: slices per tensor, cluster-wide
+  std::uint64_t job_id = 0;       ///< random per job: names shared-memory segments
   std::vector<address> servers;  ///< by server rank
   friend bool operator==(const welcome&, const welcome&) = default;
 };
@@ -73,6 +83,8 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.protocol);
   w.put(static_cast<std::uint8_t>(h.node_role));
   w.put(h.requested_rank);
+  w.put(h.local_rank);
+  w.put(h.local_size);
   w.put_string(h.host);
   w.put(h.port);
   w.put(h.partition_bytes);
@@ -92,6 +104,10 @@ inline hello decode_hello(std::span<const std::byte> in) {
   if (rl > static_cast<std::uint8_t>(role::worker)) throw wire::decode_error("unknown role");
   h.node_role = static_cast<role>(rl);
   h.requested_rank = r.get<std::int32_t>();
+  h.local_rank = r.get<std::int32_t>();
+  h.local_size = r.get<std::int32_t>();
+  if (h.local_size < 1 || h.local_size > 1024 || h.local_rank < 0 || h.local_rank >= h.local_size)
+    throw wire::decode_error("local rank outside the local size");
   h.host = r.get_string(256);
   h.port = r.get<std::uint16_t>();
   h.partition_bytes = r.get<std::uint64_t>();
@@ -108,6 +124,10 @@ inline std::vector<std::byte> encode(const welcome& m) {
   w.put(m.rank);
   w.put(m.num_workers);
   w.put(m.num_servers);
+  w.put(m.global_rank);
+  w.put(m.global_size);
+  w.put(m.slices);
+  w.put(m.job_id);
   w.put(static_cast<std::uint32_t>(m.servers.size()));
   for (const auto& a : m.servers) {
     w.put_string(a.host);
@@ -122,6 +142,11 @@ inline welcome decode_welcome(std::span<const std::byte> in) {
   m.rank = r.get<std::int32_t>();
   m.num_workers = r.get<std::int32_t>();
   m.num_servers = r.get<std::int32_t>();
+  m.global_rank = r.get<std::int32_t>();
+  m.global_size = r.get<std::int32_t>();
+  m.slices = r.get<std::int32_t>();
+  m.job_id = r.get<std::uint64_t>();
+  if (m.slices < 1 || m.slices > 1024) throw wire::decode_error("slice count out of range");
   auto n = r.get<std::uint32_t>();
   if (n > 65536) throw wire::decode_error("server table too large");
   for (std::uint32_t i = 0; i < n; ++i) {

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,9 +61,9 @@ class SchedulerNode {
     const auto deadline = clock::now() + cfg_.rendezvous_timeout;
     if (!cv_.wait_until(lock, deadline, [&] { return complete_locked() || !failure_.empty(); })) {
       auto why = fmt::format(
-          "rendezvous timed out after {} ms: {} of {} workers and {} of {} servers joined "
-          "(BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
-          cfg_.rendezvous_timeout.count(), count_locked(role::worker), cfg_.num_workers,
+          "rendezvous timed out after {} ms: {} of {} workers (machines with all their local "
+          "ranks) and {} of {} servers joined (BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
+          cfg_.rendezvous_timeout.count(), machines_locked(true), cfg_.num_workers,
           count_locked(role::server), cfg_.num_servers);
       fail_locked(why);
       finish(lock);
@@ -89,7 +91,9 @@ class SchedulerNode {
  private:
   struct node {
     role r = role::worker;
-    int requested = -1;
+    int requested = -1;  // workers: the machine (DMLC_WORKER_ID); servers: BYTEPS_SERVER_ID
+    int local_rank = 0;
+    int local_size = 1;
     int rank = -1;
     std::string host;
     std::uint16_t port = 0;
@@ -128,8 +132,28 @@ class SchedulerNode {
     for (const auto& x : nodes_) n += (x.r == r && x.alive) ? 1 : 0;
     return n;
   }
+  // Machines that have at least one worker here: by DMLC_WORKER_ID, plus one per worker that
+  // named none (those run one process per machine).
+  int machines_locked(bool full_only) const {
+    std::map<int, std::pair<int, int>> seen;  // machine -> (joined, local size)
+    int anonymous = 0;
+    for (const auto& n : nodes_) {
+      if (!n.alive || n.r != role::worker) continue;
+      if (n.requested < 0) {
+        ++anonymous;
+        continue;
+      }
+      auto& [joined, size] = seen[n.requested];
+      ++joined;
+      size = n.local_size;
+    }
+    int machines = anonymous;
+    for (const auto& [m, js] : seen) machines += (!full_only || js.first == js.second) ? 1 : 0;
+    return machines;
+  }
   bool complete_locked() const {
-    return count_locked(role::worker) == cfg_.num_workers &&
+    const int all = machines_locked(false);
+    return all == cfg_.num_workers && machines_locked(true) == all &&
            count_locked(role::server) == cfg_.num_servers;
   }
   bool all_workers_left_locked() const {
@@ -140,8 +164,10 @@ class SchedulerNode {
     return true;
   }
   std::string describe(const node& n) const {
-    return n.rank >= 0 ? fmt::format("{} {} at {}", role_name(n.r), n.rank, n.peer)
-                       : fmt::format("{} at {}", role_name(n.r), n.peer);
+    const std::string local =
+        n.r == role::worker && n.local_size > 1 ? fmt::format(" local rank {}", n.local_rank) : "";
+    return n.rank >= 0 ? fmt::format("{} {}{} at {}", role_name(n.r), n.rank, local, n.peer)
+                       : fmt::format("{}{} at {}", role_name(n.r), local, n.peer);
   }
 
   void send_locked(const link_ptr& l, wire::msg type, std::vector<std::byte> payload,
@@ -178,7 +204,7 @@ class SchedulerNode {
     switch (h.type) {
       case wire::msg::barrier: {
         if (n.r != role::worker) throw std::runtime_error("only workers enter barriers");
-        if (++barriers_[h.round] == cfg_.num_workers) {
+        if (++barriers_[h.round] == workers_) {
           barriers_.erase(h.round);
           for (auto& w : nodes_)
             if (w.alive && w.r == role::worker) send_locked(w.link, wire::msg::barrier_release, {}, h.round);
@@ -195,6 +221,44 @@ class SchedulerNode {
     }
   }
 
+  // Why a node with these settings cannot join now, if it cannot.
+  std::optional<std::string> refusal_locked(const rendezvous::hello& theirs) const {
+    if (theirs.node_role == role::server) {
+      if (count_locked(role::server) >= cfg_.num_servers)
+        return fmt::format("the job already has {} servers (DMLC_NUM_SERVER={})",
+                           cfg_.num_servers, cfg_.num_servers);
+      for (const auto& n : nodes_)
+        if (n.alive && n.r == role::server && theirs.requested_rank >= 0 &&
+            n.requested == theirs.requested_rank)
+          return fmt::format("BYTEPS_SERVER_ID={} is already taken by the server at {}",
+                             theirs.requested_rank, n.peer);
+      return std::nullopt;
+    }
+    if (theirs.requested_rank < 0 && theirs.local_size > 1)
+      return fmt::format("a worker with BYTEPS_LOCAL_SIZE={} must set DMLC_WORKER_ID (its "
+                         "machine's index)",
+                         theirs.local_size);
+    bool machine_known = false;
+    for (const auto& n : nodes_) {
+      if (!n.alive || n.r != role::worker || theirs.requested_rank < 0 ||
+          n.requested != theirs.requested_rank)
+        continue;
+      machine_known = true;
+      if (n.local_size != theirs.local_size)
+        return fmt::format("BYTEPS_LOCAL_SIZE differs on machine {} (DMLC_WORKER_ID): this "
+                           "worker says {}, the worker at {} says {}",
+                           theirs.requested_rank, theirs.local_size, n.peer, n.local_size);
+      if (n.local_rank == theirs.local_rank)
+        return fmt::format("DMLC_WORKER_ID={} BYTEPS_LOCAL_RANK={} is already taken by the "
+                           "worker at {}",
+                           theirs.requested_rank, theirs.local_rank, n.peer);
+    }
+    if (!machine_known && machines_locked(false) >= cfg_.num_workers)
+      return fmt::format("the job already has {} worker machines (DMLC_NUM_WORKER={})",
+                         cfg_.num_workers, cfg_.num_workers);
+    return std::nullopt;
+  }
+
   void hello_locked(session& s, std::span<std::byte> payload) {
     if (s.node_index >= 0) throw std::runtime_error("a second hello on one connection");
     rendezvous::hello theirs;
@@ -209,67 +273,74 @@ class SchedulerNode {
       return refuse_locked(s, "a second scheduler tried to join; start one scheduler per job");
     if (formed_)
       return refuse_locked(s, "the cluster has already formed; start every node of a job together");
-    const int limit = theirs.node_role == role::worker ? cfg_.num_workers : cfg_.num_servers;
-    if (count_locked(theirs.node_role) >= limit) {
-      return refuse_locked(s, fmt::format("the job already has {} {}s ({}={})", limit,
-                                          role_name(theirs.node_role),
-                                          theirs.node_role == role::worker ? "DMLC_NUM_WORKER"
-                                                                           : "DMLC_NUM_SERVER",
-                                          limit));
-    }
-    if (theirs.node_role == role::worker && theirs.requested_rank >= 0) {
-      for (const auto& n : nodes_) {
-        if (n.alive && n.r == role::worker && n.requested == theirs.requested_rank)
-          return refuse_locked(s, fmt::format("DMLC_WORKER_ID={} is already taken by the worker "
-                                              "at {}",
-                                              theirs.requested_rank, n.peer));
-      }
-    }
+    if (auto why = refusal_locked(theirs)) return refuse_locked(s, *why);
     node n;
     n.r = theirs.node_role;
     n.requested = theirs.requested_rank;
+    n.local_rank = theirs.local_rank;
+    n.local_size = theirs.local_size;
     n.host = theirs.host;
     n.port = theirs.port;
     n.peer = s.link_->peer();
     n.link = s.link_;
     s.node_index = static_cast<int>(nodes_.size());
     nodes_.push_back(std::move(n));
-    log_.info("{} joined ({} of {} workers, {} of {} servers)", describe(nodes_.back()),
-              count_locked(role::worker), cfg_.num_workers, count_locked(role::server),
-              cfg_.num_servers);
+    log_.info("{} joined ({} of {} worker machines complete, {} of {} servers)",
+              describe(nodes_.back()), machines_locked(true), cfg_.num_workers,
+              count_locked(role::server), cfg_.num_servers);
     cv_.notify_all();
   }
 
   void assign_and_welcome_locked() {
     formed_ = true;
     // Nodes that left before the cluster formed stay in nodes_ (sessions index it), not alive.
-    std::vector<bool> taken(static_cast<std::size_t>(cfg_.num_workers), false);
-    for (auto& n : nodes_)
-      if (n.alive && n.r == role::worker && n.requested >= 0) {
-        n.rank = n.requested;
-        taken[static_cast<std::size_t>(n.rank)] = true;
+    auto assign = [&](role r, int count) {
+      std::vector<bool> taken(static_cast<std::size_t>(count), false);
+      for (auto& n : nodes_)
+        if (n.alive && n.r == r && n.requested >= 0) {
+          n.rank = n.requested;
+          taken[static_cast<std::size_t>(n.rank)] = true;
+        }
+      int next = 0;
+      for (auto& n : nodes_) {
+        if (!n.alive || n.r != r || n.rank >= 0) continue;
+        while (taken[static_cast<std::size_t>(next)]) ++next;
+        n.rank = next;
+        taken[static_cast<std::size_t>(next)] = true;
       }
-    int next_worker = 0, next_server = 0;
+    };
+    assign(role::worker, cfg_.num_workers);
+    assign(role::server, cfg_.num_servers);
+
     rendezvous::welcome table;
     table.num_workers = cfg_.num_workers;
     table.num_servers = cfg_.num_servers;
-    for (auto& n : nodes_) {
+    table.servers.resize(static_cast<std::size_t>(cfg_.num_servers));
+    std::vector<int> local_sizes(static_cast<std::size_t>(cfg_.num_workers), 1);
+    for (const auto& n : nodes_) {
       if (!n.alive) continue;
-      if (n.r == role::server) {
-        n.rank = next_server++;
-        table.servers.push_back({n.host, n.port});
-      } else if (n.rank < 0) {
-        while (taken[static_cast<std::size_t>(next_worker)]) ++next_worker;
-        n.rank = next_worker;
-        taken[static_cast<std::size_t>(next_worker)] = true;
+      if (n.r == role::server) table.servers[static_cast<std::size_t>(n.rank)] = {n.host, n.port};
+      if (n.r == role::worker) {
+        local_sizes[static_cast<std::size_t>(n.rank)] = n.local_size;
+        table.slices = std::max(table.slices, n.local_size);
       }
     }
+    // Global ranks are machine-major: machine m's processes follow those of machines < m.
+    std::vector<int> first_rank(local_sizes.size() + 1, 0);
+    for (std::size_t m = 0; m < local_sizes.size(); ++m)
+      first_rank[m + 1] = first_rank[m] + local_sizes[m];
+    workers_ = first_rank.back();
+    table.global_size = workers_;
+    table.job_id = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
     for (auto& n : nodes_) {
       if (!n.alive) continue;
       table.rank = n.rank;
+      table.global_rank =
+          n.r == role::worker ? first_rank[static_cast<std::size_t>(n.rank)] + n.local_rank : 0;
       send_locked(n.link, wire::msg::welcome, rendezvous::encode(table));
     }
-    log_.info("cluster formed: {} workers, {} servers", cfg_.num_workers, cfg_.num_servers);
+    log_.info("cluster formed: {} worker processes on {} machines, {} servers", workers_,
+              cfg_.num_workers, cfg_.num_servers);
   }
 
   void closed(session& s, const std::string& reason) {
@@ -340,6 +411,7 @@ class SchedulerNode {
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
+  int workers_ = 0;  // worker processes, once formed
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

@@ -47,10 +47,6 @@ namespace bps {
 
 template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
 class Communicator {
-  static_assert(L::is_identity,
-                "this Communicator runs one process per machine; local collectives other than "
-                "bps::local::none plug in with the local-collectives work (docs/architecture.md)");
-
  public:
   using link_ptr = std::shared_ptr<typename T::link>;
   using clock = std::chrono::steady_clock;
@@ -73,6 +69,7 @@ class Communicator {
         closing_ = true;
       }
       transport_.stop();
+      local_.shutdown();
       throw;
     }
   }
@@ -83,10 +80,20 @@ class Communicator {
   /// Leaves the job: operations still in flight fail, servers and the scheduler are told this
   /// worker is done (so its exit is no failure), and later calls throw `usage_error`. The
   /// destructor does this too. Idempotent.
-  void shutdown() { leave(); }
+  void shutdown() {
+    leave();
+    local_.shutdown();
+  }
 
-  int rank() const noexcept { return rank_ * local_.local_size() + local_.local_rank(); }
-  int size() const noexcept { return num_workers_ * local_.local_size(); }
+  /// This process among all worker processes (machine-major), and their number.
+  int rank() const noexcept { return global_rank_; }
+  int size() const noexcept { return global_size_; }
+  /// This machine (DMLC_WORKER_ID) and the number of machines (DMLC_NUM_WORKER).
+  int machine() const noexcept { return rank_; }
+  int machines() const noexcept { return num_workers_; }
+  /// Random per job, the same on every node: names what the job keeps outside the process
+  /// (shared-memory segments are /dev/shm/bps-<job id as 16 hex digits>-...).
+  std::uint64_t job_id() const noexcept { return job_id_; }
   int local_rank() const noexcept { return local_.local_rank(); }
   int local_size() const noexcept { return local_.local_size(); }
 
@@ -101,8 +108,10 @@ class Communicator {
   handle push_pull(std::string_view name, void* data, std::size_t count, dtype type,
                    push_pull_options opts = {}) {
     check_name("push_pull", name);
-    return start(std::string(name), fmt::format("push_pull of '{}'", name), data, count, type,
-                 opts);
+    auto what = fmt::format("push_pull of '{}'", name);
+    if constexpr (!L::is_identity)
+      return start_local(std::string(name), std::move(what), data, count, type, opts, true);
+    return start(std::string(name), std::move(what), data, count, type, opts);
   }
 
   /// Copies `root`'s `data` into every worker's `data`. Returns at once.
@@ -118,12 +127,15 @@ class Communicator {
       throw usage_error(fmt::format("broadcast of '{}': root {} is outside the group of {} "
                                     "workers (0 .. {})",
                                     name, root, size(), size() - 1));
+    auto what = fmt::format("broadcast of '{}' from rank {}", name, root);
+    if constexpr (!L::is_identity)
+      return start_local("broadcast:" + std::string(name), std::move(what), data, count, type, {},
+                         rank() == root);
     // Non-roots contribute zeros, so the servers' sum is root's data bit for bit: -0.0 for
     // floating dtypes, since x + (-0.0) is x for every x, -0.0 and NaN included.
     if (rank() != root && data != nullptr && dtype_from_wire(static_cast<std::uint32_t>(type)))
       reduce::fill_negative_zero(data, count, type);
-    return start("broadcast:" + std::string(name),
-                 fmt::format("broadcast of '{}' from rank {}", name, root), data, count, type, {});
+    return start("broadcast:" + std::string(name), std::move(what), data, count, type, {});
   }
 
   /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
@@ -204,7 +216,18 @@ class Communicator {
     auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
     rank_ = welcome.rank;
     num_workers_ = welcome.num_workers;
-    log_.rename(fmt::format("worker {}", rank_));
+    global_rank_ = welcome.global_rank;
+    global_size_ = welcome.global_size;
+    job_id_ = welcome.job_id;
+    log_.rename(local_.local_size() > 1
+                    ? fmt::format("worker {}.{}", rank_, local_.local_rank())
+                    : fmt::format("worker {}", rank_));
+    if (L::is_identity && welcome.slices > 1)
+      throw usage_error(fmt::format(
+          "this job runs {} local ranks on some machine, so every machine must run a local "
+          "collective (bps::local::host) to cut tensors into the same slices; this worker uses "
+          "bps::local::none",
+          welcome.slices));
     control_.on_failure([this](const std::string& why) {
       std::lock_guard lock(mu_);
       die_locked(why);
@@ -227,7 +250,11 @@ class Communicator {
       std::lock_guard lock(mu_);
       servers_.push_back(std::move(s));
     }
-    log_.info("joined: rank {} of {} workers, {} servers", rank_, num_workers_, servers_.size());
+    local_.attach(local::cluster{rank_, num_workers_, global_rank_, global_size_, welcome.slices,
+                                 welcome.job_id},
+                  network_);
+    log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
+              global_size_, num_workers_, servers_.size());
   }
 
   void leave() {
@@ -268,8 +295,8 @@ class Communicator {
     if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
   }
 
-  handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
-               push_pull_options opts) {
+  static void check_request(const std::string& what, void* data, std::size_t count, dtype type,
+                            push_pull_options opts) {
     if (!dtype_from_wire(static_cast<std::uint32_t>(type)))
       throw usage_error(fmt::format("{}: dtype value {} is not one byteps carries (see "
                                     "bps::dtype)",
@@ -281,12 +308,17 @@ class Communicator {
       throw usage_error(fmt::format("{}: average is defined for floating dtypes only, and the "
                                     "tensor is {}",
                                     what, dtype_name(type)));
+  }
+
+  handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
+               push_pull_options opts) {
+    check_request(what, data, count, type, opts);
     const std::size_t bytes = count * dtype_size(type);
     auto op = std::make_shared<detail::op_state>();
     op->what = std::move(what);
     op->data = {static_cast<std::byte*>(data), bytes};
     op->type = type;
-    op->average = opts.average && num_workers_ > 1;
+    op->average = opts.average && global_size_ > 1;
     op->key = tensor_key(name);
     op->deadline = clock::now() + cfg_.op_timeout;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
@@ -312,6 +344,43 @@ class Communicator {
     dispatch_locked();
     return handle(op);
   }
+
+  // A push_pull or broadcast through the local collective, which calls back `network_` for the
+  // slices this process sends.
+  handle start_local(std::string name, std::string what, void* data, std::size_t count,
+                     dtype type, push_pull_options opts, bool contributes) {
+    check_request(what, data, count, type, opts);
+    {
+      std::lock_guard lock(mu_);
+      throw_if_dead_locked();
+    }
+    local::request r;
+    r.name = std::move(name);
+    r.what = std::move(what);
+    r.data = data;
+    r.count = count;
+    r.type = type;
+    r.opts = opts;
+    r.contributes = contributes;
+    r.deadline = clock::now() + cfg_.op_timeout;
+    return local_.push_pull(std::move(r));
+  }
+
+  class network_adapter final : public local::network {
+   public:
+    explicit network_adapter(Communicator* owner) : owner_(owner) {}
+    handle push_pull(std::string name, std::string what, void* data, std::size_t count,
+                     dtype type, push_pull_options opts) override {
+      return owner_->start(std::move(name), std::move(what), data, count, type, opts);
+    }
+    void fail(const std::string& why) override {
+      std::lock_guard lock(owner_->mu_);
+      owner_->die_locked(why);
+    }
+
+   private:
+    Communicator* owner_;
+  };
 
   void dispatch_locked() {
     while (auto task = scheduler_.pop()) {
@@ -369,7 +438,7 @@ class Communicator {
   void answered(const wire::header& h, op_ptr op, std::span<std::byte> payload) {
     if (op->average && !op->failure)
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
-                    1.0 / num_workers_);
+                    1.0 / global_size_);
     std::lock_guard lock(mu_);
     --op->receiving;
     ops_.answered(key_id{h.key, h.part}, op);
@@ -427,6 +496,7 @@ class Communicator {
     }
     // Closing the links returns every payload the transport still holds (their on_sent run).
     for (auto& s : servers_) s.link->close();
+    local_.fail(why);
   }
 
   Config cfg_;
@@ -443,8 +513,12 @@ class Communicator {
   bool closing_ = false;
   std::uint64_t order_ = 0;
   std::uint64_t barriers_ = 0;
-  int rank_ = 0;
+  int rank_ = 0;  // the machine
   int num_workers_ = 1;
+  int global_rank_ = 0;
+  int global_size_ = 1;
+  std::uint64_t job_id_ = 0;
+  network_adapter network_{this};
 };
 
 }  // namespace bps

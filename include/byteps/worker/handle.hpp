@@ -54,18 +54,35 @@ struct op_state {
 
   /// Called once, by the communicator, when nothing will touch `data` any more.
   void finish(std::exception_ptr e) {
+    std::function<void()> then;
     {
       std::lock_guard lock(mu);
       done = true;
       error = std::move(e);
+      then = std::move(on_done);
     }
     cv.notify_all();
+    if (then) then();
+  }
+
+  /// Runs `f` once the operation is done: now if it is, else on the thread that finishes it
+  /// (which may hold the communicator's lock: `f` must be short and must not call back).
+  void when_done(std::function<void()> f) {
+    {
+      std::lock_guard lock(mu);
+      if (!done) {
+        on_done = std::move(f);
+        return;
+      }
+    }
+    f();
   }
 
   mutable std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  std::function<void()> on_done;
 };
 
 }  // namespace detail
@@ -101,6 +118,14 @@ class handle {
   }
 
   bool valid() const noexcept { return s_ != nullptr; }
+
+  /// Runs `f` once the operation is done (at once if it is), on the thread that finishes it.
+  /// `f` must be short and must not wait on handles or call the communicator: it suits waking
+  /// a thread of one's own (a pipeline stage, an event loop).
+  void when_done(std::function<void()> f) const {
+    check();
+    s_->when_done(std::move(f));
+  }
   const std::string& what() const {
     check();
     return s_->what;
