@@ -69,6 +69,14 @@ struct Config {
   millis heartbeat_interval{1000};               ///< BYTEPS_HEARTBEAT_INTERVAL_MS
   millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
   millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
+  /// BYTEPS_FAILOVER_TIMEOUT_MS: 0 (default) = off, a lost server fails the job. Otherwise a
+  /// server lost after the cluster formed is replaced (a standby, or a server restarted with its
+  /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
+  millis failover_timeout{0};
+  bool server_standby = false;                   ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+
+  /// Server failover is on (`failover_timeout` > 0).
+  bool failover() const noexcept { return failover_timeout.count() > 0; }
 
   /// Largest frame payload a node accepts: a partition (rounded up to a page by the
   /// partitioner) plus room for control messages.
@@ -151,6 +159,17 @@ inline void Config::validate() const {
          "more than heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)");
   if (stall_warning.count() <= 0)
     fail("stall_warning (BYTEPS_STALL_WARNING_MS)", stall_warning.count(), "> 0");
+  if (failover_timeout.count() < 0)
+    fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
+         "0 (off) or more");
+  if (node_role == role::server && server_standby && !failover())
+    fail("server_standby (BYTEPS_SERVER_STANDBY)", 1,
+         "0 unless failover is on: set failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) > 0 on every "
+         "node");
+  if (node_role == role::server && server_standby && server_id >= 0)
+    fail("server_id (BYTEPS_SERVER_ID)", server_id,
+         "-1 on a standby server (BYTEPS_SERVER_STANDBY=1), which takes the rank of whichever "
+         "server dies");
 }
 
 inline Config Config::from_env() {
@@ -193,6 +212,8 @@ inline Config Config::from_env() {
   c.heartbeat_interval = millis(env_integer("BYTEPS_HEARTBEAT_INTERVAL_MS", 1000, 10, 3600000));
   c.heartbeat_timeout = millis(env_integer("BYTEPS_HEARTBEAT_TIMEOUT_MS", 10000, 20, 86400000));
   c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
+  c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
+  c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
 
   if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
     std::string_view v = h;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -50,35 +51,22 @@ class client {
     });
   }
 
+  /// Frames of `type` (a notice such as `server_replaced`) go to `f` on the I/O thread.
+  void on_notice(wire::msg type, std::function<void(const frame&)> f) {
+    inbox_->on_notice(type, std::move(f));
+  }
+
   /// Sends `hello` and waits for the scheduler's answer until `Config::rendezvous_timeout`.
   welcome join(const hello& h) {
-    auto payload = std::make_shared<std::vector<std::byte>>(encode(h));
-    wire::header head;
-    head.type = wire::msg::hello;
-    link_->send(head, *payload, [payload] {});
-    std::string why;
-    auto f = inbox_->take({wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed},
-                          clock::now() + cfg_.rendezvous_timeout, why);
-    if (!f) {
-      throw communicator_error(fmt::format(
-          "joining the cluster at the scheduler {} failed: {} (waited up to {} ms for {} workers "
-          "and {} servers; BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
-          link_->peer(), why, cfg_.rendezvous_timeout.count(), cfg_.num_workers,
-          cfg_.num_servers));
-    }
-    if (f->header.type == wire::msg::refuse) {
-      inbox_->expect_close();
-      throw usage_error("the scheduler refused this node: " + f->text());
-    }
-    if (f->header.type == wire::msg::node_failed)
-      throw communicator_error("the cluster failed while joining: " + f->text());
-    try {
-      return decode_welcome(f->payload);
-    } catch (const wire::decode_error& e) {
-      throw communicator_error(fmt::format("malformed welcome from the scheduler {}: {}",
-                                           link_->peer(), e.what()));
-    }
+    auto w = join_until(h, clock::now() + cfg_.rendezvous_timeout);
+    if (!w) throw communicator_error("the scheduler ended the job before this node joined");
+    return *w;
   }
+
+  /// A standby server's join: sends `hello` (with `standby` set) and waits with no deadline of
+  /// its own (heartbeats still end the wait when the scheduler dies) until a server dies and
+  /// this one gets its rank, or the job ends: then it returns nullopt.
+  std::optional<welcome> stand_by(const hello& h) { return join_until(h, clock::time_point::max()); }
 
   /// Blocks until every worker entered barrier number `n`, or the deadline.
   void barrier(std::uint64_t n, std::chrono::milliseconds timeout) {
@@ -124,7 +112,51 @@ class client {
 
   void close() { link_->close(); }
 
+  /// Gives the link up for `why` without a word to the scheduler (a simulated crash, in tests):
+  /// waiters wake, and the failure callback runs.
+  void abandon(const std::string& why) {
+    heartbeat_.stop();
+    link_->close();
+    inbox_->fail_now(why);
+  }
+
  private:
+  std::optional<welcome> join_until(const hello& h, clock::time_point deadline) {
+    auto payload = std::make_shared<std::vector<std::byte>>(encode(h));
+    wire::header head;
+    head.type = wire::msg::hello;
+    link_->send(head, *payload, [payload] {});
+    std::string why;
+    auto f = inbox_->take(
+        {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
+        deadline, why);
+    if (f && f->header.type == wire::msg::shutdown) {
+      inbox_->expect_close();
+      heartbeat_.stop();
+      return std::nullopt;
+    }
+    if (!f) {
+      throw communicator_error(fmt::format(
+          "joining the cluster at the scheduler {} failed: {} (waited up to {} ms for {} workers "
+          "and {} servers; BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
+          link_->peer(), why, cfg_.rendezvous_timeout.count(), cfg_.num_workers,
+          cfg_.num_servers));
+    }
+    if (f->header.type == wire::msg::refuse) {
+      inbox_->expect_close();
+      throw usage_error("the scheduler refused this node: " + f->text());
+    }
+    if (f->header.type == wire::msg::node_failed)
+      throw communicator_error("the cluster failed while joining: " + f->text());
+    try {
+      return decode_welcome(f->payload);
+    } catch (const wire::decode_error& e) {
+      throw communicator_error(fmt::format("malformed welcome from the scheduler {}: {}",
+                                           link_->peer(), e.what()));
+    }
+  }
+
+
   void beat() {
     wire::header h;
     h.type = wire::msg::heartbeat;

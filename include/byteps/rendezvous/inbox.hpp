@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byteps/transport/transport.hpp"
@@ -35,6 +36,24 @@ class inbox final : public transport::receiver {
   void on_failure(std::function<void(const std::string&)> f) {
     std::lock_guard lock(mu_);
     on_failure_ = std::move(f);
+  }
+  /// Frames of `type` go to `f` (on the I/O thread, in order) instead of the queue; frames of
+  /// that type already queued go to it now. `f` must be short and must not block.
+  void on_notice(wire::msg type, std::function<void(const frame&)> f) {
+    std::vector<frame> queued;
+    {
+      std::lock_guard lock(mu_);
+      notices_.emplace_back(type, f);
+      for (auto it = frames_.begin(); it != frames_.end();) {
+        if (it->header.type == type) {
+          queued.push_back(std::move(*it));
+          it = frames_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const auto& q : queued) f(q);
   }
   /// From now on the link closing is normal (we said bye, or got shutdown).
   void expect_close() {
@@ -60,6 +79,13 @@ class inbox final : public transport::receiver {
       if (h.type == wire::msg::heartbeat) return;
     }
     frame f{h, {payload.begin(), payload.end()}};
+    std::function<void(const frame&)> notice;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [type, fn] : notices_)
+        if (type == h.type) notice = fn;
+    }
+    if (notice) return notice(f);
     {
       std::lock_guard lock(mu_);
       // The scheduler closes the link right after these: that close is no failure.
@@ -140,6 +166,7 @@ class inbox final : public transport::receiver {
   bool failed_ = false;
   std::string close_reason_;
   std::function<void(const std::string&)> on_failure_;
+  std::vector<std::pair<wire::msg, std::function<void(const frame&)>>> notices_;
 };
 
 }  // namespace bps::rendezvous

@@ -26,7 +26,9 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 }
 
 /// Raised when nodes of two different byteps protocol generations meet.
-inline constexpr std::uint32_t protocol_version = 3;  // 2: heartbeats, job token; 3: local ranks
+// 2: heartbeats, job token; 3: local ranks; 4: server failover (standby, sum_offer,
+// server_replaced)
+inline constexpr std::uint32_t protocol_version = 4;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -42,6 +44,8 @@ struct hello {
   std::int32_t num_servers = 0;
   std::string key_hash;
   std::uint64_t token = 0;  ///< job_token_digest(BYTEPS_JOB_TOKEN): keeps other jobs out
+  bool failover = false;    ///< BYTEPS_FAILOVER_TIMEOUT_MS > 0 (must agree across the cluster)
+  bool standby = false;     ///< servers: BYTEPS_SERVER_STANDBY, waits to replace a dead server
 
   static hello from(const Config& c, role r) {
     hello h;
@@ -56,6 +60,8 @@ struct hello {
     h.num_servers = c.num_servers;
     h.key_hash = std::string(key_hash_name(c.key_hash));
     h.token = job_token_digest(c.job_token);
+    h.failover = c.failover();
+    h.standby = r == role::server && c.server_standby;
     return h;
   }
 };
@@ -92,6 +98,8 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.num_servers);
   w.put_string(h.key_hash);
   w.put(h.token);
+  w.put(static_cast<std::uint8_t>(h.failover ? 1 : 0));
+  w.put(static_cast<std::uint8_t>(h.standby ? 1 : 0));
   return w.take();
 }
 
@@ -115,6 +123,11 @@ inline hello decode_hello(std::span<const std::byte> in) {
   h.num_servers = r.get<std::int32_t>();
   h.key_hash = r.get_string(32);
   h.token = r.get<std::uint64_t>();
+  const auto failover = r.get<std::uint8_t>(), standby = r.get<std::uint8_t>();
+  if (failover > 1 || standby > 1) throw wire::decode_error("failover or standby flag not 0 or 1");
+  h.failover = failover == 1;
+  h.standby = standby == 1;
+  if (h.standby && h.node_role != role::server) throw wire::decode_error("only servers stand by");
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -159,6 +172,34 @@ inline welcome decode_welcome(std::span<const std::byte> in) {
   return m;
 }
 
+/// Failover (scheduler -> every worker): server `rank` died and its replacement listens at
+/// `where`. The worker drops what it holds of the old server and re-sends there (see
+/// worker/failover.hpp).
+struct server_replaced {
+  std::int32_t rank = 0;
+  address where;
+  friend bool operator==(const server_replaced&, const server_replaced&) = default;
+};
+
+inline std::vector<std::byte> encode(const server_replaced& m) {
+  wire::byte_writer w;
+  w.put(m.rank);
+  w.put_string(m.where.host);
+  w.put(m.where.port);
+  return w.take();
+}
+
+inline server_replaced decode_server_replaced(std::span<const std::byte> in) {
+  wire::byte_reader r(in);
+  server_replaced m;
+  m.rank = r.get<std::int32_t>();
+  m.where.host = r.get_string(256);
+  m.where.port = r.get<std::uint16_t>();
+  if (m.rank < 0) throw wire::decode_error("negative server rank");
+  if (!r.done()) throw wire::decode_error("trailing bytes after server_replaced");
+  return m;
+}
+
 /// The first setting in which `theirs` (a node at `where`) differs from `mine` (the scheduler),
 /// as a message for that node; nullopt when they agree.
 inline std::optional<std::string> first_difference(const hello& mine, const hello& theirs,
@@ -181,6 +222,10 @@ inline std::optional<std::string> first_difference(const hello& mine, const hell
     return differ("DMLC_NUM_WORKER", theirs.num_workers, mine.num_workers);
   if (theirs.num_servers != mine.num_servers)
     return differ("DMLC_NUM_SERVER", theirs.num_servers, mine.num_servers);
+  if (theirs.failover != mine.failover) {
+    auto on_off = [](bool on) { return on ? "failover on (> 0)" : "failover off (0 or unset)"; };
+    return differ("BYTEPS_FAILOVER_TIMEOUT_MS", on_off(theirs.failover), on_off(mine.failover));
+  }
   if (theirs.node_role == role::worker && theirs.key_hash != mine.key_hash)
     return differ("BYTEPS_KEY_HASH_FN", theirs.key_hash, mine.key_hash);
   return std::nullopt;

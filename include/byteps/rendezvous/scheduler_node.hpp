@@ -5,6 +5,13 @@
 /// ranks, hands everyone the server table, runs worker barriers, and tells the servers to exit
 /// once every worker said bye. When a node dies after the cluster formed, it tells everyone
 /// else which node died, so nobody waits forever.
+///
+/// With failover on (`Config::failover_timeout` > 0) a server lost after the cluster formed is
+/// not the end: its rank goes to a standby server (BYTEPS_SERVER_STANDBY=1, which joins at any
+/// time and waits) or to a server restarted with BYTEPS_SERVER_ID of that rank, whichever is
+/// there first; the replacement gets a `welcome` with that rank and every worker a
+/// `server_replaced` naming the rank and the new address. When none comes within the timeout
+/// the job fails as without failover, naming the lost server (see docs/reliability.md).
 
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +29,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/messages.hpp"
+#include "byteps/rendezvous/vacancies.hpp"
 #include "byteps/transport/transport.hpp"
 
 namespace bps {
@@ -102,6 +110,7 @@ class SchedulerNode {
     clock::time_point last_heard = clock::now();
     bool left = false;   // said bye
     bool alive = true;
+    bool standby = false;  // a server waiting for a dead server's rank (failover)
   };
 
   class session final : public transport::receiver {
@@ -129,7 +138,7 @@ class SchedulerNode {
 
   int count_locked(role r) const {
     int n = 0;
-    for (const auto& x : nodes_) n += (x.r == r && x.alive) ? 1 : 0;
+    for (const auto& x : nodes_) n += (x.r == r && x.alive && !x.standby) ? 1 : 0;
     return n;
   }
   // Machines that have at least one worker here: by DMLC_WORKER_ID, plus one per worker that
@@ -224,6 +233,7 @@ class SchedulerNode {
   // Why a node with these settings cannot join now, if it cannot.
   std::optional<std::string> refusal_locked(const rendezvous::hello& theirs) const {
     if (theirs.node_role == role::server) {
+      if (theirs.standby) return std::nullopt;  // counts toward nothing; waits
       if (count_locked(role::server) >= cfg_.num_servers)
         return fmt::format("the job already has {} servers (DMLC_NUM_SERVER={})",
                            cfg_.num_servers, cfg_.num_servers);
@@ -271,9 +281,14 @@ class SchedulerNode {
       return refuse_locked(s, *diff);
     if (theirs.node_role == role::scheduler)
       return refuse_locked(s, "a second scheduler tried to join; start one scheduler per job");
-    if (formed_)
-      return refuse_locked(s, "the cluster has already formed; start every node of a job together");
-    if (auto why = refusal_locked(theirs)) return refuse_locked(s, *why);
+    if (formed_ && !(cfg_.failover() && theirs.node_role == role::server))
+      return refuse_locked(s, theirs.node_role == role::server
+                                  ? "the cluster has already formed; a server can join later only "
+                                    "as a replacement, with failover on (BYTEPS_FAILOVER_TIMEOUT_MS)"
+                                  : "the cluster has already formed; start every node of a job "
+                                    "together");
+    if (auto why = formed_ ? late_server_refusal_locked(theirs) : refusal_locked(theirs))
+      return refuse_locked(s, *why);
     node n;
     n.r = theirs.node_role;
     n.requested = theirs.requested_rank;
@@ -283,12 +298,73 @@ class SchedulerNode {
     n.port = theirs.port;
     n.peer = s.link_->peer();
     n.link = s.link_;
+    // After formation a server with no BYTEPS_SERVER_ID waits like a standby.
+    n.standby = theirs.standby || (formed_ && theirs.requested_rank < 0);
     s.node_index = static_cast<int>(nodes_.size());
     nodes_.push_back(std::move(n));
-    log_.info("{} joined ({} of {} worker machines complete, {} of {} servers)",
-              describe(nodes_.back()), machines_locked(true), cfg_.num_workers,
-              count_locked(role::server), cfg_.num_servers);
+    if (nodes_.back().standby)
+      log_.info("standby server at {} joined; it waits to replace a server that dies",
+                nodes_.back().peer);
+    else
+      log_.info("{} joined ({} of {} worker machines complete, {} of {} servers)",
+                describe(nodes_.back()), machines_locked(true), cfg_.num_workers,
+                count_locked(role::server), cfg_.num_servers);
+    if (formed_) place_replacements_locked();
     cv_.notify_all();
+  }
+
+  // Failover: why a server that says hello after the cluster formed cannot join.
+  std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const {
+    const int k = theirs.requested_rank;
+    if (k < 0 || vacant_.is_open(k)) return std::nullopt;
+    for (const auto& n : nodes_)
+      if (n.alive && n.r == role::server && n.rank == k)
+        return fmt::format("BYTEPS_SERVER_ID={} is alive (the server at {}); a restarted server "
+                           "can only take the rank of a dead one",
+                           k, n.peer);
+    for (const auto& n : nodes_)
+      if (n.alive && n.r == role::server && n.rank < 0 && n.requested == k)
+        return fmt::format("a server with BYTEPS_SERVER_ID={} is already waiting (at {})", k,
+                           n.peer);
+    return std::nullopt;  // not dead yet as far as we know (a hung server): it waits
+  }
+
+  // Failover: server `n` is gone after the cluster formed. Its rank waits for a replacement
+  // until the failover timeout; check_heartbeats fails the job when it passes.
+  void server_lost_locked(node& n, const std::string& what) {
+    const auto why = fmt::format("{} {}", describe(n), what);
+    log_.warn("{}; waiting up to {} ms for a replacement (BYTEPS_FAILOVER_TIMEOUT_MS)", why,
+              cfg_.failover_timeout.count());
+    vacant_.open(n.rank, n.peer, why, clock::now() + cfg_.failover_timeout);
+    place_replacements_locked();
+  }
+
+  // Failover: gives every vacant rank a waiting server: one restarted with that
+  // BYTEPS_SERVER_ID first, else the standby that joined first. Tells every worker.
+  void place_replacements_locked() {
+    for (int k : vacant_.ranks()) {
+      node* pick = nullptr;
+      for (auto& n : nodes_)
+        if (n.alive && n.r == role::server && n.rank < 0 && n.requested == k) pick = &n;
+      for (auto& n : nodes_)
+        if (!pick && n.alive && n.r == role::server && n.rank < 0 && n.standby) pick = &n;
+      if (!pick) continue;
+      const bool restarted = !pick->standby;
+      pick->rank = k;
+      pick->standby = false;
+      vacant_.close(k);
+      table_.rank = k;
+      table_.global_rank = 0;
+      table_.servers[static_cast<std::size_t>(k)] = {pick->host, pick->port};
+      send_locked(pick->link, wire::msg::welcome, rendezvous::encode(table_));
+      const rendezvous::server_replaced notice{k, {pick->host, pick->port}};
+      for (auto& w : nodes_)
+        if (w.alive && !w.left && w.r == role::worker)
+          send_locked(w.link, wire::msg::server_replaced, rendezvous::encode(notice));
+      log_.warn("server {} replaced by the {} server at {} (listening on {}:{}); the workers "
+                "re-send the rounds in flight there",
+                k, restarted ? "restarted" : "standby", pick->peer, pick->host, pick->port);
+    }
   }
 
   void assign_and_welcome_locked() {
@@ -297,13 +373,13 @@ class SchedulerNode {
     auto assign = [&](role r, int count) {
       std::vector<bool> taken(static_cast<std::size_t>(count), false);
       for (auto& n : nodes_)
-        if (n.alive && n.r == r && n.requested >= 0) {
+        if (n.alive && n.r == r && !n.standby && n.requested >= 0) {
           n.rank = n.requested;
           taken[static_cast<std::size_t>(n.rank)] = true;
         }
       int next = 0;
       for (auto& n : nodes_) {
-        if (!n.alive || n.r != r || n.rank >= 0) continue;
+        if (!n.alive || n.r != r || n.standby || n.rank >= 0) continue;
         while (taken[static_cast<std::size_t>(next)]) ++next;
         n.rank = next;
         taken[static_cast<std::size_t>(next)] = true;
@@ -318,7 +394,7 @@ class SchedulerNode {
     table.servers.resize(static_cast<std::size_t>(cfg_.num_servers));
     std::vector<int> local_sizes(static_cast<std::size_t>(cfg_.num_workers), 1);
     for (const auto& n : nodes_) {
-      if (!n.alive) continue;
+      if (!n.alive || n.standby) continue;
       if (n.r == role::server) table.servers[static_cast<std::size_t>(n.rank)] = {n.host, n.port};
       if (n.r == role::worker) {
         local_sizes[static_cast<std::size_t>(n.rank)] = n.local_size;
@@ -337,8 +413,10 @@ class SchedulerNode {
       table.rank = n.rank;
       table.global_rank =
           n.r == role::worker ? first_rank[static_cast<std::size_t>(n.rank)] + n.local_rank : 0;
+      if (n.standby) continue;  // welcomed when it takes a dead server's rank
       send_locked(n.link, wire::msg::welcome, rendezvous::encode(table));
     }
+    table_ = table;
     log_.info("cluster formed: {} worker processes on {} machines, {} servers", workers_,
               cfg_.num_workers, cfg_.num_servers);
   }
@@ -350,15 +428,31 @@ class SchedulerNode {
     if (!n.alive) return;
     n.alive = false;
     if (n.left || shutting_down_) return;
-    node_failed_locked(n, fmt::format("disconnected ({})", reason));
+    lost_locked(n, fmt::format("disconnected ({})", reason));
+  }
+
+  // A node is gone without bye: a failure, unless failover covers it (a standby, or a server
+  // after the cluster formed).
+  void lost_locked(node& n, const std::string& what) {
+    if (n.r == role::server && (n.standby || (formed_ && n.rank < 0))) {
+      log_.warn("waiting server at {} {}", n.peer, what);
+      return;
+    }
+    if (cfg_.failover() && formed_ && n.r == role::server && n.rank >= 0)
+      return server_lost_locked(n, what);
+    node_failed_locked(n, what);
   }
 
   // A node that joined is gone without saying bye: the job cannot go on, before or after the
   // cluster formed. Everyone still connected is told which node, so nobody waits for it.
   void node_failed_locked(node& n, const std::string& what) {
+    job_failed_locked(fmt::format("{} {}{}; the job cannot continue", describe(n), what,
+                                  formed_ ? "" : " while the cluster was forming"));
+  }
+
+  void job_failed_locked(const std::string& why) {
     if (!failure_.empty()) return;
-    failure_ = fmt::format("{} {}{}; the job cannot continue", describe(n), what,
-                           formed_ ? "" : " while the cluster was forming");
+    failure_ = why;
     log_.error("{}", failure_);
     fail_locked(failure_);
     cv_.notify_all();
@@ -374,14 +468,22 @@ class SchedulerNode {
       if (silent > cfg_.heartbeat_timeout) {
         n.alive = false;
         n.link->close();
-        node_failed_locked(n, fmt::format("stopped responding: nothing heard for {} ms "
-                                          "(BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
-                                          silent.count(), cfg_.heartbeat_timeout.count()));
+        lost_locked(n, fmt::format("stopped responding: nothing heard for {} ms "
+                                   "(BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                                   silent.count(), cfg_.heartbeat_timeout.count()));
         continue;
       }
       wire::header h;
       h.type = wire::msg::heartbeat;
       n.link->send(h, {}, {});
+    }
+    if (shutting_down_) return;
+    if (auto late = vacant_.overdue(now)) {
+      job_failed_locked(fmt::format(
+          "{}; no replacement server joined within {} ms (BYTEPS_FAILOVER_TIMEOUT_MS): start a "
+          "standby server (BYTEPS_SERVER_STANDBY=1) or restart it with BYTEPS_SERVER_ID={}; the "
+          "job cannot continue",
+          late->why, cfg_.failover_timeout.count(), late->rank));
     }
   }
 
@@ -407,6 +509,8 @@ class SchedulerNode {
   std::condition_variable cv_;
   std::vector<node> nodes_;
   std::map<std::uint64_t, int> barriers_;
+  rendezvous::welcome table_;       // as sent at formation; failover updates the server table
+  rendezvous::vacancies vacant_;    // failover: ranks of dead servers awaiting a replacement
   bool formed_ = false;
   bool shutting_down_ = false;
   std::string failure_;

@@ -3,10 +3,23 @@
 /// The server's state for one partition key: its shape (fixed by the first push ever), the
 /// round being summed, who pushed, and the two sum buffers. Owned and touched by one engine
 /// thread only.
+///
+/// With failover on (`Config::failover_timeout` > 0) a key also:
+/// - adopts the round of the first push or `sum_offer` it ever sees (a replacement server starts
+///   empty in the middle of a job);
+/// - sums the workers' contributions in worker-rank order (a push that arrives before a lower
+///   rank's is held until its turn), so the sum is the same bits whatever order pushes arrive
+///   in, on the first server and on its replacement alike;
+/// - takes a `sum_offer`: the sum of a round that some worker already received from the dead
+///   server. An offer of the current round completes it with those bytes (the workers that
+///   re-pushed it get them); an offer of the previous round keeps it for a worker that re-pushes
+///   that round later (`previous_sum`).
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,51 +53,37 @@ struct key_id_hash {
 template <class Waiter>
 class key_state {
  public:
+  /// `pool` takes back the buffers a key lets go of; it must outlive the key.
+  key_state(detail::buffer_pool& pool, bool failover) : pool_(&pool), failover_(failover) {}
+
   /// Takes worker `worker`'s push for the current round. Returns what was wrong with it (the
   /// message for that worker alone), or "" when accepted. A push whose shape differs from the
   /// key's is accepted but poisons the round: everyone who pushed gets `round_error`.
   ///
-  /// `received` holds the pushed bytes. The round's first push of a dtype summed in itself is
-  /// not copied: its buffer becomes the round's sum buffer, and `received` gets the buffer it
-  /// replaced (empty at first), for the caller to recycle.
+  /// `received` holds the pushed bytes. The round's first contribution of a dtype summed in
+  /// itself is not copied: its buffer becomes the round's sum buffer, and `received` gets the
+  /// buffer it replaced (empty at first), for the caller to recycle. In failover mode a push
+  /// that must wait for a lower rank's is kept (and `received` left empty).
   template <class NameFn>
   std::string accept(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
                      int num_workers, NameFn&& tensor_name) {
-    const std::span<const std::byte> payload = received.span();
     auto t = dtype_from_wire(h.dtype);
-    if (!t) return fmt::format("unknown dtype value {} for {}", h.dtype, tensor_name());
-    const std::size_t size = dtype_size(*t);
-    if (payload.size() % size != 0)
-      return fmt::format("a partition of {} has {} bytes, not a whole number of {} elements",
-                         tensor_name(), payload.size(), dtype_name(*t));
-    if (worker < 0 || worker >= num_workers)
-      return fmt::format("push from unknown worker {}", worker);
+    if (auto bad = check_frame(h, received.size, t, worker, num_workers, tensor_name); !bad.empty())
+      return bad;
+    if (failover_ && !initialized_) round = h.round;  // a replacement joins a running job
     if (h.round != round)
       return fmt::format("worker {} pushed round {} of {} partition {}, but the server is at "
                          "round {}; was a push_pull skipped on one worker?",
                          worker, h.round, tensor_name(), h.part, round);
     if (!initialized_) {
-      initialized_ = true;
-      type = *t;
-      tensor_bytes = h.tensor_bytes;
-      offset = h.offset;
-      bytes = payload.size();
-      first_worker_ = worker;
-      pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
-      if (type == dtype::float16 || type == dtype::bfloat16) {
-        wide_.assign(reduce::accumulator_bytes(type, bytes / size), std::byte{0});
-        for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
-      }
-    } else if (*t != type || h.tensor_bytes != tensor_bytes || h.offset != offset ||
-               payload.size() != bytes) {
-      if (round_error.empty()) {
-        round_error = fmt::format(
-            "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
-            "worker {} pushed {} x {}; every worker must push_pull the same number of elements "
-            "and dtype under one name",
-            tensor_name(), first_worker_, tensor_bytes / dtype_size(type), dtype_name(type),
-            worker, h.tensor_bytes / size, dtype_name(*t));
-      }
+      init_shape(h, *t, received.size, worker, num_workers);
+    } else if (!same_shape(h, *t, received.size) && round_error.empty()) {
+      round_error = fmt::format(
+          "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
+          "worker {} pushed {} x {}; every worker must push_pull the same number of elements "
+          "and dtype under one name",
+          tensor_name(), first_worker_, tensor_bytes / dtype_size(type), dtype_name(type), worker,
+          h.tensor_bytes / dtype_size(*t), dtype_name(*t));
     }
     auto w = static_cast<std::size_t>(worker);
     if (pushed_by_[w])
@@ -92,24 +91,77 @@ class key_state {
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
     if (waiting.empty()) round_started = std::chrono::steady_clock::now();
-    if (round_error.empty()) {
-      const std::size_t count = bytes / dtype_size(type);
-      if (!wide_.empty()) {
-        if (waiting.empty()) reduce::accumulate_init(wide_.data(), payload.data(), count, type);
-        else reduce::accumulate_add(wide_.data(), payload.data(), count, type);
-      } else if (waiting.empty()) {
-        std::swap(out_[round % 2], received);  // the first contribution is the sum so far
-      } else {
-        reduce::accumulate_add(out_[round % 2].data.get(), payload.data(), count, type);
-      }
+    if (!round_error.empty()) return {};
+    if (!failover_) {
+      add(received);
+      return {};
+    }
+    // Worker-rank order: add this push if its turn has come, then every held one whose has.
+    if (w != next_) {
+      held_[w] = std::move(received);
+      return {};
+    }
+    add(received);
+    for (++next_; next_ < held_.size() && held_[next_].data; ++next_) {
+      add(held_[next_]);
+      pool_->give_back(std::move(held_[next_]));
     }
     return {};
   }
 
+  /// Failover: takes a worker's copy of round `h.round`'s sum (see the file comment). Returns
+  /// what was wrong with it, or "". `completes` is set when the offer completes the current
+  /// round: the caller then answers `waiting` with `finish_round()` and calls `next_round()`.
+  template <class NameFn>
+  std::string offer(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
+                    int num_workers, bool& completes, NameFn&& tensor_name) {
+    completes = false;
+    auto t = dtype_from_wire(h.dtype);
+    if (auto bad = check_frame(h, received.size, t, worker, num_workers, tensor_name); !bad.empty())
+      return bad;
+    if (!initialized_) {
+      init_shape(h, *t, received.size, worker, num_workers);
+      round = h.round + 1;
+      keep(h.round, received);
+      previous_valid_ = true;
+      return {};
+    }
+    if (!same_shape(h, *t, received.size))
+      return fmt::format("worker {} offered a sum of {} partition {} with another shape than "
+                         "the workers pushed",
+                         worker, tensor_name(), h.part);
+    if (h.round + 1 < round) return {};  // older than what we hold: nobody needs it
+    if (h.round + 1 == round) {
+      if (!previous_valid_) keep(h.round, received);
+      previous_valid_ = true;
+      return {};
+    }
+    if (h.round != round)
+      return fmt::format("worker {} offered the sum of round {} of {} partition {}, but the "
+                         "server is at round {}: no worker can have it yet",
+                         worker, h.round, tensor_name(), h.part, round);
+    // Some worker already has this round's sum: it is the round's result, whatever was re-pushed.
+    for (auto& b : held_) pool_->give_back(std::move(b));
+    keep(round, received);
+    offered_ = true;
+    round_error.clear();
+    completes = true;
+    return {};
+  }
+
+  /// Failover: the sum of round `r` when it is the previous round and this key holds it (for a
+  /// worker that re-pushes the round whose answer the dead server never delivered to it).
+  std::optional<std::span<const std::byte>> previous_sum(std::uint64_t r) const {
+    if (!previous_valid_ || r + 1 != round) return std::nullopt;
+    return out_[r % 2].span();
+  }
+
+  bool initialized() const noexcept { return initialized_; }
+
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
-    if (!wide_.empty())
+    if (!wide_.empty() && !offered_)
       reduce::accumulate_finish(out.data.get(), wide_.data(), bytes / dtype_size(type), type);
     return out.span();
   }
@@ -126,7 +178,12 @@ class key_state {
     stall_reported = false;
     waiting.clear();
     std::fill(pushed_by_.begin(), pushed_by_.end(), false);
+    for (auto& b : held_) pool_->give_back(std::move(b));
+    previous_valid_ = round_error.empty() && initialized_;
     round_error.clear();
+    next_ = 0;
+    added_ = 0;
+    offered_ = false;
     ++round;
   }
 
@@ -141,11 +198,72 @@ class key_state {
   bool stall_reported = false;
 
  private:
+  template <class NameFn>
+  static std::string check_frame(const wire::header& h, std::size_t size,
+                                 const std::optional<dtype>& t, int worker, int num_workers,
+                                 NameFn& tensor_name) {
+    if (!t) return fmt::format("unknown dtype value {} for {}", h.dtype, tensor_name());
+    if (size % dtype_size(*t) != 0)
+      return fmt::format("a partition of {} has {} bytes, not a whole number of {} elements",
+                         tensor_name(), size, dtype_name(*t));
+    if (worker < 0 || worker >= num_workers)
+      return fmt::format("push from unknown worker {}", worker);
+    return {};
+  }
+
+  void init_shape(const wire::header& h, dtype t, std::size_t size, int worker, int num_workers) {
+    initialized_ = true;
+    type = t;
+    tensor_bytes = h.tensor_bytes;
+    offset = h.offset;
+    bytes = size;
+    first_worker_ = worker;
+    pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
+    if (failover_) held_.resize(static_cast<std::size_t>(num_workers));
+    if (type == dtype::float16 || type == dtype::bfloat16) {
+      wide_.assign(reduce::accumulator_bytes(type, bytes / dtype_size(type)), std::byte{0});
+      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+    }
+  }
+
+  bool same_shape(const wire::header& h, dtype t, std::size_t size) const {
+    return t == type && h.tensor_bytes == tensor_bytes && h.offset == offset && size == bytes;
+  }
+
+  // Adds one contribution to the round's sum; `b` may come back holding a buffer to recycle.
+  void add(detail::buffer_pool::buffer& b) {
+    const std::size_t count = bytes / dtype_size(type);
+    if (!wide_.empty()) {
+      if (added_ == 0) reduce::accumulate_init(wide_.data(), b.data.get(), count, type);
+      else reduce::accumulate_add(wide_.data(), b.data.get(), count, type);
+    } else if (added_ == 0) {
+      std::swap(out_[round % 2], b);  // the first contribution is the sum so far
+    } else {
+      reduce::accumulate_add(out_[round % 2].data.get(), b.data.get(), count, type);
+    }
+    ++added_;
+  }
+
+  // Makes `b`'s bytes the sum of round `r`; `b` may come back holding a buffer to recycle.
+  void keep(std::uint64_t r, detail::buffer_pool::buffer& b) {
+    auto& out = out_[r % 2];
+    if (wide_.empty()) std::swap(out, b);
+    else std::memcpy(out.data.get(), b.data.get(), bytes);  // out_ stays preallocated
+  }
+
+  detail::buffer_pool* pool_;
+  bool failover_ = false;
   bool initialized_ = false;
   int first_worker_ = -1;
   std::vector<bool> pushed_by_;
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
   std::vector<std::byte> wide_;  // fp32 accumulator for fp16 and bf16
+  // Failover mode only.
+  std::vector<detail::buffer_pool::buffer> held_;  // by worker: pushes waiting for their turn
+  std::size_t next_ = 0;       // the worker whose push is added next
+  std::size_t added_ = 0;      // contributions in the sum so far
+  bool offered_ = false;       // the current round's sum came from a sum_offer
+  bool previous_valid_ = false;  // out_[(round - 1) % 2] holds the previous round's sum
 };
 
 }  // namespace bps::server

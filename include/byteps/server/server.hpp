@@ -11,12 +11,20 @@
 /// worker can only push round r+1 after it received round r, so round r+1's sum never
 /// overwrites bytes still being sent for round r.
 ///
+/// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
+/// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
+/// `run()` returns at once). A replacement starts empty: each key adopts the round of the first
+/// push or `sum_offer`, and answers a worker that re-pushes the previous round with that round's
+/// sum (key_state.hpp). Sums are taken in worker-rank order so they are the same bits on every
+/// server.
+///
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -45,7 +53,8 @@ class Server {
   using link_ptr = std::shared_ptr<typename T::link>;
 
   /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
-  /// node joined, at most `Config::rendezvous_timeout`).
+  /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
+  /// dead server or the job ends).
   explicit Server(const Config& cfg)
       : cfg_(cfg), transport_(cfg), control_(transport_, cfg), log_(cfg.log, "server") {
     try {
@@ -59,12 +68,19 @@ class Server {
   Server& operator=(const Server&) = delete;
   ~Server() { shutdown(); }
 
+  /// This server's rank; -1 for a standby that was never needed.
   int rank() const noexcept { return rank_; }
   std::uint16_t port() const noexcept { return port_; }
 
   /// Serves until the scheduler ends the job. Throws `communicator_error` when the cluster
   /// fails (a node died, the scheduler vanished).
   void run() {
+    if (released_) {
+      log_.info("the job ended while this standby server waited; exiting");
+      finishing_ = true;
+      shutdown();
+      return;
+    }
     try {
       control_.wait_for_shutdown();
     } catch (const communicator_error&) {
@@ -74,6 +90,14 @@ class Server {
     log_.info("job finished; exiting");
     finishing_ = true;
     shutdown();
+  }
+
+  /// Test only: dies as a crashed process does: every connection closes at once with no bye,
+  /// and `run()` throws `communicator_error`. Any thread.
+  void abort_for_test() {
+    finishing_ = true;  // no error replies: the workers must see only the connections drop
+    shutdown();
+    control_.abandon("aborted for a test (a simulated crash)");
   }
 
  private:
@@ -91,8 +115,18 @@ class Server {
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
     hello.port = port_;
-    auto welcome = control_.join(hello);
-    rank_ = welcome.rank;
+    std::optional<rendezvous::welcome> welcome;
+    if (hello.standby) {
+      log_.info("standby on {}:{}: waiting to replace a server that dies", host, port_);
+      welcome = control_.stand_by(hello);
+      if (!welcome) {
+        released_ = true;
+        return;
+      }
+    } else {
+      welcome = control_.join(hello);
+    }
+    rank_ = welcome->rank;
     log_.rename(fmt::format("server {}", rank_));
     log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
               cfg_.server_engine_threads, cfg_.num_workers);
@@ -139,6 +173,17 @@ class Server {
           }
           incoming_ = owner_->pool_.take(h.payload_bytes);
           return incoming_.span();
+        case wire::msg::sum_offer:
+          if (!owner_->cfg_.failover()) {
+            reason = "sum_offer while failover is off";
+            return {};
+          }
+          if (worker < 0) {
+            reason = "sum_offer before peer_hello";
+            return {};
+          }
+          incoming_ = owner_->pool_.take(h.payload_bytes);
+          return incoming_.span();
         case wire::msg::declare:
           if (h.payload_bytes > 4096) {
             reason = "tensor name longer than 4096 bytes";
@@ -166,8 +211,10 @@ class Server {
                                  std::string(reinterpret_cast<const char*>(payload.data()),
                                              payload.size()));
         case wire::msg::push:
+        case wire::msg::sum_offer:
           if (h.sender != static_cast<std::uint32_t>(worker))
-            throw std::runtime_error("push with another worker's rank");
+            throw std::runtime_error(
+                fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
           return owner_->post_push(this->shared_from_this(), h, std::move(incoming_));
         case wire::msg::bye:
           said_bye = true;
@@ -252,32 +299,52 @@ class Server {
     });
   }
 
-  // Holding e.mu (engine thread, or the I/O thread for small pushes).
+  // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
+  // failover, a sum_offer.
   void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
                detail::buffer_pool::buffer& payload) {
     if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
-    auto& k = e.keys[key_id{h.key, h.part}];
-    auto problem = k.accept(h, payload, s->worker, cfg_.num_workers,
-                            [&] { return tensor_name(h.key); });
+    auto& k = e.keys.try_emplace(key_id{h.key, h.part}, pool_, cfg_.failover()).first->second;
+    auto name = [&] { return tensor_name(h.key); };
+    if (h.type == wire::msg::sum_offer) {
+      bool completes = false;
+      auto problem = k.offer(h, payload, s->worker, cfg_.num_workers, completes, name);
+      if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
+      if (completes) finish_round(k, h);
+      return;
+    }
+    if (cfg_.failover() && k.initialized()) {
+      // A worker re-pushes the round whose sum the dead server never delivered to it.
+      if (auto previous = k.previous_sum(h.round)) return answer(k, h.round, h, *previous, {s});
+    }
+    auto problem = k.accept(h, payload, s->worker, cfg_.num_workers, name);
     if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
     k.waiting.push_back(s);
     if (static_cast<int>(k.waiting.size()) < cfg_.num_workers) return;
+    finish_round(k, h);
+  }
 
+  void finish_round(key_state& k, const wire::header& h) {
     if (!k.round_error.empty()) {
       for (auto& w : k.waiting) reply_error(*w, h, k.round_error, wire::flag_usage);
     } else {
-      auto out = k.finish_round();
-      wire::header r;
-      r.type = wire::msg::pull_response;
-      r.key = h.key;
-      r.part = h.part;
-      r.round = k.round;
-      r.dtype = static_cast<std::uint32_t>(k.type);
-      r.offset = k.offset;
-      r.tensor_bytes = k.tensor_bytes;
-      for (auto& w : k.waiting) w->link->send(r, out, {});
+      answer(k, k.round, h, k.finish_round(), k.waiting);
     }
     k.next_round();
+  }
+
+  // Sends round `round`'s sum of `h`'s partition to each of `to`.
+  void answer(const key_state& k, std::uint64_t round, const wire::header& h,
+              std::span<const std::byte> sum, const std::vector<std::shared_ptr<session>>& to) {
+    wire::header r;
+    r.type = wire::msg::pull_response;
+    r.key = h.key;
+    r.part = h.part;
+    r.round = round;
+    r.dtype = static_cast<std::uint32_t>(k.type);
+    r.offset = k.offset;
+    r.tensor_bytes = k.tensor_bytes;
+    for (auto& w : to) w->link->send(r, sum, {});
   }
 
   // Engine thread. Like Horovod's stall inspector: name the workers a round has waited for
@@ -359,6 +426,7 @@ class Server {
   std::string dead_;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
+  bool released_ = false;  // a standby the job never needed
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
   int rank_ = -1;

@@ -43,8 +43,10 @@ enum class msg : std::uint16_t {
   error = 12,           ///< server -> worker or scheduler -> node: payload is the message text
   node_failed = 13,     ///< scheduler -> node: a node died (payload: text)
   heartbeat = 14,       ///< node <-> scheduler: I am alive
+  sum_offer = 15,       ///< worker -> replacement server: the sum of `round` it received (failover)
+  server_replaced = 16, ///< scheduler -> worker: server `rank` now lives elsewhere (failover)
 };
-inline constexpr std::uint16_t max_msg = 14;
+inline constexpr std::uint16_t max_msg = 16;
 
 constexpr std::string_view msg_name(msg m) noexcept {
   switch (m) {
@@ -62,6 +64,8 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::error: return "error";
     case msg::node_failed: return "node_failed";
     case msg::heartbeat: return "heartbeat";
+    case msg::sum_offer: return "sum_offer";
+    case msg::server_replaced: return "server_replaced";
   }
   return "unknown";
 }

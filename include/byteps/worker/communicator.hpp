@@ -10,12 +10,17 @@
 /// name, so workers agree whatever order tensors first appear in; the first push of a tensor to
 /// a server is preceded by a `declare` frame carrying its name, in order on the same link.
 ///
+/// With failover on (`Config::failover_timeout` > 0) the loss of a server is survived when the
+/// scheduler replaces it: see worker/failover.hpp for the protocol. Answers then pass through a
+/// kept copy per partition (one more copy of every tensor's bytes in memory).
+///
 /// @par Thread Safety
 /// All member functions may be called from several threads. The caller's buffer must stay
 /// alive and untouched until the operation's handle is done (also when it fails).
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -39,7 +44,9 @@
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
 #include "byteps/server/key_state.hpp"
+#include "byteps/transport/delay_thread.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/worker/failover.hpp"
 #include "byteps/worker/handle.hpp"
 #include "byteps/worker/op_table.hpp"
 
@@ -167,17 +174,16 @@ class Communicator {
   using key_id = server::key_id;
   using op_ptr = worker::op_ptr;
 
-  struct server_link {
-    link_ptr link;
-    std::string address;
-  };
+  using server_link = worker::server_slot<typename T::link>;
 
   class server_receiver final : public transport::receiver {
    public:
-    server_receiver(Communicator* owner, int server) : owner_(owner), server_(server) {}
+    server_receiver(Communicator* owner, int server, std::uint64_t generation)
+        : owner_(owner), server_(server), generation_(generation) {}
 
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       if (h.type == wire::msg::pull_response) {
+        receiving_id_ = key_id{h.key, h.part};
         if (auto dest = owner_->answer_destination(h, receiving_); !dest.empty()) return dest;
         discard_.resize(h.payload_bytes);  // an answer for an operation that already failed
         return discard_;
@@ -201,13 +207,15 @@ class Communicator {
     }
 
     void on_close(const std::string& reason) override {
-      owner_->server_closed(server_, std::move(receiving_), reason);
+      owner_->server_closed(server_, generation_, std::move(receiving_), receiving_id_, reason);
     }
 
    private:
     Communicator* owner_;
     int server_;
+    std::uint64_t generation_;
     op_ptr receiving_;  // I/O thread only
+    key_id receiving_id_;
     std::vector<std::byte> discard_;
   };
 
@@ -232,6 +240,11 @@ class Communicator {
       std::lock_guard lock(mu_);
       die_locked(why);
     });
+    if (cfg_.failover()) {
+      failover_ = std::make_unique<transport::detail::delay_thread>();
+      control_.on_notice(wire::msg::server_replaced,
+                         [this](const rendezvous::frame& f) { on_server_replaced(f); });
+    }
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const auto& a = welcome.servers[i];
       server_link s;
@@ -241,13 +254,8 @@ class Communicator {
       } catch (const communicator_error& e) {
         throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
       }
-      s.link->start(std::make_shared<server_receiver>(this, static_cast<int>(i)));
-      wire::header h;
-      h.type = wire::msg::peer_hello;
-      h.sender = static_cast<std::uint32_t>(rank_);
-      h.key = rendezvous::job_token_digest(cfg_.job_token);  // servers admit this job only
-      s.link->send(h, {}, {});
       std::lock_guard lock(mu_);
+      start_server_link(s.link, static_cast<int>(i), 0);
       servers_.push_back(std::move(s));
     }
     local_.attach(local::cluster{rank_, num_workers_, global_rank_, global_size_, welcome.slices,
@@ -255,6 +263,16 @@ class Communicator {
                   network_);
     log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
               global_size_, num_workers_, servers_.size());
+  }
+
+  // Starts reading `link` (generation `generation` of server `server`) and says who we are.
+  void start_server_link(const link_ptr& link, int server, std::uint64_t generation) {
+    link->start(std::make_shared<server_receiver>(this, server, generation));
+    wire::header h;
+    h.type = wire::msg::peer_hello;
+    h.sender = static_cast<std::uint32_t>(rank_);
+    h.key = rendezvous::job_token_digest(cfg_.job_token);  // servers admit this job only
+    link->send(h, {}, {});
   }
 
   void leave() {
@@ -267,8 +285,10 @@ class Communicator {
         ops_.fail(op, std::make_exception_ptr(communicator_error(
                           op->what + ": the communicator was shut down before it finished")));
       if (dead_.empty())
-        for (auto& s : servers_) links.push_back(s.link);
+        for (auto& s : servers_)
+          if (s.up) links.push_back(s.link);
     }
+    if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
     // Say bye so that servers and the scheduler know this exit is no failure; bounded wait.
     auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
     auto done = std::make_shared<std::promise<void>>();
@@ -326,6 +346,7 @@ class Communicator {
     std::lock_guard lock(mu_);
     throw_if_dead_locked();
     worker::tensor& t = ops_.begin(op, std::move(name), count, partitioner_, servers_.size());
+    if (cfg_.failover() && t.kept.size() != t.parts.size()) t.kept.resize(t.parts.size());
     if (t.parts.empty()) {
       op->released = true;
       op->finish(nullptr);
@@ -391,28 +412,43 @@ class Communicator {
       }
       worker::pending_part& p = *waiting;
       worker::tensor& t = ops_.at(task->key);
-      auto& link = servers_[static_cast<std::size_t>(p.server)].link;
-      if (!t.declared[static_cast<std::size_t>(p.server)]) {
-        t.declared[static_cast<std::size_t>(p.server)] = true;
-        wire::header d;
-        d.type = wire::msg::declare;
-        d.sender = static_cast<std::uint32_t>(rank_);
-        d.key = task->key;
-        link->send(d, wire::as_bytes(t.name), {});  // t.name lives as long as the communicator
+      p.dispatched = true;
+      if (!servers_[static_cast<std::size_t>(p.server)].up) {
+        scheduler_.sent(task->bytes);  // failover: re-sent to the replacement
+        continue;
       }
-      wire::header h;
-      h.type = wire::msg::push;
-      h.sender = static_cast<std::uint32_t>(rank_);
-      h.key = task->key;
-      h.part = task->part;
-      h.dtype = static_cast<std::uint32_t>(t.type);
-      h.round = p.round;
-      h.tensor_bytes = t.bytes;
-      h.offset = p.offset;
+      declare_locked(t, task->key, p.server);
       ++p.op->in_transport;
-      link->send(h, p.op->data.subspan(p.offset, p.bytes),
-                 [this, op = p.op, bytes = p.bytes] { sent(op, bytes); });
+      servers_[static_cast<std::size_t>(p.server)].link->send(
+          push_header(t, task->key, task->part, p), p.op->data.subspan(p.offset, p.bytes),
+          [this, op = p.op, bytes = p.bytes] { sent(op, bytes); });
     }
+  }
+
+  // Sends tensor `key`'s name to `server` before its first partition there.
+  void declare_locked(worker::tensor& t, std::uint64_t key, int server) {
+    if (t.declared[static_cast<std::size_t>(server)]) return;
+    t.declared[static_cast<std::size_t>(server)] = true;
+    wire::header d;
+    d.type = wire::msg::declare;
+    d.sender = static_cast<std::uint32_t>(rank_);
+    d.key = key;
+    // t.name lives as long as the communicator
+    servers_[static_cast<std::size_t>(server)].link->send(d, wire::as_bytes(t.name), {});
+  }
+
+  wire::header push_header(const worker::tensor& t, std::uint64_t key, std::uint32_t part,
+                           const worker::pending_part& p) const {
+    wire::header h;
+    h.type = wire::msg::push;
+    h.sender = static_cast<std::uint32_t>(rank_);
+    h.key = key;
+    h.part = part;
+    h.dtype = static_cast<std::uint32_t>(t.type);
+    h.round = p.round;
+    h.tensor_bytes = t.bytes;
+    h.offset = p.offset;
+    return h;
   }
 
   void sent(const op_ptr& op, std::size_t bytes) {
@@ -430,12 +466,23 @@ class Communicator {
     if (waiting == nullptr) return {};
     worker::pending_part& p = *waiting;
     if (p.round != h.round || p.bytes != h.payload_bytes || p.op->failure) return {};
+    if (!cfg_.failover()) {
+      ++p.op->receiving;
+      receiving = p.op;
+      return p.op->data.subspan(p.offset, p.bytes);
+    }
+    if (p.receiving) return {};  // an old link still writes it (cannot happen: we wait for it)
+    worker::kept_sum& kept = ops_.at(h.key).kept[h.part];
+    p.receiving = true;
+    kept.valid = false;
+    kept.bytes.resize(p.bytes);
     ++p.op->receiving;
     receiving = p.op;
-    return p.op->data.subspan(p.offset, p.bytes);
+    return kept.bytes;
   }
 
   void answered(const wire::header& h, op_ptr op, std::span<std::byte> payload) {
+    if (cfg_.failover()) return answered_kept(h, std::move(op), payload);
     if (op->average && !op->failure)
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
                     1.0 / global_size_);
@@ -457,15 +504,23 @@ class Communicator {
               std::make_exception_ptr(usage_error(fmt::format("{}: {}", t->active->what, text))));
   }
 
-  void server_closed(int server, op_ptr receiving, const std::string& reason) {
+  void server_closed(int server, std::uint64_t generation, op_ptr receiving, key_id id,
+                     const std::string& reason) {
     std::lock_guard lock(mu_);
     if (receiving) {
+      if (auto* p = ops_.awaiting(id); p != nullptr && p->op == receiving) p->receiving = false;
       --receiving->receiving;
       ops_.release_if_done(receiving);
     }
+    auto& slot = servers_[static_cast<std::size_t>(server)];
+    if (generation == slot.generation) {
+      slot.link_closed = true;
+      links_cv_.notify_all();
+    }
     if (closing_) return;
-    die_locked(fmt::format("lost server {} at {}: {}", server,
-                           servers_[static_cast<std::size_t>(server)].address, reason));
+    if (!cfg_.failover())
+      return die_locked(fmt::format("lost server {} at {}: {}", server, slot.address, reason));
+    if (generation == slot.generation && slot.up) server_down_locked(server, reason);
   }
 
   // A handle's deadline passed: name what the operation still waits for, then give up on the
@@ -477,8 +532,9 @@ class Communicator {
     std::string detail;
     for (std::size_t s = 0; s < waiting.size(); ++s)
       if (waiting[s] != 0)
-        detail += fmt::format("{}{} partition(s) from server {} at {}", detail.empty() ? "" : ", ",
-                              waiting[s], s, servers_[s].address);
+        detail += fmt::format("{}{} partition(s) from server {} at {}{}",
+                              detail.empty() ? "" : ", ", waiting[s], s, servers_[s].address,
+                              servers_[s].up ? "" : " (lost; its replacement had not come)");
     die_locked(fmt::format("{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
                            "for {}. A worker may not have called it, or a node is stuck.",
                            o.what, cfg_.op_timeout.count(),
@@ -519,6 +575,20 @@ class Communicator {
   int global_size_ = 1;
   std::uint64_t job_id_ = 0;
   network_adapter network_{this};
+  std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
+  // Failover only: runs reconnects and the replacement deadlines. Last: stops first.
+  std::unique_ptr<transport::detail::delay_thread> failover_;
+
+  // Failover: worker/impl/failover.hpp.
+  void answered_kept(const wire::header& h, op_ptr op, std::span<std::byte> payload);
+  void server_down_locked(int server, const std::string& reason);
+  void replacement_overdue(int server, std::uint64_t generation);
+  void on_server_replaced(const rendezvous::frame& f);
+  void reconnect(int server, const rendezvous::address& where);
+  std::pair<std::size_t, std::size_t> resend_locked(int server);
+  void repushed(const op_ptr& op);
 };
 
 }  // namespace bps
+
+#include "byteps/worker/impl/failover.hpp"

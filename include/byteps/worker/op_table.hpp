@@ -20,6 +20,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/server/key_state.hpp"
+#include "byteps/worker/failover.hpp"
 #include "byteps/worker/handle.hpp"
 
 namespace bps::worker {
@@ -33,6 +34,7 @@ struct tensor {
   std::uint64_t round = 0;
   std::vector<partition_range> parts;
   std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
+  std::vector<kept_sum> kept;  ///< failover only: by partition, the last sum received
   op_ptr active;
 };
 
@@ -42,6 +44,8 @@ struct pending_part {
   std::size_t bytes = 0;
   int server = 0;
   std::uint64_t round = 0;
+  bool dispatched = false;  ///< left the scheduler's queue (sent, or held for a replacement)
+  bool receiving = false;   ///< failover: its answer is being written into the kept sum
 };
 
 class op_table {
@@ -79,6 +83,11 @@ class op_table {
   }
 
   tensor& at(std::uint64_t key) { return tensors_.at(key); }
+  /// Calls `f(key, tensor&)` for every tensor used so far.
+  template <class F>
+  void for_each_tensor(F&& f) {
+    for (auto& [key, t] : tensors_) f(key, t);
+  }
   tensor* find_tensor(std::uint64_t key) {
     auto it = tensors_.find(key);
     return it == tensors_.end() ? nullptr : &it->second;
