@@ -305,6 +305,10 @@ class SchedulerNode {
     if (nodes_.back().standby)
       log_.info("standby server at {} joined; it waits to replace a server that dies",
                 nodes_.back().peer);
+    else if (formed_ && !vacant_.is_open(theirs.requested_rank))
+      log_.warn("a server at {} asks for BYTEPS_SERVER_ID={}, which is alive; it waits in case "
+                "that server is dead",
+                nodes_.back().peer, theirs.requested_rank);
     else
       log_.info("{} joined ({} of {} worker machines complete, {} of {} servers)",
                 describe(nodes_.back()), machines_locked(true), cfg_.num_workers,
@@ -318,15 +322,13 @@ class SchedulerNode {
     const int k = theirs.requested_rank;
     if (k < 0 || vacant_.is_open(k)) return std::nullopt;
     for (const auto& n : nodes_)
-      if (n.alive && n.r == role::server && n.rank == k)
-        return fmt::format("BYTEPS_SERVER_ID={} is alive (the server at {}); a restarted server "
-                           "can only take the rank of a dead one",
-                           k, n.peer);
-    for (const auto& n : nodes_)
       if (n.alive && n.r == role::server && n.rank < 0 && n.requested == k)
-        return fmt::format("a server with BYTEPS_SERVER_ID={} is already waiting (at {})", k,
-                           n.peer);
-    return std::nullopt;  // not dead yet as far as we know (a hung server): it waits
+        return fmt::format("a server with BYTEPS_SERVER_ID={} is already waiting to replace "
+                           "server {} (at {})",
+                           k, k, n.peer);
+    // Rank k looks alive (its death may not be noticed yet, e.g. a hung server before the
+    // heartbeat timeout): the newcomer waits, and takes the rank if it becomes vacant.
+    return std::nullopt;
   }
 
   // Failover: server `n` is gone after the cluster formed. Its rank waits for a replacement

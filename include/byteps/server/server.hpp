@@ -310,12 +310,18 @@ class Server {
       bool completes = false;
       auto problem = k.offer(h, payload, s->worker, cfg_.num_workers, completes, name);
       if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
-      if (completes) finish_round(k, h);
-      return;
+      if (!completes) return;
+      log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer",
+                 name(), h.part, h.round, k.waiting.size(), s->worker);
+      return finish_round(k, h);
     }
     if (cfg_.failover() && k.initialized()) {
       // A worker re-pushes the round whose sum the dead server never delivered to it.
-      if (auto previous = k.previous_sum(h.round)) return answer(k, h.round, h, *previous, {s});
+      if (auto previous = k.previous_sum(h.round)) {
+        log_.debug("{} partition {} round {}: worker {} re-pushed it; answered with the kept sum",
+                   name(), h.part, h.round, s->worker);
+        return answer(k, h.round, h, *previous, {s});
+      }
     }
     auto problem = k.accept(h, payload, s->worker, cfg_.num_workers, name);
     if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);

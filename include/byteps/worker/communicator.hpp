@@ -240,11 +240,7 @@ class Communicator {
       std::lock_guard lock(mu_);
       die_locked(why);
     });
-    if (cfg_.failover()) {
-      failover_ = std::make_unique<transport::detail::delay_thread>();
-      control_.on_notice(wire::msg::server_replaced,
-                         [this](const rendezvous::frame& f) { on_server_replaced(f); });
-    }
+    if (cfg_.failover()) failover_ = std::make_unique<transport::detail::delay_thread>();
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const auto& a = welcome.servers[i];
       server_link s;
@@ -257,6 +253,10 @@ class Communicator {
       std::lock_guard lock(mu_);
       start_server_link(s.link, static_cast<int>(i), 0);
       servers_.push_back(std::move(s));
+    }
+    if (failover_) {  // after the server table is complete; a notice that came earlier waits
+      control_.on_notice(wire::msg::server_replaced,
+                         [this](const rendezvous::frame& f) { on_server_replaced(f); });
     }
     local_.attach(local::cluster{rank_, num_workers_, global_rank_, global_size_, welcome.slices,
                                  welcome.job_id},
@@ -517,7 +517,7 @@ class Communicator {
       slot.link_closed = true;
       links_cv_.notify_all();
     }
-    if (closing_) return;
+    if (closing_ || !dead_.empty()) return;
     if (!cfg_.failover())
       return die_locked(fmt::format("lost server {} at {}: {}", server, slot.address, reason));
     if (generation == slot.generation && slot.up) server_down_locked(server, reason);

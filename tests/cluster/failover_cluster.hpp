@@ -1,0 +1,167 @@
+#pragma once
+// An in-process cluster for failover tests: as cluster.hpp, over transport `Tr`, with standby
+// servers and a way to crash a server (Server::abort_for_test: every connection drops with no
+// bye, as when its process is killed). With a fault plan, every node is built under it.
+#include "faulty_cluster.hpp"
+
+
+namespace bps::test {
+
+template <class Tr>
+class failover_cluster {
+ public:
+  using comm_type = Communicator<Tr, local::none, partition::by_bytes, schedule::priority>;
+  using server_type = Server<Tr>;
+
+  failover_cluster(Config base, int standbys,
+                   std::shared_ptr<transport::fault_plan> plan = nullptr)
+      : base_(std::move(base)), plan_(plan ? std::move(plan)
+                                           : std::make_shared<transport::fault_plan>()) {
+    Config s = base_;
+    s.node_role = role::scheduler;
+    {
+      transport::fault_plan::scope use(plan_);
+      scheduler_ = std::make_unique<SchedulerNode<Tr>>(s);
+    }
+    base_.scheduler_port = scheduler_->port();
+    threads_.emplace_back([this] { guard(scheduler_error_, [&] { scheduler_->run(); }); });
+    for (int i = 0; i < base_.num_servers; ++i) start_server(false);
+    for (int i = 0; i < standbys; ++i) start_server(true);
+  }
+  failover_cluster(const failover_cluster&) = delete;
+  failover_cluster& operator=(const failover_cluster&) = delete;
+  ~failover_cluster() { join(); }
+
+  transport::fault_plan& plan() { return *plan_; }
+
+  /// Crashes the server that holds rank `rank` now (waits up to 10 s for it to exist).
+  void kill_server(int rank) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = live_.find(rank); it != live_.end()) {
+          *it->second.killed = true;  // its run() throws, as expected
+          it->second.server->abort_for_test();
+          live_.erase(it);
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error(fmt::format("server {} never came up", rank));
+  }
+
+  /// Starts a server with BYTEPS_SERVER_ID=`rank`, as an operator restarts a dead one.
+  void restart_server(int rank) {
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([this, rank] { server_thread(false, rank); });
+  }
+
+  /// How many standby or restarted servers took a rank so far.
+  int replacements() const {
+    std::lock_guard lock(mu_);
+    return replacements_;
+  }
+
+  Config worker_config(int id) const {
+    Config c = base_;
+    c.node_role = role::worker;
+    c.worker_id = id;
+    return c;
+  }
+
+  /// Runs `body` on every worker, then waits for every node. Rethrows a worker's exception
+  /// first, then (if `strict`) the scheduler's or a server's that was not killed.
+  void run_workers(const std::function<void(comm_type&, int)>& body, bool strict = true) {
+    std::vector<std::thread> workers;
+    for (int i = 0; i < base_.num_workers; ++i) {
+      workers.emplace_back([this, &body, i] {
+        guard(worker_error_, [&] {
+          std::unique_ptr<comm_type> comm;
+          {
+            transport::fault_plan::scope use(plan_);
+            comm = std::make_unique<comm_type>(worker_config(i));
+          }
+          body(*comm, comm->rank());
+        });
+      });
+    }
+    for (auto& w : workers) w.join();
+    join();
+    if (worker_error_) std::rethrow_exception(worker_error_);
+    if (strict && scheduler_error_) std::rethrow_exception(scheduler_error_);
+    if (strict && server_error_) std::rethrow_exception(server_error_);
+  }
+
+  void join() {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  std::exception_ptr scheduler_error() const { return scheduler_error_; }
+
+ private:
+  void start_server(bool standby) {
+    threads_.emplace_back([this, standby] { server_thread(standby, -1); });
+  }
+
+  void server_thread(bool standby, int id) {
+    {
+      Config c = base_;
+      c.node_role = role::server;
+      c.server_standby = standby;
+      c.server_id = id;
+      std::unique_ptr<server_type> server;
+      bool killed = false;
+      guard(server_error_, [&] {
+        transport::fault_plan::scope use(plan_);
+        server = std::make_unique<server_type>(c);
+      });
+      if (!server) return;
+      {
+        std::lock_guard lock(mu_);
+        if (server->rank() >= 0) live_.insert_or_assign(server->rank(), live{server.get(), &killed});
+        if ((standby || id >= 0) && server->rank() >= 0) ++replacements_;
+      }
+      try {
+        server->run();
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        if (!killed && !server_error_) server_error_ = std::current_exception();
+      }
+      std::lock_guard lock(mu_);
+      for (auto it = live_.begin(); it != live_.end(); ++it)
+        if (it->second.server == server.get()) {
+          live_.erase(it);
+          break;
+        }
+    }
+  }
+
+  void guard(std::exception_ptr& slot, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      if (!slot) slot = std::current_exception();
+    }
+  }
+
+  watchdog watchdog_{std::chrono::seconds(90)};  // first: watches the whole life of the cluster
+  Config base_;
+  std::shared_ptr<transport::fault_plan> plan_;
+  std::unique_ptr<SchedulerNode<Tr>> scheduler_;
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  struct live {
+    server_type* server;
+    bool* killed;  // the server thread's own flag, guarded by mu_
+  };
+  std::map<int, live> live_;  // rank -> the server that holds it now
+  int replacements_ = 0;
+  std::exception_ptr worker_error_;
+  std::exception_ptr scheduler_error_;
+  std::exception_ptr server_error_;
+};
+
+}  // namespace bps::test

@@ -1,0 +1,206 @@
+// Server failover (BYTEPS_FAILOVER_TIMEOUT_MS > 0): a server crashes mid-run, a standby takes
+// its rank, the workers re-send what it held, and every sum is still exact. Without a
+// replacement the job fails within the timeout, naming the lost server.
+#include "failover_cluster.hpp"
+#include "values.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+
+using namespace bps;
+using Catch::Contains;
+using bps::test::failover_cluster;
+using bps::test::faulty_tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct tensor_spec {
+  const char* name;
+  dtype type;
+  std::size_t count;
+};
+
+// With 4096-byte partitions these spread over both servers, several partitions each.
+constexpr tensor_spec tensors[] = {
+    {"fo.a", dtype::float32, 5000},  // 5 partitions
+    {"fo.b", dtype::float16, 6000},  // 3 partitions
+    {"fo.c", dtype::int32, 100},     // 1 partition
+    {"fo.d", dtype::float64, 3000},  // 6 partitions
+};
+
+Config failover_config(int workers, int servers) {
+  auto c = test::base_config(workers, servers);
+  c.partition_bytes = 4096;
+  c.failover_timeout = 10s;
+  c.heartbeat_interval = 100ms;
+  c.heartbeat_timeout = 2000ms;
+  return c;
+}
+
+// One round of every tensor: all started, `between()`, all awaited, every sum checked exactly.
+template <class Comm>
+void exact_round(Comm& comm, int rank, int workers, int r, const std::function<void()>& between) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<handle> handles;
+  for (const auto& t : tensors) data.push_back(test::fill(t.type, t.count, rank, r));
+  for (std::size_t i = 0; i < std::size(tensors); ++i)
+    handles.push_back(comm.push_pull(tensors[i].name, data[i].data(), tensors[i].count,
+                                     tensors[i].type));
+  if (between) between();
+  std::exception_ptr failed;  // every handle is done before `data` goes
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  for (std::size_t i = 0; i < std::size(tensors); ++i) {
+    const auto& t = tensors[i];
+    const auto wrong = test::first_wrong(t.type, data[i], t.count, workers, r);
+    BPS_EXPECT(wrong == t.count, "worker {} round {}: {} element {} is {}, not the exact sum",
+               rank, r, t.name, wrong, test::load(t.type, data[i].data(), wrong));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("failover: a server killed mid-run is replaced by a standby and every sum stays exact",
+          "[failover]") {
+  const int workers = GENERATE(2, 3);
+  const bool in_flight = GENERATE(true, false);
+  CAPTURE(workers, in_flight);
+  constexpr int rounds = 36, kill_at = 12;
+  failover_cluster<transport::tcp> c(failover_config(workers, 2), 1);
+  using comm_type = failover_cluster<transport::tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < rounds; ++r) {
+      std::function<void()> kill;
+      if (rank == 0 && r == kill_at) kill = [&] { c.kill_server(1); };
+      if (in_flight || !kill) {
+        exact_round(comm, rank, workers, r, kill);  // killed with this round's pushes in flight
+      } else {
+        kill();  // killed between rounds (the other workers may be in the middle of one)
+        exact_round(comm, rank, workers, r, {});
+      }
+    }
+  });
+  CHECK(c.replacements() == 1);
+}
+
+TEST_CASE("failover: with no replacement the job fails within the timeout naming the lost server",
+          "[failover]") {
+  auto cfg = failover_config(2, 2);
+  cfg.failover_timeout = 1500ms;
+  failover_cluster<transport::tcp> c(cfg, 0);
+  using comm_type = failover_cluster<transport::tcp>::comm_type;
+  using clock_type = std::chrono::steady_clock;
+  std::atomic<clock_type::rep> killed_at{0};
+  std::string errors[2];
+  double took[2] = {0, 0};
+  c.run_workers(
+      [&](comm_type& comm, int rank) {
+        errors[rank] = test::message_of<communicator_error>([&] {
+          for (int r = 0; r < 50; ++r) {
+            exact_round(comm, rank, 2, r, [&] {
+              if (rank == 0 && r == 3) {
+                killed_at = clock_type::now().time_since_epoch().count();
+                c.kill_server(1);
+              }
+            });
+          }
+        });
+        const auto at = clock_type::time_point(clock_type::duration(killed_at.load()));
+        took[rank] = test::seconds_since(at);
+      },
+      false);
+  for (int w = 0; w < 2; ++w) {
+    CAPTURE(w);
+    CHECK_THAT(errors[w], Contains("server 1") &&
+                              Contains("no replacement server joined within 1500 ms") &&
+                              Contains("BYTEPS_FAILOVER_TIMEOUT_MS"));
+    CHECK(took[w] < 1.5 + 1.5);
+  }
+  REQUIRE(c.scheduler_error());
+  CHECK_THAT(test::message_of<communicator_error>([&] { std::rethrow_exception(c.scheduler_error()); }),
+             Contains("server 1") && Contains("BYTEPS_SERVER_STANDBY=1"));
+}
+
+TEST_CASE("failover: workers a round apart when the server dies still get exact sums",
+          "[failover]") {
+  // Worker 0 receives round R's sum of "split"; worker 1's answer is dropped, so it still waits
+  // for round R while worker 0 already pushed round R+1. Then the server owning "split" dies.
+  // The replacement must give worker 1 round R's sum (from worker 0's offer) and then sum R+1.
+  // Variants: the offers reach it in either order (the other delayed), or as they come.
+  const int variant = GENERATE(0, 1, 2);
+  CAPTURE(variant);
+  constexpr std::uint64_t R = 5;
+  const std::uint64_t key = tensor_key("split");
+  const int victim = server_for(key, 0, 2, key_hash_fn::djb2);
+  auto plan = std::make_shared<transport::fault_plan>();
+  using transport::fault;
+  // Worker 1's push of round R comes second, so the server answers it second; that answer is lost.
+  plan->add({.when = {.type = wire::msg::push, .sender = 1, .key = key, .round = R},
+             .action = fault::delay(150ms)});
+  const auto dropped = plan->add(
+      {.when = {.type = wire::msg::pull_response, .from = role::server, .key = key, .round = R},
+       .action = fault::drop(),
+       .skip = 1});
+  const auto ahead = plan->add(
+      {.when = {.type = wire::msg::push, .sender = 0, .key = key, .round = R + 1},
+       .action = fault::delay(1ms)});
+  if (variant != 0) {
+    // 1: worker 0's offer of round R comes last (the round completes by the offer);
+    // 2: worker 1's offer and re-push come last (its re-push is answered from the kept sum).
+    plan->add({.when = {.type = wire::msg::sum_offer, .sender = variant == 1 ? 0u : 1u, .key = key},
+               .action = fault::delay(300ms)});
+  }
+  failover_cluster<faulty_tcp> c(failover_config(2, 2), 1, plan);
+  std::string killer_error;
+  std::thread killer([&] {
+    if (!plan->wait_fired(dropped, 1, 30s) || !plan->wait_fired(ahead, 1, 30s)) {
+      killer_error = "the split round never happened";
+      return;
+    }
+    std::this_thread::sleep_for(50ms);  // worker 0's push of round R+1 reaches the server
+    try {
+      c.kill_server(victim);
+    } catch (const std::exception& e) {
+      killer_error = e.what();
+    }
+  });
+  using comm_type = failover_cluster<faulty_tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r <= static_cast<int>(R) + 4; ++r) {
+      auto v = test::fill(dtype::float32, 64, rank, r);
+      comm.push_pull("split", v.data(), 64, dtype::float32).wait();
+      const auto wrong = test::first_wrong(dtype::float32, v, 64, 2, r);
+      BPS_EXPECT(wrong == 64, "worker {} round {}: element {} is {}, not the exact sum", rank, r,
+                 wrong, test::load(dtype::float32, v.data(), wrong));
+    }
+  });
+  killer.join();
+  CHECK(killer_error.empty());
+  CHECK(plan->fired(dropped) == 1);
+  CHECK(c.replacements() == 1);
+}
+
+TEST_CASE("failover: a server restarted with its BYTEPS_SERVER_ID takes its rank back",
+          "[failover]") {
+  constexpr int rounds = 20, kill_at = 7;
+  failover_cluster<transport::tcp> c(failover_config(2, 2), 0);
+  using comm_type = failover_cluster<transport::tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < rounds; ++r) {
+      exact_round(comm, rank, 2, r, [&] {
+        if (rank != 0 || r != kill_at) return;
+        c.kill_server(0);
+        c.restart_server(0);
+      });
+    }
+  });
+  CHECK(c.replacements() == 1);
+}
