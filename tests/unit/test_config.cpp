@@ -35,6 +35,8 @@ constexpr const char* all_variables[] = {
     "BYTEPS_OP_TIMEOUT_MS",
     "BYTEPS_KEY_HASH_FN",
     "BYTEPS_LOG_LEVEL",
+    "BYTEPS_FAILOVER_TIMEOUT_MS",
+    "BYTEPS_SERVER_STANDBY",
 };
 
 void clear_env() {
@@ -199,6 +201,9 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.connect_timeout == 30000ms);
   CHECK(c.rendezvous_timeout == 120000ms);
   CHECK(c.op_timeout == 60000ms);
+  CHECK(c.failover_timeout == 0ms);
+  CHECK_FALSE(c.failover());
+  CHECK_FALSE(c.server_standby);
 
   // an empty value counts as unset
   set("BYTEPS_PARTITION_BYTES", "");
@@ -288,6 +293,11 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
       {"BYTEPS_CONNECT_TIMEOUT_MS", "0"},
       {"BYTEPS_RENDEZVOUS_TIMEOUT_MS", "-5"},
       {"BYTEPS_OP_TIMEOUT_MS", "soon"},
+      {"BYTEPS_FAILOVER_TIMEOUT_MS", "-1"},
+      {"BYTEPS_FAILOVER_TIMEOUT_MS", "86400001"},
+      {"BYTEPS_FAILOVER_TIMEOUT_MS", "30s"},
+      {"BYTEPS_SERVER_STANDBY", "2"},
+      {"BYTEPS_SERVER_STANDBY", "yes"},
   };
   for (const auto& [name, value] : bad) {
     clear_env();
@@ -299,6 +309,41 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
     CHECK(contains(msg, name));
     CHECK(contains(msg, std::string("'") + value + "'"));
   }
+}
+
+TEST_CASE("Config::from_env reads the failover variables", "[config][failover]") {
+  clean_env guard;
+  set_required();
+  set("DMLC_ROLE", "server");
+  set("BYTEPS_FAILOVER_TIMEOUT_MS", "30000");
+  set("BYTEPS_SERVER_STANDBY", "1");
+  const auto c = bps::Config::from_env();
+  CHECK(c.failover_timeout == 30000ms);
+  CHECK(c.failover());
+  CHECK(c.server_standby);
+
+  set("BYTEPS_FAILOVER_TIMEOUT_MS", "0");  // off, explicitly
+  set("BYTEPS_SERVER_STANDBY", "0");
+  const auto off = bps::Config::from_env();
+  CHECK_FALSE(off.failover());
+  CHECK_FALSE(off.server_standby);
+
+  // A standby needs failover on, and takes no BYTEPS_SERVER_ID of its own.
+  set("BYTEPS_SERVER_STANDBY", "1");
+  auto msg = from_env_error();
+  CAPTURE(msg);
+  CHECK(contains(msg, "BYTEPS_SERVER_STANDBY"));
+  CHECK(contains(msg, "BYTEPS_FAILOVER_TIMEOUT_MS"));
+  set("BYTEPS_FAILOVER_TIMEOUT_MS", "30000");
+  set("BYTEPS_SERVER_ID", "0");
+  msg = from_env_error();
+  CHECK(contains(msg, "BYTEPS_SERVER_ID"));
+  CHECK(contains(msg, "standby"));
+
+  // Other roles ignore BYTEPS_SERVER_STANDBY (one environment may serve every role).
+  set("DMLC_ROLE", "worker");
+  set("BYTEPS_FAILOVER_TIMEOUT_MS", "0");
+  CHECK_NOTHROW(bps::Config::from_env());
 }
 
 TEST_CASE("Config::from_env range messages say what is expected", "[config]") {
@@ -342,6 +387,8 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"connect_timeout", [](bps::Config& c) { c.connect_timeout = std::chrono::milliseconds(0); }},
       {"rendezvous_timeout", [](bps::Config& c) { c.rendezvous_timeout = std::chrono::milliseconds(-1); }},
       {"op_timeout", [](bps::Config& c) { c.op_timeout = std::chrono::milliseconds(0); }},
+      {"failover_timeout", [](bps::Config& c) { c.failover_timeout = std::chrono::milliseconds(-1); }},
+      {"server_standby", [](bps::Config& c) { c.node_role = bps::role::server; c.server_standby = true; }},
   };
   for (const auto& bc : cases) {
     bps::Config c;

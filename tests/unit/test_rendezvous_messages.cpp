@@ -40,6 +40,8 @@ bps::rendezvous::hello sample_hello() {
   h.num_servers = 45;
   h.key_hash = "sdbm";
   h.token = 0x0123456789ABCDEFull;
+  h.failover = true;
+  h.standby = true;
   return h;
 }
 
@@ -56,6 +58,8 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.num_servers == b.num_servers);
   CHECK(a.key_hash == b.key_hash);
   CHECK(a.token == b.token);
+  CHECK(a.failover == b.failover);
+  CHECK(a.standby == b.standby);
 }
 
 bps::rendezvous::welcome sample_welcome() {
@@ -77,9 +81,9 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
-  // workers, servers, key hash, token
+  // workers, servers, key hash, token, failover, standby
   CHECK(bytes.size() ==
-        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8);
+        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8 + 1 + 1);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -88,6 +92,7 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
     h2.requested_rank = -1;
     h2.host = "";
     h2.port = 0;
+    h2.standby = r == bps::role::server;
     check_same(bps::rendezvous::decode_hello(bps::rendezvous::encode(h2)), h2);
   }
 }
@@ -143,6 +148,51 @@ TEST_CASE("rendezvous hello refuses bad payloads", "[wire][rendezvous]") {
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)), bps::wire::decode_error);
   h.host = std::string(256, 'h');
   CHECK(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)).host == h.host);
+}
+
+TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags",
+          "[wire][rendezvous][failover]") {
+  bps::Config c;
+  c.node_role = bps::role::server;
+  c.failover_timeout = std::chrono::milliseconds(5000);
+  c.server_standby = true;
+  const auto s = bps::rendezvous::hello::from(c, bps::role::server);
+  CHECK(s.failover);
+  CHECK(s.standby);
+  const auto w = bps::rendezvous::hello::from(c, bps::role::worker);  // only servers stand by
+  CHECK(w.failover);
+  CHECK_FALSE(w.standby);
+  CHECK_FALSE(bps::rendezvous::hello::from(bps::Config{}, bps::role::worker).failover);
+
+  auto bytes = bps::rendezvous::encode(sample_hello());
+  for (std::size_t at : {bytes.size() - 2, bytes.size() - 1}) {  // the failover and standby bytes
+    auto bad = bytes;
+    bad[at] = std::byte{2};
+    CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
+  }
+  auto h = sample_hello();
+  h.node_role = bps::role::worker;  // a worker that says it stands by
+  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)),
+                  bps::wire::decode_error);
+}
+
+TEST_CASE("rendezvous server_replaced round-trips and refuses bad payloads",
+          "[wire][rendezvous][failover]") {
+  const bps::rendezvous::server_replaced m{3, {"10.1.2.3", 40001}};
+  const auto bytes = bps::rendezvous::encode(m);
+  CHECK(bytes.size() == 4 + 4 + m.where.host.size() + 2);
+  CHECK(bps::rendezvous::decode_server_replaced(bytes) == m);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    CHECK_THROWS_AS(bps::rendezvous::decode_server_replaced(prefix(bytes, n)),
+                    bps::wire::decode_error);
+  }
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK_THROWS_AS(bps::rendezvous::decode_server_replaced(longer), bps::wire::decode_error);
+  const bps::rendezvous::server_replaced negative{-1, {"h", 1}};
+  CHECK_THROWS_AS(bps::rendezvous::decode_server_replaced(bps::rendezvous::encode(negative)),
+                  bps::wire::decode_error);
 }
 
 TEST_CASE("rendezvous hello of another protocol decodes only its protocol", "[wire][rendezvous]") {
@@ -245,6 +295,10 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
     theirs.node_role = bps::role::server;
     theirs.key_hash = "sdbm";
     CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, where).has_value());
+  }
+  SECTION("failover on one side only") {
+    theirs.failover = !mine.failover;
+    expect({"BYTEPS_FAILOVER_TIMEOUT_MS", where});
   }
   SECTION("protocol") {
     theirs.protocol = 7;

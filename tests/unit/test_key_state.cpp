@@ -1,0 +1,174 @@
+#include <byteps/server/key_state.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+// The server's per-partition state, failover mode in particular: rounds adopted from the first
+// frame, sums in worker-rank order, sum offers from workers that already hold a round's sum.
+
+namespace {
+
+struct waiter {};
+using state = bps::server::key_state<waiter>;
+using bps::detail::buffer_pool;
+
+std::string contains_nothing() { return "'t'"; }
+
+bps::wire::header frame(bps::wire::msg type, std::uint64_t round, std::size_t count) {
+  bps::wire::header h;
+  h.type = type;
+  h.key = 42;
+  h.part = 0;
+  h.dtype = static_cast<std::uint32_t>(bps::dtype::float32);
+  h.round = round;
+  h.tensor_bytes = count * 4;
+  h.offset = 0;
+  return h;
+}
+
+buffer_pool::buffer floats(buffer_pool& pool, std::vector<float> v) {
+  auto b = pool.take(v.size() * 4);
+  std::memcpy(b.data.get(), v.data(), b.size);
+  return b;
+}
+
+std::vector<float> as_floats(std::span<const std::byte> s) {
+  std::vector<float> v(s.size() / 4);
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+// Pushes `v` for `worker`; returns accept's message.
+std::string push(state& k, buffer_pool& pool, int worker, std::uint64_t round,
+                 std::vector<float> v, int workers) {
+  auto b = floats(pool, v);
+  auto msg = k.accept(frame(bps::wire::msg::push, round, v.size()), b, worker, workers,
+                      contains_nothing);
+  if (msg.empty()) k.waiting.push_back(std::make_shared<waiter>());
+  pool.give_back(std::move(b));
+  return msg;
+}
+
+std::string offer(state& k, buffer_pool& pool, int worker, std::uint64_t round,
+                  std::vector<float> v, int workers, bool& completes) {
+  auto b = floats(pool, v);
+  auto msg = k.offer(frame(bps::wire::msg::sum_offer, round, v.size()), b, worker, workers,
+                     completes, contains_nothing);
+  pool.give_back(std::move(b));
+  return msg;
+}
+
+}  // namespace
+
+TEST_CASE("key_state without failover refuses a round other than its own", "[server][key_state]") {
+  buffer_pool pool;
+  state k(pool, false);
+  const auto msg = push(k, pool, 0, 3, {1.0f}, 2);
+  CHECK(msg.find("pushed round 3") != std::string::npos);
+  CHECK(msg.find("at round 0") != std::string::npos);
+}
+
+TEST_CASE("key_state with failover sums in worker-rank order whatever the arrival order",
+          "[server][key_state][failover]") {
+  // In float, (1e8 + 1) - 1e8 is 0 but (1e8 - 1e8) + 1 is 1: the order shows in the bits.
+  const std::vector<std::vector<float>> x = {{1e8f}, {1.0f}, {-1e8f}};
+  const float rank_order = (x[0][0] + x[1][0]) + x[2][0];
+  for (const auto& order : std::vector<std::vector<int>>{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}, {2, 1, 0}}) {
+    CAPTURE(order);
+    buffer_pool pool;
+    state k(pool, true);
+    for (int w : order) REQUIRE(push(k, pool, w, 0, x[static_cast<std::size_t>(w)], 3).empty());
+    const auto sum = as_floats(k.finish_round());
+    CHECK(sum[0] == rank_order);
+    k.next_round();
+    CHECK(k.round == 1);
+  }
+}
+
+TEST_CASE("key_state with failover adopts the round of the first push", "[server][key_state][failover]") {
+  buffer_pool pool;
+  state k(pool, true);
+  REQUIRE(push(k, pool, 1, 7, {2.0f, 3.0f}, 2).empty());
+  CHECK(k.round == 7);
+  CHECK(k.initialized());
+  REQUIRE(push(k, pool, 0, 7, {1.0f, 1.0f}, 2).empty());
+  CHECK(as_floats(k.finish_round()) == std::vector<float>{3.0f, 4.0f});
+  k.next_round();
+  // The next round is pushed as usual; a re-push of round 7 gets round 7's sum.
+  REQUIRE(k.previous_sum(7));
+  CHECK(as_floats(*k.previous_sum(7)) == std::vector<float>{3.0f, 4.0f});
+  CHECK_FALSE(k.previous_sum(6));
+  CHECK_FALSE(k.previous_sum(8));
+  CHECK(push(k, pool, 0, 9, {1.0f, 1.0f}, 2).find("pushed round 9") != std::string::npos);
+}
+
+TEST_CASE("key_state offers: the previous round kept, the current round completed",
+          "[server][key_state][failover]") {
+  buffer_pool pool;
+  bool completes = false;
+
+  SECTION("an offer on an empty key sets the round after it and keeps the sum") {
+    state k(pool, true);
+    REQUIRE(offer(k, pool, 0, 4, {10.0f}, 2, completes).empty());
+    CHECK_FALSE(completes);
+    CHECK(k.round == 5);
+    REQUIRE(k.previous_sum(4));
+    CHECK(as_floats(*k.previous_sum(4)) == std::vector<float>{10.0f});
+    // The lagging worker's own offer (one round older) changes nothing.
+    REQUIRE(offer(k, pool, 1, 3, {7.0f}, 2, completes).empty());
+    CHECK_FALSE(completes);
+    CHECK(k.round == 5);
+    CHECK(as_floats(*k.previous_sum(4)) == std::vector<float>{10.0f});
+  }
+
+  SECTION("an offer of the round being summed completes it with the offered bytes") {
+    state k(pool, true);
+    REQUIRE(offer(k, pool, 1, 3, {7.0f}, 2, completes).empty());  // the lagging worker's
+    CHECK(k.round == 4);
+    REQUIRE(push(k, pool, 1, 4, {99.0f}, 2).empty());  // its re-push of round 4
+    REQUIRE(offer(k, pool, 0, 4, {10.0f}, 2, completes).empty());  // the worker that had it
+    CHECK(completes);
+    CHECK(as_floats(k.finish_round()) == std::vector<float>{10.0f});  // not 99: the offer wins
+    CHECK(k.waiting.size() == 1);
+    k.next_round();
+    CHECK(k.round == 5);
+    REQUIRE(push(k, pool, 1, 5, {1.0f}, 2).empty());
+    REQUIRE(push(k, pool, 0, 5, {2.0f}, 2).empty());
+    CHECK(as_floats(k.finish_round()) == std::vector<float>{3.0f});
+  }
+
+  SECTION("an offer of a round nobody can have yet is refused") {
+    state k(pool, true);
+    REQUIRE(push(k, pool, 0, 2, {1.0f}, 2).empty());
+    const auto msg = offer(k, pool, 1, 3, {1.0f}, 2, completes);
+    CHECK(msg.find("offered the sum of round 3") != std::string::npos);
+    CHECK_FALSE(completes);
+  }
+
+  SECTION("an offer with another shape is refused") {
+    state k(pool, true);
+    REQUIRE(push(k, pool, 0, 2, {1.0f}, 2).empty());
+    const auto msg = offer(k, pool, 1, 2, {1.0f, 2.0f}, 2, completes);
+    CHECK(msg.find("another shape") != std::string::npos);
+  }
+}
+
+TEST_CASE("key_state offers of fp16 keep the bytes as offered", "[server][key_state][failover]") {
+  buffer_pool pool;
+  state k(pool, true);
+  auto h = frame(bps::wire::msg::sum_offer, 0, 2);
+  h.dtype = static_cast<std::uint32_t>(bps::dtype::float16);
+  h.tensor_bytes = 4;
+  auto b = pool.take(4);
+  const std::byte bytes[4] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
+  std::memcpy(b.data.get(), bytes, 4);
+  bool completes = false;
+  REQUIRE(k.offer(h, b, 0, 2, completes, contains_nothing).empty());
+  REQUIRE(k.previous_sum(0));
+  CHECK(std::memcmp(k.previous_sum(0)->data(), bytes, 4) == 0);
+  pool.give_back(std::move(b));
+}
