@@ -3,6 +3,8 @@
 // computed it (the first layer, needed first by the next forward pass, at the highest priority),
 // and applies the averaged gradient. At the end it checks that the loss fell, that all workers
 // hold the same parameters bit for bit, and that they match a single-process reference run.
+// Rank 0 prints a digest of the final parameters (FNV-1a over their bytes), so that two runs
+// can be compared bit for bit (tests/process/failover_main_job.sh does, with a server killed).
 //
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--epochs 20] [--batch 256] [--lr 0.1]
 
@@ -69,6 +71,20 @@ mlp::Hyper parse_args(int argc, char** argv) {
 
 std::string tensor_name(const char* prefix, int layer, const char* what) {
   return std::string(prefix) + ".layer" + std::to_string(layer) + "." + what;
+}
+
+// FNV-1a, 64 bit, over the bytes of every weight and bias, layer by layer.
+std::uint64_t digest(const mlp::Params& p) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&](const std::vector<float>& v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  for (const auto& layer : p) {
+    add(layer.w);
+    add(layer.b);
+  }
+  return h;
 }
 
 bool bit_equal(const mlp::Layer& a, const mlp::Layer& b) {
@@ -149,6 +165,8 @@ int run(const mlp::Hyper& hp) {
   const double rel = mlp::max_rel_diff(params, ref.params);
   comm.barrier();  // every worker is done with the cluster before any of them leaves
 
+  if (rank == 0)
+    std::printf("final parameters: digest %016llx\n", static_cast<unsigned long long>(digest(params)));
   int failures = 0;
   auto report = [&](bool ok, const std::string& what) {
     std::printf("%s %s\n", ok ? "OK" : "FAILED:", what.c_str());

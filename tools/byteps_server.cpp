@@ -24,6 +24,10 @@ constexpr flag flags[] = {
     {"--root-port", "DMLC_PS_ROOT_PORT", "the scheduler's port (scheduler: 0 picks a free one)"},
     {"--host", "DMLC_NODE_HOST", "server: address to listen on and advertise"},
     {"--port", "BYTEPS_SERVER_PORT", "server: port to listen on (0: any)"},
+    {"--server-id", "BYTEPS_SERVER_ID", "server: ask for this rank (a restarted server: its old one)"},
+    {"--standby", "BYTEPS_SERVER_STANDBY", "server: 1 = wait to replace a server that dies"},
+    {"--failover-timeout-ms", "BYTEPS_FAILOVER_TIMEOUT_MS",
+     "0 (off) or how long a dead server's rank waits for a replacement"},
     {"--engine-threads", "BYTEPS_SERVER_ENGINE_THREAD", "server: summation threads (default 4)"},
     {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 4096000)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
@@ -36,9 +40,9 @@ void usage(std::FILE* out) {
                "Every flag overrides the environment variable beside it; see docs/env.md for "
                "all of them.\n",
                bps::version);
-  for (const auto& f : flags) std::fprintf(out, "  %-18s %-28s %s\n", f.name, f.variable, f.help);
+  for (const auto& f : flags) std::fprintf(out, "  %-22s %-28s %s\n", f.name, f.variable, f.help);
   std::fprintf(out,
-               "  %-18s %-28s %s\n"
+               "  %-22s %-28s %s\n"
                "\nExample (a job of 2 workers and 1 server on this machine):\n"
                "  byteps-server --role scheduler --num-workers 2 --num-servers 1 "
                "--root-uri 127.0.0.1 --root-port 9000 &\n"

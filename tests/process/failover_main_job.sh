@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Server failover on the main job (examples/train_mlp, 2 workers x 2 servers), in real
+# processes started by byteps-launch:
+#   1. the plain main job, no fault, failover off;
+#   2. the same job with BYTEPS_FAILOVER_TIMEOUT_MS set and a standby server, and one server
+#      SIGKILLed (with its whole process group) in the middle of training.
+# Both must exit 0, the second must show the standby taking the dead server's rank and the
+# workers re-sending to it, and the final parameters (train_mlp prints their digest) must be
+# the same bits.
+#   failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]
+set -uo pipefail
+
+launch=${1:?usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]}
+train=${2:?usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]}
+epochs=${3:-40}
+kill_after_epoch=3
+
+work=$(mktemp -d)
+launcher=
+cleanup() {
+  if [[ -n $launcher ]] && kill -0 "$launcher" 2>/dev/null; then
+    kill -TERM "$launcher" 2>/dev/null  # the launcher stops its whole cluster
+    wait "$launcher" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*"
+  for log in "$work"/*.log; do
+    echo "---- last lines of $(basename "$log")"
+    tail -25 "$log"
+  done
+  exit 1
+}
+
+digest_of() { grep -o "final parameters: digest [0-9a-f]*" "$1" | awk '{print $4}'; }
+
+export BYTEPS_LOG_LEVEL=INFO
+unset BYTEPS_FAILOVER_TIMEOUT_MS BYTEPS_SERVER_STANDBY
+
+# 1. No fault, failover off: the plain main job.
+"$launch" --workers 2 --servers 2 --timeout 240 -- "$train" --epochs "$epochs" >"$work/clean.log" 2>&1 ||
+  fail "the main job with no fault exited $?"
+clean=$(digest_of "$work/clean.log")
+[[ -n $clean ]] || fail "the run with no fault printed no parameter digest"
+
+# 2. Failover on, one standby; server 0 is killed once epoch $kill_after_epoch is reported.
+mkdir "$work/pids"
+BYTEPS_FAILOVER_TIMEOUT_MS=20000 "$launch" --workers 2 --servers 2 --standby-servers 1 \
+  --pid-dir "$work/pids" --timeout 240 -- "$train" --epochs "$epochs" >"$work/killed.log" 2>&1 &
+launcher=$!
+for _ in $(seq 3000); do
+  grep -q "epoch $kill_after_epoch/" "$work/killed.log" && break
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.01
+done
+grep -q "epoch $kill_after_epoch/" "$work/killed.log" || fail "epoch $kill_after_epoch never came"
+grep -q "epoch $epochs/$epochs" "$work/killed.log" && fail "training ended before the kill"
+kill -KILL -- "-$(cat "$work/pids/server-0.pid")" || fail "could not kill server 0"
+killed_at=$(grep -c "epoch .*/$epochs" "$work/killed.log")
+wait "$launcher"
+rc=$?
+launcher=
+((rc == 0)) || fail "the main job with server 0 killed exited $rc"
+grep -q "replaced by the standby server" "$work/killed.log" ||
+  fail "the scheduler did not report the standby taking the dead server's rank"
+grep -q "re-sent" "$work/killed.log" || fail "no worker reported re-sending to the replacement"
+killed=$(digest_of "$work/killed.log")
+[[ -n $killed ]] || fail "the run with a server killed printed no parameter digest"
+[[ $killed == "$clean" ]] ||
+  fail "final parameters differ: digest $killed with a server killed, $clean with no fault"
+echo "ok: server 0 SIGKILLed after epoch $killed_at of $epochs, the standby took its rank;" \
+  "final parameters digest $killed, the same bits as the run with no fault"
