@@ -1,7 +1,9 @@
 #pragma once
 // An in-process cluster for failover tests: as cluster.hpp, over transport `Tr`, with standby
 // servers and a way to crash a server (Server::abort_for_test: every connection drops with no
-// bye, as when its process is killed). With a fault plan, every node is built under it.
+// bye, as when its process is killed). With a fault plan, every node is built under it; with a
+// `first_server_plan`, the first server started is built under that one instead (to make one
+// server misbehave: its failure is then expected).
 #include "faulty_cluster.hpp"
 
 
@@ -14,9 +16,11 @@ class failover_cluster {
   using server_type = Server<Tr>;
 
   failover_cluster(Config base, int standbys,
-                   std::shared_ptr<transport::fault_plan> plan = nullptr)
-      : base_(std::move(base)), plan_(plan ? std::move(plan)
-                                           : std::make_shared<transport::fault_plan>()) {
+                   std::shared_ptr<transport::fault_plan> plan = nullptr,
+                   std::shared_ptr<transport::fault_plan> first_server_plan = nullptr)
+      : base_(std::move(base)),
+        plan_(plan ? std::move(plan) : std::make_shared<transport::fault_plan>()),
+        first_server_plan_(std::move(first_server_plan)) {
     Config s = base_;
     s.node_role = role::scheduler;
     {
@@ -25,8 +29,8 @@ class failover_cluster {
     }
     base_.scheduler_port = scheduler_->port();
     threads_.emplace_back([this] { guard(scheduler_error_, [&] { scheduler_->run(); }); });
-    for (int i = 0; i < base_.num_servers; ++i) start_server(false);
-    for (int i = 0; i < standbys; ++i) start_server(true);
+    for (int i = 0; i < base_.num_servers; ++i) start_server(false, i == 0 ? first_server_plan_ : nullptr);
+    for (int i = 0; i < standbys; ++i) start_server(true, nullptr);
   }
   failover_cluster(const failover_cluster&) = delete;
   failover_cluster& operator=(const failover_cluster&) = delete;
@@ -54,7 +58,7 @@ class failover_cluster {
   /// Starts a server with BYTEPS_SERVER_ID=`rank`, as an operator restarts a dead one.
   void restart_server(int rank) {
     std::lock_guard lock(mu_);
-    threads_.emplace_back([this, rank] { server_thread(false, rank); });
+    threads_.emplace_back([this, rank] { server_thread(false, rank, nullptr); });
   }
 
   /// How many standby or restarted servers took a rank so far.
@@ -101,20 +105,20 @@ class failover_cluster {
   std::exception_ptr scheduler_error() const { return scheduler_error_; }
 
  private:
-  void start_server(bool standby) {
-    threads_.emplace_back([this, standby] { server_thread(standby, -1); });
+  void start_server(bool standby, std::shared_ptr<transport::fault_plan> own_plan) {
+    threads_.emplace_back([this, standby, own_plan] { server_thread(standby, -1, own_plan); });
   }
 
-  void server_thread(bool standby, int id) {
+  void server_thread(bool standby, int id, std::shared_ptr<transport::fault_plan> own_plan) {
     {
       Config c = base_;
       c.node_role = role::server;
       c.server_standby = standby;
       c.server_id = id;
       std::unique_ptr<server_type> server;
-      bool killed = false;
+      bool killed = own_plan != nullptr;  // a server made to misbehave may fail
       guard(server_error_, [&] {
-        transport::fault_plan::scope use(plan_);
+        transport::fault_plan::scope use(own_plan ? own_plan : plan_);
         server = std::make_unique<server_type>(c);
       });
       if (!server) return;
@@ -150,6 +154,7 @@ class failover_cluster {
   watchdog watchdog_{std::chrono::seconds(90)};  // first: watches the whole life of the cluster
   Config base_;
   std::shared_ptr<transport::fault_plan> plan_;
+  std::shared_ptr<transport::fault_plan> first_server_plan_;
   std::unique_ptr<SchedulerNode<Tr>> scheduler_;
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;

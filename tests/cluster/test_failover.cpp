@@ -204,3 +204,24 @@ TEST_CASE("failover: a server restarted with its BYTEPS_SERVER_ID takes its rank
   });
   CHECK(c.replacements() == 1);
 }
+
+TEST_CASE("failover: a server that stops responding is replaced after the heartbeat timeout",
+          "[failover]") {
+  // The first server falls silent (every frame it sends is dropped, as when its host hangs)
+  // with pushes in flight: the scheduler replaces it after BYTEPS_HEARTBEAT_TIMEOUT_MS, and the
+  // workers drop their still-open links to it and re-send to the standby.
+  auto cfg = failover_config(2, 2);
+  cfg.heartbeat_timeout = 600ms;
+  auto silent = std::make_shared<transport::fault_plan>();
+  failover_cluster<faulty_tcp> c(cfg, 1, nullptr, silent);
+  using comm_type = failover_cluster<faulty_tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < 20; ++r) {
+      exact_round(comm, rank, 2, r, [&] {
+        if (rank == 0 && r == 8)
+          silent->add({.action = transport::fault::drop(), .times = transport::fault_rule::always});
+      });
+    }
+  });
+  CHECK(c.replacements() == 1);
+}
