@@ -158,11 +158,10 @@ template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
 std::pair<std::size_t, std::size_t> Communicator<T, L, P, S>::resend_locked(int server) {
   std::size_t sums = 0, pushes = 0;
   const auto& link = servers_[static_cast<std::size_t>(server)].link;
-  const int servers = static_cast<int>(servers_.size());
   ops_.for_each_tensor([&](std::uint64_t key, worker::tensor& t) {
     t.declared[static_cast<std::size_t>(server)] = false;
     for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
-      if (server_for(key, i, servers, cfg_.key_hash) != server) continue;
+      if (placement_.server_for(key, i) != server) continue;
       const worker::kept_sum& kept = t.kept[i];
       auto* p = ops_.awaiting(key_id{key, i});
       const bool push = p != nullptr && p->dispatched && !p->op->failure;
