@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Server failover on the main job (examples/train_mlp, 2 workers x 2 servers), in real
-# processes started by byteps-launch:
+# Server failover on the main job (examples/train_mlp, 2 worker machines x 2 servers, each
+# machine with LOCAL_SIZE worker processes), in real processes started by byteps-launch:
 #   1. the plain main job, no fault, failover off;
 #   2. the same job with BYTEPS_FAILOVER_TIMEOUT_MS set and a standby server, and one server
 #      SIGKILLed (with its whole process group) in the middle of training.
 # Both must exit 0, the second must show the standby taking the dead server's rank and the
 # workers re-sending to it, and the final parameters (train_mlp prints their digest) must be
 # the same bits.
-#   failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]
+#   failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS]]
 set -uo pipefail
 
-launch=${1:?usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]}
-train=${2:?usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS]}
-epochs=${3:-40}
+usage="usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS]]"
+launch=${1:?$usage}
+train=${2:?$usage}
+local_size=${3:-1}
+epochs=${4:-40}
 kill_after_epoch=3
 
 work=$(mktemp -d)
@@ -41,14 +43,14 @@ export BYTEPS_LOG_LEVEL=INFO
 unset BYTEPS_FAILOVER_TIMEOUT_MS BYTEPS_SERVER_STANDBY
 
 # 1. No fault, failover off: the plain main job.
-"$launch" --workers 2 --servers 2 --timeout 240 -- "$train" --epochs "$epochs" >"$work/clean.log" 2>&1 ||
+"$launch" --workers 2 --local-size "$local_size" --servers 2 --timeout 240 -- "$train" --epochs "$epochs" >"$work/clean.log" 2>&1 ||
   fail "the main job with no fault exited $?"
 clean=$(digest_of "$work/clean.log")
 [[ -n $clean ]] || fail "the run with no fault printed no parameter digest"
 
 # 2. Failover on, one standby; server 0 is killed once epoch $kill_after_epoch is reported.
 mkdir "$work/pids"
-BYTEPS_FAILOVER_TIMEOUT_MS=20000 "$launch" --workers 2 --servers 2 --standby-servers 1 \
+BYTEPS_FAILOVER_TIMEOUT_MS=20000 "$launch" --workers 2 --local-size "$local_size" --servers 2 --standby-servers 1 \
   --pid-dir "$work/pids" --timeout 240 -- "$train" --epochs "$epochs" >"$work/killed.log" 2>&1 &
 launcher=$!
 for _ in $(seq 3000); do
@@ -71,5 +73,5 @@ killed=$(digest_of "$work/killed.log")
 [[ -n $killed ]] || fail "the run with a server killed printed no parameter digest"
 [[ $killed == "$clean" ]] ||
   fail "final parameters differ: digest $killed with a server killed, $clean with no fault"
-echo "ok: server 0 SIGKILLed after epoch $killed_at of $epochs, the standby took its rank;" \
+echo "ok ($local_size worker process(es) per machine): server 0 SIGKILLed after epoch $killed_at of $epochs, the standby took its rank;" \
   "final parameters digest $killed, the same bits as the run with no fault"
