@@ -317,57 +317,11 @@ class SchedulerNode {
     cv_.notify_all();
   }
 
-  // Failover: why a server that says hello after the cluster formed cannot join.
-  std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const {
-    const int k = theirs.requested_rank;
-    if (k < 0 || vacant_.is_open(k)) return std::nullopt;
-    for (const auto& n : nodes_)
-      if (n.alive && n.r == role::server && n.rank < 0 && n.requested == k)
-        return fmt::format("a server with BYTEPS_SERVER_ID={} is already waiting to replace "
-                           "server {} (at {})",
-                           k, k, n.peer);
-    // Rank k looks alive (its death may not be noticed yet, e.g. a hung server before the
-    // heartbeat timeout): the newcomer waits, and takes the rank if it becomes vacant.
-    return std::nullopt;
-  }
-
-  // Failover: server `n` is gone after the cluster formed. Its rank waits for a replacement
-  // until the failover timeout; check_heartbeats fails the job when it passes.
-  void server_lost_locked(node& n, const std::string& what) {
-    const auto why = fmt::format("{} {}", describe(n), what);
-    log_.warn("{}; waiting up to {} ms for a replacement (BYTEPS_FAILOVER_TIMEOUT_MS)", why,
-              cfg_.failover_timeout.count());
-    vacant_.open(n.rank, n.peer, why, clock::now() + cfg_.failover_timeout);
-    place_replacements_locked();
-  }
-
-  // Failover: gives every vacant rank a waiting server: one restarted with that
-  // BYTEPS_SERVER_ID first, else the standby that joined first. Tells every worker.
-  void place_replacements_locked() {
-    for (int k : vacant_.ranks()) {
-      node* pick = nullptr;
-      for (auto& n : nodes_)
-        if (n.alive && n.r == role::server && n.rank < 0 && n.requested == k) pick = &n;
-      for (auto& n : nodes_)
-        if (!pick && n.alive && n.r == role::server && n.rank < 0 && n.standby) pick = &n;
-      if (!pick) continue;
-      const bool restarted = !pick->standby;
-      pick->rank = k;
-      pick->standby = false;
-      vacant_.close(k);
-      table_.rank = k;
-      table_.global_rank = 0;
-      table_.servers[static_cast<std::size_t>(k)] = {pick->host, pick->port};
-      send_locked(pick->link, wire::msg::welcome, rendezvous::encode(table_));
-      const rendezvous::server_replaced notice{k, {pick->host, pick->port}};
-      for (auto& w : nodes_)
-        if (w.alive && !w.left && w.r == role::worker)
-          send_locked(w.link, wire::msg::server_replaced, rendezvous::encode(notice));
-      log_.warn("server {} replaced by the {} server at {} (listening on {}:{}); the workers "
-                "re-send the rounds in flight there",
-                k, restarted ? "restarted" : "standby", pick->peer, pick->host, pick->port);
-    }
-  }
+  // Failover (rendezvous/impl/scheduler_failover.hpp).
+  std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const;
+  void server_lost_locked(node& n, const std::string& what);
+  void place_replacements_locked();
+  void check_vacancies_locked(clock::time_point now);
 
   void assign_and_welcome_locked() {
     formed_ = true;
@@ -433,17 +387,9 @@ class SchedulerNode {
     lost_locked(n, fmt::format("disconnected ({})", reason));
   }
 
-  // A node is gone without bye: a failure, unless failover covers it (a standby, or a server
-  // after the cluster formed).
-  void lost_locked(node& n, const std::string& what) {
-    if (n.r == role::server && (n.standby || (formed_ && n.rank < 0))) {
-      log_.warn("waiting server at {} {}", n.peer, what);
-      return;
-    }
-    if (cfg_.failover() && formed_ && n.r == role::server && n.rank >= 0)
-      return server_lost_locked(n, what);
-    node_failed_locked(n, what);
-  }
+  // A node is gone without bye (rendezvous/impl/scheduler_failover.hpp).
+  void lost_locked(node& n, const std::string& what);
+
 
   // A node that joined is gone without saying bye: the job cannot go on, before or after the
   // cluster formed. Everyone still connected is told which node, so nobody waits for it.
@@ -479,14 +425,7 @@ class SchedulerNode {
       h.type = wire::msg::heartbeat;
       n.link->send(h, {}, {});
     }
-    if (shutting_down_) return;
-    if (auto late = vacant_.overdue(now)) {
-      job_failed_locked(fmt::format(
-          "{}; no replacement server joined within {} ms (BYTEPS_FAILOVER_TIMEOUT_MS): start a "
-          "standby server (BYTEPS_SERVER_STANDBY=1) or restart it with BYTEPS_SERVER_ID={}; the "
-          "job cannot continue",
-          late->why, cfg_.failover_timeout.count(), late->rank));
-    }
+    if (!shutting_down_) check_vacancies_locked(now);
   }
 
   void fail_locked(const std::string& why) {
@@ -523,3 +462,5 @@ class SchedulerNode {
 };
 
 }  // namespace bps
+
+#include "byteps/rendezvous/impl/scheduler_failover.hpp"
