@@ -207,20 +207,34 @@ TEST_CASE("failover: a server restarted with its BYTEPS_SERVER_ID takes its rank
 
 TEST_CASE("failover: a server that stops responding is replaced after the heartbeat timeout",
           "[failover]") {
-  // The first server falls silent (every frame it sends is dropped, as when its host hangs)
-  // with pushes in flight: the scheduler replaces it after BYTEPS_HEARTBEAT_TIMEOUT_MS, and the
-  // workers drop their still-open links to it and re-send to the standby.
+  // The first server falls silent with pushes in flight: the scheduler replaces it after
+  // BYTEPS_HEARTBEAT_TIMEOUT_MS, and the workers drop their still-open links to it and re-send
+  // to the standby. Either every frame it sends is lost (its host hangs), or only its
+  // heartbeats (it still serves the workers, and when the scheduler drops it, it answers them
+  // with fatal errors, which must not fail them).
+  const bool only_heartbeats = GENERATE(false, true);
+  CAPTURE(only_heartbeats);
   auto cfg = failover_config(2, 2);
   cfg.heartbeat_timeout = 600ms;
   auto silent = std::make_shared<transport::fault_plan>();
   failover_cluster<faulty_tcp> c(cfg, 1, nullptr, silent);
   using comm_type = failover_cluster<faulty_tcp>::comm_type;
   c.run_workers([&](comm_type& comm, int rank) {
-    for (int r = 0; r < 20; ++r) {
+    int after = 0;  // rounds since the replacement
+    for (int r = 0; r < 20 || after < 3; ++r) {
+      BPS_EXPECT(r < 100000, "no replacement after {} rounds", r);
       exact_round(comm, rank, 2, r, [&] {
-        if (rank == 0 && r == 8)
-          silent->add({.action = transport::fault::drop(), .times = transport::fault_rule::always});
+        if (rank != 0 || r != 8) return;
+        transport::frame_match what;
+        if (only_heartbeats) what.type = wire::msg::heartbeat;
+        silent->add({.when = what, .action = transport::fault::drop(),
+                     .times = transport::fault_rule::always});
       });
+      // Both workers go on until worker 0 saw the replacement (rounds keep pushes in flight
+      // while the scheduler's heartbeat timeout runs out).
+      std::int32_t go = rank == 0 && c.replacements() == 0 ? 1 : 0;
+      comm.push_pull("go", std::span(&go, 1)).wait();
+      if (go == 0) ++after;
     }
   });
   CHECK(c.replacements() == 1);

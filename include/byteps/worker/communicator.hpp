@@ -203,7 +203,7 @@ class Communicator {
         if (auto op = std::move(receiving_)) owner_->answered(h, std::move(op), payload);
         return;
       }
-      owner_->server_error(server_, h,
+      owner_->server_error(server_, generation_, h,
                            std::string(reinterpret_cast<const char*>(payload.data()),
                                        payload.size()));
     }
@@ -492,11 +492,20 @@ class Communicator {
     ops_.answered(key_id{h.key, h.part}, op);
   }
 
-  void server_error(int server, const wire::header& h, const std::string& text) {
+  void server_error(int server, std::uint64_t generation, const wire::header& h,
+                    const std::string& text) {
     std::lock_guard lock(mu_);
+    auto& slot = servers_[static_cast<std::size_t>(server)];
+    if (generation != slot.generation) return;  // from a server already replaced
     if (h.flags & wire::flag_fatal) {
-      die_locked(fmt::format("server {} at {}: {}", server,
-                             servers_[static_cast<std::size_t>(server)].address, text));
+      if (!cfg_.failover())
+        return die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
+      // Failover: a server that gave up (it lost the scheduler, or a worker) is lost to us; the
+      // scheduler either replaces it or fails the job (naming the real cause).
+      if (slot.up && dead_.empty() && !closing_) {
+        server_down_locked(server, "it reported: " + text);
+        slot.link->close();
+      }
       return;
     }
     auto* t = ops_.find_tensor(h.key);
