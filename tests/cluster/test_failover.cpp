@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <future>
 
 using namespace bps;
 using Catch::Contains;
@@ -238,4 +239,56 @@ TEST_CASE("failover: a server that stops responding is replaced after the heartb
     }
   });
   CHECK(c.replacements() == 1);
+}
+
+TEST_CASE("failover: a worker that vanishes still fails the job, naming it", "[failover]") {
+  // Failover covers servers only. The servers give up on the job when a worker's link drops;
+  // the other worker must not take that for a lost server and wait: the scheduler's report
+  // names the worker.
+  failover_cluster<transport::tcp> c(failover_config(2, 2), 1);
+  std::promise<void> pushed;
+  std::string error;
+  double took = 0;
+  std::thread impostor([&] {
+    try {
+      // A worker that joins like any other, then dies without a word (as a crash looks).
+      Config cfg = c.worker_config(1);
+      transport::tcp net(cfg);
+      rendezvous::client<transport::tcp> control(net, cfg);
+      auto welcome = control.join(rendezvous::hello::from(cfg, role::worker));
+      std::vector<std::shared_ptr<transport::tcp::link>> links;
+      for (const auto& s : welcome.servers) {
+        links.push_back(net.connect(s.host, s.port, cfg.connect_timeout));
+        links.back()->start(std::make_shared<rendezvous::inbox>());
+        wire::header h;
+        h.type = wire::msg::peer_hello;
+        h.sender = 1;
+        links.back()->send(h, {}, {});
+      }
+      pushed.get_future().wait_for(30s);
+      std::this_thread::sleep_for(100ms);
+      net.stop();
+    } catch (const std::exception& e) {
+      error = std::string("impostor: ") + e.what();
+    }
+  });
+  std::thread w0([&] {
+    try {
+      failover_cluster<transport::tcp>::comm_type comm(c.worker_config(0));
+      std::vector<float> v(5000, 1.0f);
+      auto h = comm.push_pull("orphan", std::span(v));
+      pushed.set_value();
+      const auto start = std::chrono::steady_clock::now();
+      error = test::message_of<communicator_error>([&] { h.wait(); });
+      took = test::seconds_since(start);
+    } catch (const std::exception& e) {
+      error = std::string("worker 0: ") + e.what();
+    }
+  });
+  impostor.join();
+  w0.join();
+  c.join();
+  CHECK_THAT(error, Contains("worker 1") && Contains("'orphan'") &&
+                        Contains("the job cannot continue"));
+  CHECK(took < 5.0);
 }

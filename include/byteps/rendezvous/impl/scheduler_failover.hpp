@@ -17,6 +17,7 @@ namespace bps {
 // after the cluster formed).
 template <Transport T>
 void SchedulerNode<T>::lost_locked(node& n, const std::string& what) {
+  if (!failure_.empty()) return;  // the job already failed; nodes leave as they learn it
   if (n.r == role::server && (n.standby || (formed_ && n.rank < 0))) {
     log_.warn("waiting server at {} {}", n.peer, what);
     return;
