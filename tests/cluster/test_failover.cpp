@@ -292,3 +292,23 @@ TEST_CASE("failover: a worker that vanishes still fails the job, naming it", "[f
                         Contains("the job cannot continue"));
   CHECK(took < 5.0);
 }
+
+TEST_CASE("failover: a replacement that dies too is replaced again", "[failover]") {
+  // Server 1 dies, and its replacement dies as soon as it took the rank (the workers may still
+  // be connecting to it or re-sending); a second standby takes over. Then, later, server 0.
+  failover_cluster<transport::tcp> c(failover_config(2, 2), 3);
+  using comm_type = failover_cluster<transport::tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < 30; ++r) {
+      exact_round(comm, rank, 2, r, [&] {
+        if (rank != 0) return;
+        if (r == 10) {
+          c.kill_server(1);
+          c.kill_server(1);  // the replacement, once it holds the rank
+        }
+        if (r == 20) c.kill_server(0);
+      });
+    }
+  });
+  CHECK(c.replacements() == 3);
+}

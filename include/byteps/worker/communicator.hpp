@@ -587,6 +587,7 @@ class Communicator {
   std::uint64_t job_id_ = 0;
   network_adapter network_{this};
   std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
+  std::uint64_t replacement_notices_ = 0;  // server_replaced notices so far
   // Failover only: runs reconnects and the replacement deadlines. Last: stops first.
   std::unique_ptr<transport::detail::delay_thread> failover_;
 
@@ -595,7 +596,7 @@ class Communicator {
   void server_down_locked(int server, const std::string& reason);
   void replacement_overdue(int server, std::uint64_t generation);
   void on_server_replaced(const rendezvous::frame& f);
-  void reconnect(int server, const rendezvous::address& where);
+  void reconnect(int server, const rendezvous::address& where, std::uint64_t notice);
   std::pair<std::size_t, std::size_t> resend_locked(int server);
   void repushed(const op_ptr& op);
 };

@@ -90,15 +90,23 @@ void Communicator<T, L, P, S>::on_server_replaced(const rendezvous::frame& f) {
     std::lock_guard lock(mu_);
     return die_locked(fmt::format("malformed server_replaced from the scheduler: {}", e.what()));
   }
-  failover_->post_at(clock::now(), [this, m](bool cancelled) {
-    if (!cancelled) reconnect(m.rank, m.where);
+  std::uint64_t notice = 0;
+  {
+    std::lock_guard lock(mu_);
+    notice = ++replacement_notices_;
+    if (m.rank >= 0 && static_cast<std::size_t>(m.rank) < servers_.size())
+      servers_[static_cast<std::size_t>(m.rank)].latest_notice = notice;
+  }
+  failover_->post_at(clock::now(), [this, m, notice](bool cancelled) {
+    if (!cancelled) reconnect(m.rank, m.where, notice);
   });
 }
 
 // Failover thread: server `server` now listens at `where`. Drop the old link (waiting, bounded,
 // until it reported its close, so no answer is still being written), connect, and re-send.
 template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
-void Communicator<T, L, P, S>::reconnect(int server, const rendezvous::address& where) {
+void Communicator<T, L, P, S>::reconnect(int server, const rendezvous::address& where,
+                                         std::uint64_t notice) {
   const auto address = fmt::format("{}:{}", where.host, where.port);
   link_ptr old;
   std::uint64_t generation = 0;
@@ -110,6 +118,7 @@ void Communicator<T, L, P, S>::reconnect(int server, const rendezvous::address& 
                                     "servers",
                                     server, servers_.size()));
     auto& slot = servers_[static_cast<std::size_t>(server)];
+    if (slot.latest_notice != notice) return;  // replaced again since: go to the newest
     if (slot.up) {  // the scheduler saw it die first (it stopped responding); drop it now
       slot.up = false;
       slot.down_since = clock::now();
@@ -125,19 +134,32 @@ void Communicator<T, L, P, S>::reconnect(int server, const rendezvous::address& 
     if (!links_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return slot.link_closed; }))
       log_.warn("the old link to server {} did not report its close within 5 s", server);
   }
+  // Connect in short tries, so that a newer notice (this replacement died too) or a shutdown
+  // ends the attempt early; BYTEPS_CONNECT_TIMEOUT_MS bounds them all.
   link_ptr fresh;
-  try {
-    fresh = transport_.connect(where.host, where.port, cfg_.connect_timeout);
-  } catch (const communicator_error& e) {
-    std::lock_guard lock(mu_);
-    return die_locked(fmt::format("cannot reach the replacement of server {} at {}: {}", server,
-                                  address, e.what()));
+  const auto deadline = clock::now() + cfg_.connect_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    try {
+      fresh = transport_.connect(where.host, where.port,
+                                 std::clamp(left, std::chrono::milliseconds(1),
+                                            std::chrono::milliseconds(500)));
+      break;
+    } catch (const communicator_error& e) {
+      std::lock_guard lock(mu_);
+      if (closing_ || !dead_.empty()) return;
+      if (servers_[static_cast<std::size_t>(server)].latest_notice != notice) return;  // died too
+      if (clock::now() >= deadline)
+        return die_locked(fmt::format("cannot reach the replacement of server {} at {}: {} "
+                                      "(BYTEPS_CONNECT_TIMEOUT_MS={})",
+                                      server, address, e.what(), cfg_.connect_timeout.count()));
+    }
   }
   std::pair<std::size_t, std::size_t> sent;
   {
     std::lock_guard lock(mu_);
-    if (closing_ || !dead_.empty()) return fresh->close();
     auto& slot = servers_[static_cast<std::size_t>(server)];
+    if (closing_ || !dead_.empty() || slot.latest_notice != notice) return fresh->close();
     slot.generation = generation + 1;
     slot.link = fresh;
     slot.link_closed = false;
