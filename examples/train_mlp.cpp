@@ -5,6 +5,7 @@
 // hold the same parameters bit for bit, and that they match a single-process reference run.
 //
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--epochs 20] [--batch 256] [--lr 0.1]
+//   byteps-launch --workers 2 --local-size 2 -- train_mlp   (2 processes per machine)
 
 #include <byteps/byteps.hpp>
 #include <chrono>
@@ -21,26 +22,40 @@
 
 #include "mlp.hpp"
 
-using Comm = bps::Communicator<bps::transport::tcp, bps::local::none, bps::partition::by_bytes,
-                               bps::schedule::priority>;
+// One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1).
+using DirectComm = bps::Communicator<bps::transport::tcp, bps::local::none,
+                                     bps::partition::by_bytes, bps::schedule::priority>;
+using HostComm = bps::Communicator<bps::transport::tcp, bps::local::host,
+                                   bps::partition::by_bytes, bps::schedule::priority>;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
 constexpr const char* usage =
-    "Usage: train_mlp [--epochs N] [--batch B] [--lr LR] [--seed S] [--help]\n"
+    "Usage: train_mlp [--epochs N] [--batch B] [--lr LR] [--seed S] [--local-stage S] [--help]\n"
     "  --epochs N  epochs to train (default 20)\n"
     "  --batch B   global batch size, split evenly over the workers (default 256)\n"
     "  --lr LR     SGD learning rate (default 0.1)\n"
     "  --seed S    seed of the data set and of the initial parameters (default 1)\n"
+    "  --local-stage auto|host|none\n"
+    "              how the processes of one machine combine before the servers: host (shared\n"
+    "              memory), none (each talks to the servers), auto: host when\n"
+    "              BYTEPS_LOCAL_SIZE > 1 (default auto). Every machine of a job where some\n"
+    "              machine runs several processes needs host.\n"
     "Run it as every worker of a cluster, e.g. byteps-launch --workers 2 -- train_mlp\n";
 
 struct bad_args : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-mlp::Hyper parse_args(int argc, char** argv) {
-  mlp::Hyper h;
+struct Args {
+  mlp::Hyper hyper;
+  std::string local_stage = "auto";
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  mlp::Hyper& h = a.hyper;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -49,6 +64,12 @@ mlp::Hyper parse_args(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw bad_args("unknown option or missing value: " + arg);
     const char* v = argv[++i];
+    if (arg == "--local-stage") {
+      a.local_stage = v;
+      if (a.local_stage != "auto" && a.local_stage != "host" && a.local_stage != "none")
+        throw bad_args(arg + " " + v + ": expected auto, host or none");
+      continue;
+    }
     char* end = nullptr;
     const double x = std::strtod(v, &end);
     const bool number = end != v && *end == '\0', whole = number && x == std::floor(x);
@@ -64,7 +85,7 @@ mlp::Hyper parse_args(int argc, char** argv) {
       throw bad_args(arg + " " + v + ": unknown option or invalid value");
     }
   }
-  return h;
+  return a;
 }
 
 std::string tensor_name(const char* prefix, int layer, const char* what) {
@@ -77,6 +98,7 @@ bool bit_equal(const mlp::Layer& a, const mlp::Layer& b) {
 }
 
 // Broadcasts every tensor of `p` from rank 0 (all started at once, then all awaited).
+template <class Comm>
 void broadcast_params(Comm& comm, mlp::Params& p) {
   std::vector<bps::handle> hs;
   for (int l = 0; l < static_cast<int>(p.size()); ++l) {
@@ -86,21 +108,22 @@ void broadcast_params(Comm& comm, mlp::Params& p) {
   for (auto& h : hs) h.wait();
 }
 
-int run(const mlp::Hyper& hp) {
-  bps::Config cfg = bps::Config::from_env();
+template <class Comm>
+int run(const bps::Config& cfg, const mlp::Hyper& hp) {
   const mlp::Dataset data = mlp::make_dataset(hp.seed);
-  const int workers = cfg.num_workers;  // checked before connecting, so that all fail at once
-  if (hp.batch % workers != 0 || hp.batch / workers > data.size() / workers)
-    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
-                   std::to_string(workers) + " workers and at most " +
-                   std::to_string(data.size() / workers * workers) + " (the data set has " +
-                   std::to_string(data.size()) + " samples)");
   Comm comm(cfg);
-  const int rank = comm.rank(), n = comm.size();
+  const int rank = comm.rank(), n = comm.size();  // every worker process, on every machine
+  // Every worker checks the same thing, so all of them fail together.
+  if (hp.batch % n != 0 || hp.batch / n > data.size() / n)
+    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
+                   std::to_string(n) + " worker processes and at most " +
+                   std::to_string(data.size() / n * n) + " (the data set has " +
+                   std::to_string(data.size()) + " samples)");
   const int steps = mlp::steps_per_epoch(data.size(), n, hp.batch);
   if (rank == 0)
-    std::printf("training on %d workers: %d samples, global batch %d, %d steps/epoch, lr %g\n", n,
-                data.size(), hp.batch, steps, hp.lr);
+    std::printf("training on %d workers (%d machines): %d samples, global batch %d, %d "
+                "steps/epoch, lr %g\n",
+                n, comm.machines(), data.size(), hp.batch, steps, hp.lr);
 
   mlp::Params params = mlp::init_params(hp.seed);
   broadcast_params(comm, params);  // all start from the same seed anyway; shows the API
@@ -170,7 +193,10 @@ int run(const mlp::Hyper& hp) {
 
 int main(int argc, char** argv) {
   try {
-    return run(parse_args(argc, argv));
+    const Args args = parse_args(argc, argv);
+    const bps::Config cfg = bps::Config::from_env();
+    const bool host = args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
+    return host ? run<HostComm>(cfg, args.hyper) : run<DirectComm>(cfg, args.hyper);
   } catch (const bad_args& e) {
     std::fprintf(stderr, "train_mlp: %s\n%s", e.what(), usage);
     return 2;

@@ -2,11 +2,13 @@
 # The main job: installs the dependencies, builds, then starts a local cluster on loopback (a
 # scheduler, 2 summation servers, 2 workers) that trains examples/train_mlp data-parallel.
 # Arguments go to train_mlp (see build/examples/train_mlp --help), e.g. scripts/main-job.sh --epochs 40
-# WORKERS and SERVERS change the cluster's shape.
+# WORKERS (machines), SERVERS and LOCAL_SIZE (worker processes per machine, meeting in shared
+# memory) change the cluster's shape, e.g. LOCAL_SIZE=2 scripts/main-job.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh --target byteps-server train_mlp >/dev/null
 build_dir=${BUILD_DIR:-build}
 exec "$build_dir/tools/byteps-launch" --workers "${WORKERS:-2}" --servers "${SERVERS:-2}" \
+  --local-size "${LOCAL_SIZE:-1}" \
   -- "$build_dir/examples/train_mlp" "$@"

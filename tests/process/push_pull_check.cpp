@@ -1,47 +1,107 @@
 // Run as every worker of a real cluster (byteps-launch): push_pulls every dtype at sizes from
 // one element to several partitions for 20 rounds, and exits 1 at the first element that is not
-// the exact reference sum.
+// the exact reference sum. With BYTEPS_LOCAL_SIZE > 1 (or --local-stage host) the processes of a
+// machine meet in shared memory first (bps::local::host).
+//
+//   push_pull_check [--local-stage auto|host|none] [--kill-rank G --kill-at-round R]
+//
+// --kill-rank/--kill-at-round: worker G sends itself SIGKILL at the start of round R (the
+// shared-memory cleanup test). Every worker prints "job <id>" so scripts can find its segments.
 #include <byteps/byteps.hpp>
 
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
 
 #include "../cluster/values.hpp"
 
-int main() {
-  try {
-    using Comm = bps::Communicator<bps::transport::tcp, bps::local::none,
-                                   bps::partition::by_bytes, bps::schedule::priority>;
-    Comm comm(bps::Config::from_env());
-    const int workers = comm.size(), rank = comm.rank();
-    const std::size_t sizes[] = {1, 7, 4097, 100003, 1100007};
-    std::size_t checked = 0;
-    for (int round = 0; round < 20; ++round) {
-      std::vector<std::vector<std::byte>> buffers;
-      std::vector<bps::handle> handles;
-      for (bps::dtype t : bps::all_dtypes)
-        for (std::size_t n : sizes) {
-          buffers.push_back(bps::test::fill(t, n, rank, round));
-          handles.push_back(comm.push_pull(fmt::format("{}x{}", bps::dtype_name(t), n),
-                                           buffers.back().data(), n, t,
-                                           {.priority = static_cast<int>(n % 3)}));
-        }
-      std::size_t k = 0;
-      for (bps::dtype t : bps::all_dtypes)
-        for (std::size_t n : sizes) {
-          handles[k].wait();
-          auto wrong = bps::test::first_wrong(t, buffers[k], n, workers, round);
-          if (wrong != n) {
-            std::fprintf(stderr, "worker %d: %s x %zu round %d: element %zu is not the sum\n", rank,
-                         std::string(bps::dtype_name(t)).c_str(), n, round, wrong);
-            return 1;
-          }
-          checked += n;
-          ++k;
-        }
+namespace {
+
+struct Args {
+  std::string local_stage = "auto";
+  int kill_rank = -1;
+  int kill_at_round = -1;
+};
+
+template <class Comm>
+int check(const bps::Config& cfg, const Args& args) {
+  Comm comm(cfg);
+  const int workers = comm.size(), rank = comm.rank();
+  std::printf("worker %d of %d: job %016llx\n", rank, workers,
+              static_cast<unsigned long long>(comm.job_id()));
+  std::fflush(stdout);
+  const std::size_t sizes[] = {1, 7, 4097, 100003, 1100007};
+  std::size_t checked = 0;
+  for (int round = 0; round < 20; ++round) {
+    if (rank == args.kill_rank && round == args.kill_at_round) std::raise(SIGKILL);
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<bps::handle> handles;
+    for (bps::dtype t : bps::all_dtypes)
+      for (std::size_t n : sizes) {
+        buffers.push_back(bps::test::fill(t, n, rank, round));
+        handles.push_back(comm.push_pull(fmt::format("{}x{}", bps::dtype_name(t), n),
+                                         buffers.back().data(), n, t,
+                                         {.priority = static_cast<int>(n % 3)}));
+      }
+    // Every buffer stays alive until its handle is done, also when one fails.
+    std::exception_ptr failed;
+    for (auto& h : handles) {
+      try {
+        h.wait();
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
+      }
     }
-    comm.barrier();
-    std::printf("worker %d of %d: %zu elements equal the reference sums\n", rank, workers, checked);
-    return 0;
+    if (failed) std::rethrow_exception(failed);
+    std::size_t k = 0;
+    for (bps::dtype t : bps::all_dtypes)
+      for (std::size_t n : sizes) {
+        auto wrong = bps::test::first_wrong(t, buffers[k], n, workers, round);
+        if (wrong != n) {
+          std::fprintf(stderr, "worker %d: %s x %zu round %d: element %zu is not the sum\n", rank,
+                       std::string(bps::dtype_name(t)).c_str(), n, round, wrong);
+          return 1;
+        }
+        checked += n;
+        ++k;
+      }
+  }
+  comm.barrier();
+  std::printf("worker %d of %d: %zu elements equal the reference sums\n", rank, workers, checked);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 < argc && a == "--local-stage") {
+      args.local_stage = argv[++i];
+    } else if (i + 1 < argc && a == "--kill-rank") {
+      args.kill_rank = std::atoi(argv[++i]);
+    } else if (i + 1 < argc && a == "--kill-at-round") {
+      args.kill_at_round = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: push_pull_check [--local-stage auto|host|none] [--kill-rank G "
+                   "--kill-at-round R]\n");
+      return 2;
+    }
+  }
+  try {
+    using Direct = bps::Communicator<bps::transport::tcp, bps::local::none,
+                                     bps::partition::by_bytes, bps::schedule::priority>;
+    using Host = bps::Communicator<bps::transport::tcp, bps::local::host,
+                                   bps::partition::by_bytes, bps::schedule::priority>;
+    const auto cfg = bps::Config::from_env();
+    const bool host =
+        args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
+    return host ? check<Host>(cfg, args) : check<Direct>(cfg, args);
   } catch (const bps::error& e) {
     std::fprintf(stderr, "push_pull_check: %s\n", e.what());
     return 1;
