@@ -273,8 +273,11 @@ class nccl {
     const request& q = op->req;
     {
       std::lock_guard lock(mu_);
-      if (stopped_ || !net_)
+      if (stopped_)
         throw usage_error(q.what + ": this communicator was shut down; create a new one");
+      if (!net_)
+        throw usage_error(q.what + ": bps::local::nccl was not attached (the communicator "
+                                   "attaches it when it joins the cluster)");
       if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
     }
     if (q.count != 0) check_buffer(q);

@@ -64,15 +64,17 @@ static_assert(sizeof(order_entry) == 32);
 /// (every rank must issue it), and every local rank fails the operation afterwards.
 inline constexpr std::uint32_t entry_failed = 1;
 
+/// How many entries an `order_board`'s rings hold.
+struct order_capacities {
+  std::uint32_t order = 4096;    ///< entries in the order ring
+  std::uint32_t mailbox = 1024;  ///< announcements in each local rank's mailbox
+};
+
 class order_board {
  public:
   static constexpr std::size_t id_bytes = 128;   ///< room for the NCCL unique id
   static constexpr std::size_t why_bytes = 512;  ///< the first failure's message, truncated
-
-  struct capacities {
-    std::uint32_t order = 4096;    ///< entries in the order ring
-    std::uint32_t mailbox = 1024;  ///< announcements in each local rank's mailbox
-  };
+  using capacities = order_capacities;
 
   /// Bytes of shared memory a board for `local_size` local ranks needs.
   static std::size_t bytes(int local_size, capacities c = {}) {
