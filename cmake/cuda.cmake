@@ -20,7 +20,9 @@ if(NOT _byteps_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
 endif()
 
 set(BYTEPS_HAVE_CUDA OFF)
-if(NOT _byteps_cuda_mode STREQUAL "OFF")
+if(_byteps_cuda_mode STREQUAL "OFF")
+  message(STATUS "byteps: BYTEPS_WITH_CUDA=OFF: bps::local::nccl, its tests and GPU examples are not built")
+else()
   if(NOT DEFINED CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT} AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)  # also where NVIDIA's packages put it
   endif()

@@ -452,7 +452,7 @@ class nccl {
                                     "device memory (cudaMalloc); use bps::local::host or "
                                     "bps::local::none for host buffers",
                                     q.what, a.type == cudaMemoryTypeHost ? "pinned host" : "host"));
-    if (a.device != device_)
+    if (a.type == cudaMemoryTypeDevice && a.device != device_)
       throw usage_error(fmt::format("{}: the buffer is on CUDA device {}, but local rank {} uses "
                                     "device {}",
                                     q.what, a.device, local_rank_, device_));
