@@ -250,6 +250,7 @@ class nccl {
                                  local_size_, deadline, what_ + " meeting its local ranks");
     board_.emplace(board_segment_.data(), local_size_, local_rank_);
     bell_.emplace(board_->bell());
+    bell_word_.store(board_->bell_word(), std::memory_order_release);
 
     try {
       open_device(c, deadline);
@@ -345,6 +346,7 @@ class nccl {
     ring();
     if (stage_.joinable()) stage_.join();
     release_device();
+    bell_word_.store(nullptr, std::memory_order_release);
     std::lock_guard lock(mu_);
     tensors_.clear();
     board_.reset();
@@ -458,8 +460,9 @@ class nccl {
                                     q.what, a.device, local_rank_, device_));
   }
 
+  // Any thread, at any time: the communicator may fail() while attach() is still running.
   void ring() {
-    if (bell_) bell_->ring();
+    if (auto* word = bell_word_.load(std::memory_order_acquire)) doorbell(word).ring();
   }
 
   // Polls the non-blocking communicator until the last call's work is queued (or done, for
@@ -896,7 +899,8 @@ class nccl {
   int device_ = -1;
   shm_segment board_segment_;
   std::optional<order_board> board_;
-  std::optional<doorbell> bell_;
+  std::optional<doorbell> bell_;  // attach and the stage thread
+  std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // ring() from any thread
   cudaStream_t stream_ = nullptr;  // the stage stream: every device step of every operation
   ncclComm_t comm_ = nullptr;
   std::unordered_map<std::size_t, nccl_detail::pinned> zeros_;  // by dtype; stage thread only
