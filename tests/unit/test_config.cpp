@@ -28,6 +28,7 @@ constexpr const char* all_variables[] = {
     "BYTEPS_SCHEDULING_CREDIT",
     "BYTEPS_SERVER_ENGINE_THREAD",
     "BYTEPS_IO_THREADS",
+    "BYTEPS_ENABLE_MIXED_MODE",
     "BYTEPS_LOCAL_SIZE",
     "BYTEPS_LOCAL_RANK",
     "BYTEPS_CONNECT_TIMEOUT_MS",
@@ -92,7 +93,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   clean_env guard;
   set("DMLC_ROLE", "server");
   set("DMLC_NUM_WORKER", "8");
-  set("DMLC_NUM_SERVER", "3");
+  set("DMLC_NUM_SERVER", "11");  // 8 colocated + 3 CPU-only (mixed mode)
   set("DMLC_PS_ROOT_URI", "scheduler.cluster.local");
   set("DMLC_PS_ROOT_PORT", "12345");
   set("DMLC_WORKER_ID", "7");
@@ -103,6 +104,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_SCHEDULING_CREDIT", "6");
   set("BYTEPS_SERVER_ENGINE_THREAD", "12");
   set("BYTEPS_IO_THREADS", "3");
+  set("BYTEPS_ENABLE_MIXED_MODE", "1");
   set("BYTEPS_LOCAL_SIZE", "4");
   set("BYTEPS_LOCAL_RANK", "3");
   set("BYTEPS_CONNECT_TIMEOUT_MS", "1500");
@@ -114,7 +116,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   const auto c = bps::Config::from_env();
   CHECK(c.node_role == bps::role::server);
   CHECK(c.num_workers == 8);
-  CHECK(c.num_servers == 3);
+  CHECK(c.num_servers == 11);
   CHECK(c.scheduler_host == "scheduler.cluster.local");
   CHECK(c.scheduler_port == 12345);
   CHECK(c.worker_id == 7);
@@ -125,6 +127,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.scheduling_credit == 6);
   CHECK(c.server_engine_threads == 12);
   CHECK(c.io_threads == 3);
+  CHECK(c.mixed_mode);
   CHECK(c.local_size == 4);
   CHECK(c.local_rank == 3);
   CHECK(c.connect_timeout == 1500ms);
@@ -192,6 +195,7 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.scheduling_credit == 4);
   CHECK(c.server_engine_threads == 4);
   CHECK(c.io_threads == 1);
+  CHECK_FALSE(c.mixed_mode);
   CHECK(c.local_size == 1);
   CHECK(c.local_rank == 0);
   CHECK(c.key_hash == bps::key_hash_fn::djb2);
@@ -338,6 +342,7 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"local_rank", [](bps::Config& c) { c.local_size = 2; c.local_rank = 2; }},
       {"worker_id", [](bps::Config& c) { c.local_size = 2; c.worker_id = -1; }},
       {"server_id", [](bps::Config& c) { c.num_servers = 2; c.server_id = 2; }},
+      {"num_servers", [](bps::Config& c) { c.mixed_mode = true; c.num_workers = 2; c.num_servers = 2; }},
       {"scheduler_host", [](bps::Config& c) { c.scheduler_host.clear(); }},
       {"connect_timeout", [](bps::Config& c) { c.connect_timeout = std::chrono::milliseconds(0); }},
       {"rendezvous_timeout", [](bps::Config& c) { c.rendezvous_timeout = std::chrono::milliseconds(-1); }},

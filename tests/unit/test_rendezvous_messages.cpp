@@ -39,6 +39,7 @@ bps::rendezvous::hello sample_hello() {
   h.num_workers = 123;
   h.num_servers = 45;
   h.key_hash = "sdbm";
+  h.mixed_mode = 1;
   h.token = 0x0123456789ABCDEFull;
   return h;
 }
@@ -55,6 +56,7 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.num_workers == b.num_workers);
   CHECK(a.num_servers == b.num_servers);
   CHECK(a.key_hash == b.key_hash);
+  CHECK(a.mixed_mode == b.mixed_mode);
   CHECK(a.token == b.token);
 }
 
@@ -77,9 +79,9 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
-  // workers, servers, key hash, token
+  // workers, servers, key hash, mixed mode, token
   CHECK(bytes.size() ==
-        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 8);
+        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 1 + 8);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -240,6 +242,10 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
   SECTION("key hash of a worker") {
     theirs.key_hash = "sdbm";
     expect({"BYTEPS_KEY_HASH_FN", "has sdbm", "the scheduler has djb2", where, "worker"});
+  }
+  SECTION("mixed mode of a worker") {
+    theirs.mixed_mode = 1;
+    expect({"BYTEPS_ENABLE_MIXED_MODE", "has 1", "the scheduler has 0", where, "worker"});
   }
   SECTION("key hash of a server does not matter") {
     theirs.node_role = bps::role::server;

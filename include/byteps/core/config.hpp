@@ -59,6 +59,7 @@ struct Config {
   int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
   key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
+  bool mixed_mode = false;                       ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
   log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
   int io_threads = 1;                            ///< BYTEPS_IO_THREADS
   int local_rank = 0;                            ///< BYTEPS_LOCAL_RANK
@@ -131,6 +132,10 @@ inline void Config::validate() const {
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
   if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (mixed_mode && num_servers <= num_workers)
+    fail("num_servers (DMLC_NUM_SERVER)", num_servers,
+         "more than num_workers (DMLC_NUM_WORKER) with mixed_mode (BYTEPS_ENABLE_MIXED_MODE): a "
+         "colocated server per machine plus at least one CPU-only server");
   if (server_id < -1 || server_id >= num_servers)
     fail("server_id (BYTEPS_SERVER_ID)", server_id, "-1 (assigned) or 0 .. num_servers-1");
   if (local_size < 1) fail("local_size (BYTEPS_LOCAL_SIZE)", local_size, ">= 1");
@@ -185,6 +190,7 @@ inline Config Config::from_env() {
   c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
+  c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.local_size = static_cast<int>(env_integer("BYTEPS_LOCAL_SIZE", 1, 1, 1024));
   c.local_rank = static_cast<int>(env_integer("BYTEPS_LOCAL_RANK", 0, 0, c.local_size - 1));
   c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));

@@ -48,6 +48,20 @@ inline std::uint64_t hash_key_text(std::uint64_t key, key_hash_fn fn) {
 }
 }  // namespace detail
 
+/// The tensor's hash under BYTEPS_KEY_HASH_FN: where its partitions start among the servers.
+inline std::uint64_t key_hash(std::uint64_t tensor, key_hash_fn fn) {
+  switch (fn) {
+    case key_hash_fn::djb2:
+    case key_hash_fn::sdbm:
+      return detail::hash_key_text(tensor, fn);
+    case key_hash_fn::naive:
+      return (tensor >> 16) + tensor;
+    case key_hash_fn::built_in:
+      return std::hash<std::uint64_t>{}(tensor);  // only as stable as the standard library in use
+  }
+  return 0;
+}
+
 /// The server (0 .. num_servers-1) that owns a partition. The hash picks the server of a
 /// tensor's first partition; the next partitions go to the next servers in turn. Hashing every
 /// partition on its own (as BytePS does) leaves servers unevenly loaded: measured with djb2, a
@@ -55,21 +69,8 @@ inline std::uint64_t hash_key_text(std::uint64_t key, key_hash_fn fn) {
 /// and the busiest server bounds the push_pull time.
 inline int server_for(std::uint64_t tensor, std::uint32_t part, int num_servers,
                       key_hash_fn fn) {
-  std::uint64_t h = 0;
-  switch (fn) {
-    case key_hash_fn::djb2:
-    case key_hash_fn::sdbm:
-      h = detail::hash_key_text(tensor, fn);
-      break;
-    case key_hash_fn::naive:
-      h = (tensor >> 16) + tensor;
-      break;
-    case key_hash_fn::built_in:
-      h = std::hash<std::uint64_t>{}(tensor);  // only as stable as the standard library in use
-      break;
-  }
   const auto n = static_cast<std::uint64_t>(num_servers);
-  return static_cast<int>((h % n + part % n) % n);
+  return static_cast<int>((key_hash(tensor, fn) % n + part % n) % n);
 }
 
 }  // namespace bps

@@ -41,6 +41,7 @@ struct hello {
   std::int32_t num_workers = 0;
   std::int32_t num_servers = 0;
   std::string key_hash;
+  std::uint8_t mixed_mode = 0;  ///< BYTEPS_ENABLE_MIXED_MODE
   std::uint64_t token = 0;  ///< job_token_digest(BYTEPS_JOB_TOKEN): keeps other jobs out
 
   static hello from(const Config& c, role r) {
@@ -55,6 +56,7 @@ struct hello {
     h.num_workers = c.num_workers;
     h.num_servers = c.num_servers;
     h.key_hash = std::string(key_hash_name(c.key_hash));
+    h.mixed_mode = c.mixed_mode ? 1 : 0;
     h.token = job_token_digest(c.job_token);
     return h;
   }
@@ -91,6 +93,7 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.num_workers);
   w.put(h.num_servers);
   w.put_string(h.key_hash);
+  w.put(h.mixed_mode);
   w.put(h.token);
   return w.take();
 }
@@ -114,6 +117,8 @@ inline hello decode_hello(std::span<const std::byte> in) {
   h.num_workers = r.get<std::int32_t>();
   h.num_servers = r.get<std::int32_t>();
   h.key_hash = r.get_string(32);
+  h.mixed_mode = r.get<std::uint8_t>();
+  if (h.mixed_mode > 1) throw wire::decode_error("mixed mode flag is neither 0 nor 1");
   h.token = r.get<std::uint64_t>();
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
@@ -183,6 +188,8 @@ inline std::optional<std::string> first_difference(const hello& mine, const hell
     return differ("DMLC_NUM_SERVER", theirs.num_servers, mine.num_servers);
   if (theirs.node_role == role::worker && theirs.key_hash != mine.key_hash)
     return differ("BYTEPS_KEY_HASH_FN", theirs.key_hash, mine.key_hash);
+  if (theirs.node_role == role::worker && theirs.mixed_mode != mine.mixed_mode)
+    return differ("BYTEPS_ENABLE_MIXED_MODE", int{theirs.mixed_mode}, int{mine.mixed_mode});
   return std::nullopt;
 }
 

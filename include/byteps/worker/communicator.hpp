@@ -35,6 +35,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
+#include "byteps/partition/placement.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
@@ -60,6 +61,7 @@ class Communicator {
         log_(cfg.log, "worker"),
         local_(cfg),
         partitioner_(cfg),
+        placement_(cfg),
         scheduler_(cfg) {
     try {
       join();
@@ -336,8 +338,7 @@ class Communicator {
     const std::uint64_t order = order_++;
     for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
       const auto& p = t.parts[i];
-      const int server =
-          server_for(op->key, i, static_cast<int>(servers_.size()), cfg_.key_hash);
+      const int server = placement_.server_for(op->key, i);
       ops_.await(key_id{op->key, i}, worker::pending_part{op, p.offset, p.bytes, server, t.round});
       scheduler_.push(send_task{op->key, i, opts.priority, order, p.bytes, nullptr});
     }
@@ -505,6 +506,7 @@ class Communicator {
   logger log_;
   L local_;
   P partitioner_;
+  server_placement placement_;
   mutable std::mutex mu_;
   S scheduler_;
   std::vector<server_link> servers_;
