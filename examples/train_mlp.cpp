@@ -22,10 +22,11 @@
 
 #include "mlp.hpp"
 
-// One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1).
-using DirectComm = bps::Communicator<bps::transport::tcp, bps::local::none,
+// One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1). The
+// ipc transport sends pushes to a server on this machine through shared memory.
+using DirectComm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
                                      bps::partition::by_bytes, bps::schedule::priority>;
-using HostComm = bps::Communicator<bps::transport::tcp, bps::local::host,
+using HostComm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::host,
                                    bps::partition::by_bytes, bps::schedule::priority>;
 using clock_type = std::chrono::steady_clock;
 

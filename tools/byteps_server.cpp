@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
       }
       scheduler.run();
     } else if (cfg.node_role == bps::role::server) {
-      bps::Server<bps::transport::tcp> server(cfg);
+      // Colocated workers that speak ipc send their pushes through shared memory
+      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
+      bps::Server<bps::transport::ipc<bps::transport::tcp>> server(cfg);
       server.run();
     } else {
       std::fprintf(stderr,

@@ -22,6 +22,7 @@
 #include "byteps/schedule/fifo.hpp"
 #include "byteps/schedule/priority.hpp"
 #include "byteps/server/server.hpp"
+#include "byteps/transport/ipc.hpp"
 #include "byteps/transport/tcp.hpp"
 #include "byteps/version.hpp"
 #include "byteps/worker/communicator.hpp"

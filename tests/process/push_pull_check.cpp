@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    using Direct = bps::Communicator<bps::transport::tcp, bps::local::none,
+    using Direct = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
                                      bps::partition::by_bytes, bps::schedule::priority>;
-    using Host = bps::Communicator<bps::transport::tcp, bps::local::host,
+    using Host = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::host,
                                    bps::partition::by_bytes, bps::schedule::priority>;
     const auto cfg = bps::Config::from_env();
     const bool host =

@@ -29,6 +29,7 @@ constexpr const char* all_variables[] = {
     "BYTEPS_SERVER_ENGINE_THREAD",
     "BYTEPS_IO_THREADS",
     "BYTEPS_ENABLE_MIXED_MODE",
+    "BYTEPS_ENABLE_IPC",
     "BYTEPS_LOCAL_SIZE",
     "BYTEPS_LOCAL_RANK",
     "BYTEPS_CONNECT_TIMEOUT_MS",
@@ -105,6 +106,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_SERVER_ENGINE_THREAD", "12");
   set("BYTEPS_IO_THREADS", "3");
   set("BYTEPS_ENABLE_MIXED_MODE", "1");
+  set("BYTEPS_ENABLE_IPC", "0");
   set("BYTEPS_LOCAL_SIZE", "4");
   set("BYTEPS_LOCAL_RANK", "3");
   set("BYTEPS_CONNECT_TIMEOUT_MS", "1500");
@@ -128,6 +130,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.server_engine_threads == 12);
   CHECK(c.io_threads == 3);
   CHECK(c.mixed_mode);
+  CHECK_FALSE(c.enable_ipc);
   CHECK(c.local_size == 4);
   CHECK(c.local_rank == 3);
   CHECK(c.connect_timeout == 1500ms);
@@ -196,6 +199,7 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.server_engine_threads == 4);
   CHECK(c.io_threads == 1);
   CHECK_FALSE(c.mixed_mode);
+  CHECK(c.enable_ipc);
   CHECK(c.local_size == 1);
   CHECK(c.local_rank == 0);
   CHECK(c.key_hash == bps::key_hash_fn::djb2);

@@ -60,6 +60,7 @@ struct Config {
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
   key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
   bool mixed_mode = false;                       ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
+  bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (transport::ipc only)
   log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
   int io_threads = 1;                            ///< BYTEPS_IO_THREADS
   int local_rank = 0;                            ///< BYTEPS_LOCAL_RANK
@@ -191,6 +192,7 @@ inline Config Config::from_env() {
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
+  c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;
   c.local_size = static_cast<int>(env_integer("BYTEPS_LOCAL_SIZE", 1, 1, 1024));
   c.local_rank = static_cast<int>(env_integer("BYTEPS_LOCAL_RANK", 0, 0, c.local_size - 1));
   c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));

@@ -153,6 +153,7 @@ class shm_segment {
   /// The bytes after the header.
   std::byte* data() const noexcept { return base_ + sizeof(segment_header); }
   const std::string& name() const noexcept { return name_; }
+  bool mapped() const noexcept { return base_ != nullptr; }
 
   /// Removes the name now (a job ending early: not every user will come to map it).
   void unlink() noexcept {

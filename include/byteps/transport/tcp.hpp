@@ -142,6 +142,17 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
     current_ = decoded.value;
     std::string reason;
     std::span<std::byte> dest;
+    if (wire::is_transport_msg(current_.type) && !receiver_->wants_transport_frames()) {
+      skipped_.resize(current_.payload_bytes);  // another transport's handshake: not for us
+      if (skipped_.empty()) return read_header();
+      return asio::async_read(
+          socket_, asio::buffer(skipped_),
+          asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
+                                                                   std::size_t) {
+            if (ec) return self->fail(self->io_reason(ec));
+            if (!self->failed_) self->read_header();
+          }));
+    }
     try {
       dest = receiver_->payload_destination(current_, reason);
     } catch (const std::exception& e) {
@@ -239,6 +250,7 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
   std::shared_ptr<receiver> receiver_;  // strand only; reset on close to break the cycle
   wire::header_bytes in_header_{};
   wire::header current_{};
+  std::vector<std::byte> skipped_;  // payload of a transport frame nobody here handles
   bool failed_ = false;  // strand only
   std::string close_reason_;
   std::mutex mu_;

@@ -50,6 +50,9 @@ class receiver {
   virtual void on_message(const wire::header& h, std::span<std::byte> payload) = 0;
   /// The link is gone: closed by us, by the peer, or failed. `reason` says which, for messages.
   virtual void on_close(const std::string& reason) = 0;
+  /// True for a transport decorator's receiver that handles frames of the transport range
+  /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
+  virtual bool wants_transport_frames() const { return false; }
 };
 
 using sent_callback = std::function<void()>;

@@ -46,6 +46,18 @@ enum class msg : std::uint16_t {
 };
 inline constexpr std::uint16_t max_msg = 14;
 
+/// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
+/// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
+/// ask for them (`receiver::wants_transport_frames`) reads and drops them, so a plain peer
+/// ignores a decorator's offers instead of closing the link.
+inline constexpr std::uint16_t first_transport_msg = 0x100;
+inline constexpr std::uint16_t last_transport_msg = 0x1ff;
+inline constexpr std::uint64_t max_transport_payload = 65536;
+constexpr bool is_transport_msg(msg m) noexcept {
+  const auto t = static_cast<std::uint16_t>(m);
+  return t >= first_transport_msg && t <= last_transport_msg;
+}
+
 constexpr std::string_view msg_name(msg m) noexcept {
   switch (m) {
     case msg::hello: return "hello";
@@ -63,7 +75,7 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::node_failed: return "node_failed";
     case msg::heartbeat: return "heartbeat";
   }
-  return "unknown";
+  return is_transport_msg(m) ? "transport" : "unknown";
 }
 
 /// Flags of an `error` frame.
@@ -150,7 +162,8 @@ inline decode_result decode(std::span<const std::byte, header_size> in, std::uin
     return r;
   }
   auto t = get_le<std::uint16_t>(p + 6);
-  if (t == 0 || t > max_msg) {
+  const bool transport = t >= first_transport_msg && t <= last_transport_msg;
+  if (!transport && (t == 0 || t > max_msg)) {
     r.status = decode_status::unknown_type;
     r.reason = fmt::format("unknown message type {}", t);
     return r;
@@ -166,6 +179,7 @@ inline decode_result decode(std::span<const std::byte, header_size> in, std::uin
   h.payload_bytes = get_le<std::uint64_t>(p + 40);
   h.tensor_bytes = get_le<std::uint64_t>(p + 48);
   h.offset = get_le<std::uint64_t>(p + 56);
+  if (transport && h.payload_bytes > max_transport_payload) max_payload = max_transport_payload;
   if (h.payload_bytes > max_payload) {
     r.status = decode_status::too_large;
     r.reason = fmt::format("{} frame declares {} payload bytes, more than the limit {}",

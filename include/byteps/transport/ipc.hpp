@@ -1,0 +1,295 @@
+#pragma once
+/// @file
+/// `bps::transport::ipc<Inner>`: payloads between two processes of one machine go through
+/// shared memory instead of the inner transport (BytePS's `BYTEPS_ENABLE_IPC`, for a worker and
+/// the server colocated with it). Headers still travel on the inner link, which keeps every
+/// frame in order and every failure visible; only the payload bytes take the shortcut, which
+/// spares them the kernel's TCP stack on both ends.
+///
+///   using net = bps::transport::ipc<bps::transport::tcp>;
+///   bps::Server<net> server(cfg);                       // colocated servers and
+///   bps::Communicator<net, bps::local::host, ...> c(cfg);  // their workers take it
+///
+/// @par Handshake (transport frames, which a plain transport skips)
+/// 1. The accepting end (the server) announces `ipc_able` on every link from its own host.
+/// 2. The connecting end (the worker), if it is an ipc transport too and `BYTEPS_ENABLE_IPC` is
+///    on, creates a ring in POSIX shared memory and sends `ipc_offer` with its name.
+/// 3. The server maps the ring (the name is unlinked once both mapped it) and answers
+///    `ipc_accept`. From then on, worker-to-server payloads of at least `min_ipc_bytes` that fit
+///    in the ring are copied into it, announced by an `ipc_payload` frame (ring position and
+///    length) right before their header; the server copies them out into the destination its
+///    node names, then frees the ring space. A payload that does not fit goes by the inner
+///    link, as before the handshake. Server-to-worker payloads always take the inner link.
+/// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
+/// `BYTEPS_ENABLE_IPC=0` behaves exactly like the inner transport.
+///
+/// @par Contract kept
+/// `on_sent` runs once per send, never inside `send`: a payload sent through the ring is copied
+/// during `send` and its callback runs when the inner link sent its header.
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/local/shm.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::transport {
+
+namespace ipc_detail {
+
+inline constexpr auto ipc_able = static_cast<wire::msg>(0x110);
+inline constexpr auto ipc_offer = static_cast<wire::msg>(0x111);
+inline constexpr auto ipc_accept = static_cast<wire::msg>(0x112);
+inline constexpr auto ipc_payload = static_cast<wire::msg>(0x113);
+
+/// A single-producer single-consumer byte ring in shared memory. Positions grow for ever; a
+/// payload never wraps (the producer skips to the start instead), and the consumer frees in
+/// order by publishing how far it has read.
+struct ring_control {
+  std::atomic<std::uint64_t> consumed;
+  std::byte pad[56];
+};
+
+inline bool same_host(const std::string& peer, const std::string& local) {
+  const auto colon = peer.rfind(':');
+  const std::string host = peer.substr(0, colon);
+  return host == local || host.starts_with("127.") || host == "::1" || host == "[::1]";
+}
+
+}  // namespace ipc_detail
+
+template <Transport Inner>
+class ipc {
+ public:
+  static constexpr std::string_view name = "ipc";
+  static constexpr std::size_t min_ipc_bytes = 16 * 1024;
+
+  class link;
+
+  explicit ipc(const Config& cfg)
+      : inner_(cfg),
+        enabled_(cfg.enable_ipc),
+        ring_bytes_(std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20)) {}
+
+  std::uint16_t listen(const std::string& host, std::uint16_t port,
+                       std::function<void(std::shared_ptr<link>)> on_accept) {
+    return inner_.listen(host, port, [this, on_accept = std::move(on_accept)](auto l) {
+      on_accept(std::make_shared<link>(std::move(l), *this, false));
+    });
+  }
+
+  std::shared_ptr<link> connect(const std::string& host, std::uint16_t port,
+                                std::chrono::milliseconds timeout) {
+    return std::make_shared<link>(inner_.connect(host, port, timeout), *this, true);
+  }
+
+  void register_memory(std::span<std::byte> memory) { inner_.register_memory(memory); }
+  void stop() { inner_.stop(); }
+
+  /// Payloads this transport has sent through shared memory so far (for tests and logs).
+  std::uint64_t payloads_through_shm() const noexcept { return through_shm_.load(); }
+
+  class link : public std::enable_shared_from_this<link> {
+   public:
+    using inner_link = typename Inner::link;
+
+    link(std::shared_ptr<inner_link> inner, ipc& owner, bool connecting)
+        : inner_(std::move(inner)), owner_(&owner), connecting_(connecting) {}
+
+    void start(std::shared_ptr<receiver> node) {
+      inner_->start(std::make_shared<splice>(this->weak_from_this(), std::move(node)));
+      if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
+    }
+
+    void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
+      std::lock_guard lock(mu_);
+      if (ring_ready_ && payload.size() >= min_ipc_bytes) {
+        if (auto pos = reserve(payload.size())) {
+          std::memcpy(ring_data() + *pos % ring_capacity_, payload.data(), payload.size());
+          wire::header marker;
+          marker.type = ipc_detail::ipc_payload;
+          marker.offset = *pos;
+          marker.tensor_bytes = payload.size();
+          inner_->send(marker, {}, {});
+          inner_->send(h, {}, std::move(on_sent));  // adjacent to its marker: we hold mu_
+          owner_->through_shm_.fetch_add(1);
+          return;
+        }
+      }
+      inner_->send(h, payload, std::move(on_sent));
+    }
+
+    void close() { inner_->close(); }
+    std::string peer() const { return inner_->peer(); }
+    std::string local_host() const { return inner_->local_host(); }
+
+   private:
+    // Receives for the node: handles the transport frames and puts ring payloads back in place.
+    class splice final : public receiver {
+     public:
+      splice(std::weak_ptr<link> owner, std::shared_ptr<receiver> node)
+          : owner_(std::move(owner)), node_(std::move(node)) {}
+
+      bool wants_transport_frames() const override { return true; }
+
+      std::span<std::byte> payload_destination(const wire::header& h,
+                                               std::string& reason) override {
+        if (wire::is_transport_msg(h.type)) {
+          scratch_.resize(h.payload_bytes);
+          return scratch_;
+        }
+        if (pending_) return {};  // its payload is in the ring; the wire carries none
+        return node_->payload_destination(h, reason);
+      }
+
+      void on_message(const wire::header& h, std::span<std::byte> payload) override {
+        if (wire::is_transport_msg(h.type)) return control(h, payload);
+        if (!pending_) return node_->on_message(h, payload);
+        auto [pos, bytes] = *pending_;
+        pending_.reset();
+        wire::header real = h;
+        real.payload_bytes = bytes;
+        std::string reason;
+        auto dest = node_->payload_destination(real, reason);
+        if (dest.size() != bytes)
+          throw std::runtime_error(reason.empty() ? "no place for the payload" : reason);
+        std::memcpy(dest.data(), ring_.data() + sizeof(ipc_detail::ring_control) + pos % capacity_,
+                    bytes);
+        control_block()->consumed.store(pos + bytes, std::memory_order_release);
+        node_->on_message(real, dest);
+      }
+
+      void on_close(const std::string& reason) override {
+        if (auto l = owner_.lock()) l->closed();
+        node_->on_close(reason);
+      }
+
+     private:
+      ipc_detail::ring_control* control_block() {
+        return reinterpret_cast<ipc_detail::ring_control*>(ring_.data());
+      }
+
+      void control(const wire::header& h, std::span<std::byte> payload) {
+        auto l = owner_.lock();
+        if (!l) return;
+        if (h.type == ipc_detail::ipc_able) return l->offer();
+        if (h.type == ipc_detail::ipc_accept) return l->accepted();
+        if (h.type == ipc_detail::ipc_offer) {
+          // Map the peer's ring; refuse (no answer) when it cannot be mapped: the link goes on.
+          try {
+            const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
+            if (!name.starts_with("/bps-ipc-") || h.tensor_bytes < 4096) return;
+            ring_ = local::shm_segment(name, h.tensor_bytes, h.key, 2,
+                                       std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                       "ipc ring from " + l->peer());
+            capacity_ = h.tensor_bytes - sizeof(ipc_detail::ring_control);
+          } catch (const std::exception&) {
+            return;
+          }
+          return l->send_control(ipc_detail::ipc_accept, {});
+        }
+        if (h.type == ipc_detail::ipc_payload) {
+          if (capacity_ == 0 || h.tensor_bytes > capacity_ ||
+              h.offset % capacity_ + h.tensor_bytes > capacity_)
+            throw std::runtime_error("ipc payload outside the ring");
+          pending_ = std::pair{h.offset, h.tensor_bytes};
+        }
+        // Other transport frames: a newer peer's; ignored.
+      }
+
+      std::weak_ptr<link> owner_;
+      std::shared_ptr<receiver> node_;
+      std::vector<std::byte> scratch_;
+      local::shm_segment ring_;  // the peer's ring, once offered
+      std::uint64_t capacity_ = 0;
+      std::optional<std::pair<std::uint64_t, std::uint64_t>> pending_;
+    };
+
+    bool same_host() const { return ipc_detail::same_host(inner_->peer(), inner_->local_host()); }
+
+    void send_control(wire::msg type, std::span<const std::byte> payload,
+                      std::uint64_t bytes = 0, std::uint64_t fingerprint = 0) {
+      wire::header h;
+      h.type = type;
+      h.tensor_bytes = bytes;
+      h.key = fingerprint;
+      auto body = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+      inner_->send(h, *body, [body] {});
+    }
+
+    // The server speaks ipc: make a ring and offer it.
+    void offer() {
+      if (!connecting_ || !owner_->enabled_ || !same_host()) return;
+      std::lock_guard lock(mu_);
+      if (ring_.mapped()) return;
+      std::random_device random;
+      const auto name = fmt::format("/bps-ipc-{}-{:08x}{:08x}", ::getpid(), random(), random());
+      const std::size_t bytes = sizeof(ipc_detail::ring_control) + owner_->ring_bytes_;
+      const std::uint64_t fingerprint = std::random_device{}();
+      try {
+        ring_ = local::shm_segment(name, bytes, fingerprint, 2,
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                   "ipc ring to " + peer());
+      } catch (const std::exception&) {
+        return;  // no shared memory here: stay on the inner link
+      }
+      ring_capacity_ = owner_->ring_bytes_;
+      send_control(ipc_detail::ipc_offer, wire::as_bytes(name), bytes, fingerprint);
+    }
+
+    void accepted() {
+      std::lock_guard lock(mu_);
+      if (ring_.mapped()) ring_ready_ = true;
+    }
+
+    void closed() {
+      std::lock_guard lock(mu_);
+      ring_ready_ = false;
+      ring_.unlink();  // if the peer never mapped it
+    }
+
+    std::byte* ring_data() const { return ring_.data() + sizeof(ipc_detail::ring_control); }
+
+    // Holding mu_. Where a payload of `n` bytes goes, or nullopt when the ring is too full.
+    std::optional<std::uint64_t> reserve(std::size_t n) {
+      if (n > ring_capacity_) return std::nullopt;
+      auto* control = reinterpret_cast<ipc_detail::ring_control*>(ring_.data());
+      std::uint64_t pos = head_;
+      if (pos % ring_capacity_ + n > ring_capacity_) pos += ring_capacity_ - pos % ring_capacity_;
+      if (pos + n - control->consumed.load(std::memory_order_acquire) > ring_capacity_)
+        return std::nullopt;
+      head_ = pos + n;
+      return pos;
+    }
+
+    std::shared_ptr<inner_link> inner_;
+    ipc* owner_;
+    bool connecting_;
+    std::mutex mu_;
+    local::shm_segment ring_;  // ours, for sending
+    std::uint64_t ring_capacity_ = 0;
+    std::uint64_t head_ = 0;
+    bool ring_ready_ = false;
+  };
+
+ private:
+  Inner inner_;
+  bool enabled_;
+  std::size_t ring_bytes_;
+  std::atomic<std::uint64_t> through_shm_{0};
+};
+
+}  // namespace bps::transport

@@ -1,0 +1,161 @@
+// transport::ipc: a worker and a server of one machine move push payloads through shared
+// memory; sums stay exact, plain TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0
+// turns the shortcut off.
+#include "cluster.hpp"
+#include "values.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+
+using namespace bps;
+
+namespace {
+
+using ipc_tcp = transport::ipc<transport::tcp>;
+using ipc_comm = Communicator<ipc_tcp, local::none, partition::by_bytes, schedule::priority>;
+using ipc_host_comm = Communicator<ipc_tcp, local::host, partition::by_bytes, schedule::priority>;
+
+// A scheduler, `servers` servers on `Server<ServerNet>` and `workers` workers running `body`.
+template <class ServerNet, class Comm>
+void run(Config base, std::vector<int> local_sizes,
+         const std::function<void(Comm&)>& body) {
+  Config s = base;
+  s.node_role = role::scheduler;
+  SchedulerNode<transport::tcp> scheduler(s);
+  base.scheduler_port = scheduler.port();
+  std::mutex mu;
+  std::exception_ptr failure;
+  auto guard = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { guard([&] { scheduler.run(); }); });
+  for (int i = 0; i < base.num_servers; ++i)
+    threads.emplace_back([&] {
+      guard([&] {
+        Config c = base;
+        c.node_role = role::server;
+        Server<ServerNet> server(c);
+        server.run();
+      });
+    });
+  for (std::size_t m = 0; m < local_sizes.size(); ++m)
+    for (int l = 0; l < local_sizes[m]; ++l)
+      threads.emplace_back([&, m, l] {
+        guard([&] {
+          Config c = base;
+          c.node_role = role::worker;
+          c.worker_id = static_cast<int>(m);
+          c.local_rank = l;
+          c.local_size = local_sizes[m];
+          Comm comm(c);
+          body(comm);
+        });
+      });
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Every dtype, large enough to take the ring (>= 16 KiB per partition), exact sums.
+template <class Comm>
+void exact_sums(Comm& comm, int rounds) {
+  for (int round = 0; round < rounds; ++round)
+    for (dtype t : all_dtypes) {
+      const std::size_t n = 100003;
+      auto b = test::fill(t, n, comm.rank(), round);
+      comm.push_pull(fmt::format("ipc.{}", dtype_name(t)), b.data(), n, t).wait();
+      auto wrong = test::first_wrong(t, b, n, comm.size(), round);
+      BPS_EXPECT(wrong == n, "{} round {}: element {} is not the sum", dtype_name(t), round,
+                 wrong);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("ipc: 2 workers x 2 servers on one machine - exact sums through shared memory",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = 65536;
+  run<ipc_tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 5); });
+}
+
+TEST_CASE("ipc: local ranks and colocated servers together - exact sums", "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = 65536;
+  run<ipc_tcp, ipc_host_comm>(cfg, {2, 2}, [&](ipc_host_comm& comm) { exact_sums(comm, 3); });
+}
+
+TEST_CASE("ipc workers and plain tcp servers still talk (no handshake, no shortcut)",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 1);
+  run<transport::tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 2); });
+}
+
+TEST_CASE("plain tcp workers and ipc servers still talk", "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 1);
+  run<ipc_tcp, test::comm_t>(cfg, {1, 1}, [&](test::comm_t& comm) { exact_sums(comm, 2); });
+}
+
+TEST_CASE("ipc transport: payloads take shared memory only after the handshake, and not with "
+          "BYTEPS_ENABLE_IPC=0",
+          "[ipc]") {
+  for (bool enabled : {true, false}) {
+    CAPTURE(enabled);
+    Config c = test::base_config(1, 1);
+    c.enable_ipc = enabled;
+    ipc_tcp server_net(c), client_net(c);
+
+    struct collect final : transport::receiver {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::vector<std::vector<std::byte>> got;
+      std::vector<std::byte> buffer;
+      std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
+        buffer.resize(h.payload_bytes);
+        return buffer;
+      }
+      void on_message(const wire::header&, std::span<std::byte> p) override {
+        std::lock_guard lock(mu);
+        got.emplace_back(p.begin(), p.end());
+        cv.notify_all();
+      }
+      void on_close(const std::string&) override {}
+    };
+    auto server_side = std::make_shared<collect>();
+    std::shared_ptr<ipc_tcp::link> accepted;
+    const auto port = server_net.listen("127.0.0.1", 0, [&](std::shared_ptr<ipc_tcp::link> l) {
+      accepted = l;
+      l->start(server_side);
+    });
+    auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));
+    client->start(std::make_shared<collect>());
+    // Give the handshake its round trip, then send payloads of every size class.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<std::vector<std::byte>> sent;
+    for (std::size_t n : {std::size_t{100}, std::size_t{16384}, std::size_t{1} << 20}) {
+      sent.emplace_back(n);
+      for (std::size_t i = 0; i < n; ++i) sent.back()[i] = static_cast<std::byte>(i * 7 + n);
+    }
+    for (auto& p : sent) {
+      wire::header h;
+      h.type = wire::msg::push;
+      client->send(h, p, {});
+    }
+    {
+      std::unique_lock lock(server_side->mu);
+      REQUIRE(server_side->cv.wait_for(lock, std::chrono::seconds(10),
+                                       [&] { return server_side->got.size() == sent.size(); }));
+      for (std::size_t i = 0; i < sent.size(); ++i) CHECK(server_side->got[i] == sent[i]);
+    }
+    // The two payloads of at least 16 KiB went through the ring when enabled.
+    CHECK(client_net.payloads_through_shm() == (enabled ? 2u : 0u));
+    client_net.stop();
+    server_net.stop();
+  }
+}
