@@ -37,8 +37,10 @@ void usage(std::FILE* out) {
                bench::common_help());
 }
 
-using Comm = bps::Communicator<bps::transport::tcp, bps::local::none, bps::partition::by_bytes,
-                               bps::schedule::priority>;
+// ipc over TCP: pushes to a server on the same host go through shared memory
+// (BYTEPS_ENABLE_IPC=0 measures plain TCP); across hosts it is TCP.
+using Comm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
+                               bps::partition::by_bytes, bps::schedule::priority>;
 
 }  // namespace
 

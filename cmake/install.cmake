@@ -3,6 +3,11 @@
 #   find_package(byteps CONFIG REQUIRED [COMPONENTS tcp])
 #   target_link_libraries(app PRIVATE byteps::byteps)
 #
+# With CUDA (BYTEPS_HAVE_CUDA) the package also has the component "cuda":
+#
+#   find_package(byteps CONFIG REQUIRED COMPONENTS cuda)
+#   target_link_libraries(app PRIVATE byteps::cuda)   # nccl.hpp: byteps + CUDA runtime + NCCL
+#
 # Everything here belongs to the install component "byteps_development", so that the
 # headers and the package can be installed on their own, without building any tool:
 #   cmake --install <build> --prefix <dir> --component byteps_development
@@ -30,6 +35,26 @@ install(EXPORT byteps-targets
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
+# The cuda component: its own export set, loaded by the config only when a consumer asks for
+# it (and finds CUDA and NCCL), so that a CUDA build still serves consumers without CUDA.
+set(_byteps_package_files)
+if(BYTEPS_HAVE_CUDA)
+  install(TARGETS byteps_cuda EXPORT byteps-cuda-targets COMPONENT ${_byteps_install_component})
+  install(EXPORT byteps-cuda-targets
+    NAMESPACE byteps::
+    FILE byteps-cuda-targets.cmake
+    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+    COMPONENT ${_byteps_install_component})
+  list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake")
+  set(BYTEPS_PACKAGE_COMPONENTS "tcp cuda")
+  set(BYTEPS_UNBUILT_COMPONENTS "rdma")
+  set(BYTEPS_PACKAGE_CUDA_ROOT "${CUDAToolkit_LIBRARY_ROOT}")
+else()
+  set(BYTEPS_PACKAGE_COMPONENTS "tcp")
+  set(BYTEPS_UNBUILT_COMPONENTS "rdma cuda")
+  set(BYTEPS_PACKAGE_CUDA_ROOT "")
+endif()
+
 configure_package_config_file(
   "${CMAKE_CURRENT_LIST_DIR}/byteps-config.cmake.in"
   "${PROJECT_BINARY_DIR}/byteps-package/byteps-config.cmake"
@@ -47,7 +72,9 @@ install(FILES
     "${PROJECT_BINARY_DIR}/byteps-package/byteps-config.cmake"
     "${PROJECT_BINARY_DIR}/byteps-package/byteps-config-version.cmake"
     "${CMAKE_CURRENT_LIST_DIR}/Findasio.cmake"
+    ${_byteps_package_files}
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
 unset(_byteps_install_component)
+unset(_byteps_package_files)

@@ -12,6 +12,9 @@
 #                        forwarded to the consumer so that it is built the same way
 #   OUTER_PREFIX_PATH    the build's CMAKE_PREFIX_PATH, '|'-separated, searched after the prefix
 #   EXE_SUFFIX           the executable suffix of the platform
+#   EXPECT_CONFIGURE_ERROR  a regular expression: the consumer's configure must fail with
+#                        output that matches it (a component this build lacks), and the
+#                        script stops there
 cmake_minimum_required(VERSION 3.20)
 
 foreach(required BYTEPS_BUILD_DIR WORK_DIR CONSUMER_SOURCE_DIR GENERATOR)
@@ -122,6 +125,23 @@ list(APPEND step_command
 execute_process(COMMAND ${step_command} "-DCMAKE_PREFIX_PATH=${prefix_path}"
   RESULT_VARIABLE step_rc OUTPUT_VARIABLE step_output ERROR_VARIABLE step_output)
 list(APPEND step_command "-DCMAKE_PREFIX_PATH=${prefix_path}")
+if(NOT "${EXPECT_CONFIGURE_ERROR}" STREQUAL "")
+  # CMake wraps messages at any space: match against the output with whitespace runs as one space.
+  string(REGEX REPLACE "[ \t\r\n]+" " " flat_output "${step_output}")
+  if("${step_rc}" STREQUAL "0")
+    set(step_rc 1)
+    string(PREPEND step_output "the configure succeeded, but it was expected to fail with a message matching '${EXPECT_CONFIGURE_ERROR}'\n")
+  elseif(NOT flat_output MATCHES "${EXPECT_CONFIGURE_ERROR}")
+    string(PREPEND step_output "the configure failed, but its message does not match '${EXPECT_CONFIGURE_ERROR}'\n")
+  else()
+    set(step_rc 0)
+  endif()
+  _check_step("configure the consumer: fails as expected")
+  string(REGEX MATCH "${EXPECT_CONFIGURE_ERROR}.*" shown "${flat_output}")
+  string(SUBSTRING "${shown}" 0 400 shown)
+  message(STATUS "the consumer's configure failed, saying: ${shown}")
+  return()
+endif()
 _check_step("configure the consumer with CMAKE_PREFIX_PATH=${prefix}")
 
 # The package that was found must be the one just installed.

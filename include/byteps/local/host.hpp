@@ -22,7 +22,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -62,7 +61,7 @@ class host {
     control_ = shm_segment(segment_name(c.job_id, c.machine, "control"), sizeof(control_block),
                            0xc0417201, local_size_, deadline, "local ranks meeting");
     control_block_ = reinterpret_cast<control_block*>(control_.data());
-    bell_.emplace(&control_block_->bell);
+    bell_.store(&control_block_->bell, std::memory_order_release);
     log_.info("local ranks of machine {} meet in shared memory /dev/shm{}",
               c.machine, segment_name(c.job_id, c.machine, "*"));
     stage_ = std::thread([this] { stage_loop(); });
@@ -181,7 +180,8 @@ class host {
   using pending_ptr = std::shared_ptr<pending>;
 
   void ring() {
-    if (bell_) bell_->ring();
+    // fail() may come from an I/O thread while attach() is still mapping the control segment.
+    if (auto* word = bell_.load(std::memory_order_acquire)) doorbell(word).ring();
   }
 
   std::string tensor_segment(std::uint64_t key) const {
@@ -193,10 +193,11 @@ class host {
   }
 
   void stage_loop() {
+    const doorbell bell(bell_.load(std::memory_order_acquire));
     std::vector<pending_ptr> active;
     std::vector<std::byte> scratch;
     for (;;) {
-      const auto seen = bell_->value();
+      const auto seen = bell.value();
       std::string dead;
       {
         std::lock_guard lock(mu_);
@@ -229,7 +230,7 @@ class host {
       if (next_deadline != clock::time_point::max())
         timeout = std::max(std::chrono::nanoseconds(0), next_deadline - clock::now()) +
                   std::chrono::milliseconds(1);
-      bell_->wait(seen, timeout);
+      bell.wait(seen, timeout);
     }
   }
 
@@ -354,7 +355,7 @@ class host {
   network* net_ = nullptr;
   shm_segment control_;
   control_block* control_block_ = nullptr;
-  std::optional<doorbell> bell_;
+  std::atomic<std::atomic<std::uint32_t>*> bell_{nullptr};  // the machine's doorbell word
   std::mutex mu_;
   std::unordered_map<std::string, tensor> tensors_;  // node-based: pending ops point into it
   std::deque<pending_ptr> incoming_;

@@ -96,6 +96,14 @@ inline std::pair<int, int> owned_slices(int local_rank, int local_size, int slic
   return {local_rank * slices / local_size, (local_rank + 1) * slices / local_size};
 }
 
+/// Elements [first, second) of a `count`-element tensor that local rank `local_rank` owns: the
+/// union of its `owned_slices`, which is contiguous.
+inline std::pair<std::size_t, std::size_t> owned_range(std::size_t count, int local_rank,
+                                                       int local_size, int slices) {
+  const auto [first, last] = owned_slices(local_rank, local_size, slices);
+  return {slice_range(count, first, slices).first, slice_range(count, last, slices).first};
+}
+
 }  // namespace bps::local
 
 namespace bps {

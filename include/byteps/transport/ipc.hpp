@@ -25,7 +25,9 @@
 ///
 /// @par Contract kept
 /// `on_sent` runs once per send, never inside `send`: a payload sent through the ring is copied
-/// during `send` and its callback runs when the inner link sent its header.
+/// by the transport's copier thread (so a sender holding its own lock does not copy under it),
+/// and its callback runs when the inner link sent its header. Frames a link sends while a copy
+/// is queued queue behind it, so the link stays in order.
 
 #include <atomic>
 #include <cstdint>
@@ -42,6 +44,7 @@
 #include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
+#include "byteps/detail/task_queue.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
@@ -97,7 +100,10 @@ class ipc {
   }
 
   void register_memory(std::span<std::byte> memory) { inner_.register_memory(memory); }
-  void stop() { inner_.stop(); }
+  void stop() {
+    inner_.stop();
+    copier_.stop();  // what is queued meets a stopped inner transport: dropped, as after stop()
+  }
 
   /// Payloads this transport has sent through shared memory so far (for tests and logs).
   std::uint64_t payloads_through_shm() const noexcept { return through_shm_.load(); }
@@ -116,20 +122,27 @@ class ipc {
 
     void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
       std::lock_guard lock(mu_);
-      if (ring_ready_ && payload.size() >= min_ipc_bytes) {
-        if (auto pos = reserve(payload.size())) {
-          std::memcpy(ring_data() + *pos % ring_capacity_, payload.data(), payload.size());
-          wire::header marker;
-          marker.type = ipc_detail::ipc_payload;
-          marker.offset = *pos;
-          marker.tensor_bytes = payload.size();
-          inner_->send(marker, {}, {});
-          inner_->send(h, {}, std::move(on_sent));  // adjacent to its marker: we hold mu_
-          owner_->through_shm_.fetch_add(1);
-          return;
-        }
-      }
-      inner_->send(h, payload, std::move(on_sent));
+      std::optional<std::uint64_t> pos;
+      if (ring_ready_ && payload.size() >= min_ipc_bytes) pos = reserve(payload.size());
+      if (!pos && queued_ == 0) return inner_->send(h, payload, std::move(on_sent));
+      // The copy runs on the transport's copier thread, not on the sender's (which may hold its
+      // own lock, as the communicator does); frames sent meanwhile queue behind it, in order.
+      ++queued_;
+      owner_->copier_.post([self = this->shared_from_this(), h, payload, pos,
+                            on_sent = std::move(on_sent)]() mutable {
+        if (pos) std::memcpy(self->ring_data() + *pos % self->ring_capacity_, payload.data(),
+                             payload.size());
+        std::lock_guard lock(self->mu_);
+        --self->queued_;
+        if (!pos) return self->inner_->send(h, payload, std::move(on_sent));
+        wire::header marker;
+        marker.type = ipc_detail::ipc_payload;
+        marker.offset = *pos;
+        marker.tensor_bytes = payload.size();
+        self->inner_->send(marker, {}, {});
+        self->inner_->send(h, {}, std::move(on_sent));  // adjacent to its marker: we hold mu_
+        self->owner_->through_shm_.fetch_add(1);
+      });
     }
 
     void close() { inner_->close(); }
@@ -282,6 +295,7 @@ class ipc {
     local::shm_segment ring_;  // ours, for sending
     std::uint64_t ring_capacity_ = 0;
     std::uint64_t head_ = 0;
+    std::size_t queued_ = 0;  // sends waiting on the copier
     bool ring_ready_ = false;
   };
 
@@ -290,6 +304,7 @@ class ipc {
   bool enabled_;
   std::size_t ring_bytes_;
   std::atomic<std::uint64_t> through_shm_{0};
+  detail::task_thread copier_;  // last: joins first, while everything above still lives
 };
 
 }  // namespace bps::transport

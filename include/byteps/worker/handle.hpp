@@ -28,6 +28,11 @@ namespace bps {
 struct push_pull_options {
   int priority = 0;      ///< higher is sent first (give the first layers the highest)
   bool average = false;  ///< divide the sum by the number of workers (floating dtypes only)
+  /// GPU local collectives only (`bps::local::nccl`): the `cudaStream_t` that produces the
+  /// device buffer. The operation starts on the device after the work queued on this stream
+  /// before the call; nullptr is the legacy default stream of the current device. Host
+  /// policies ignore it. (A `void*` so that this header needs no CUDA.)
+  void* stream = nullptr;
 };
 
 namespace detail {
@@ -44,6 +49,9 @@ struct op_state {
   std::uint64_t key = 0;
   clock::time_point deadline;
   std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead
+  /// GPU local collectives only: owns the `cudaEvent_t` that completes when the result is in
+  /// the caller's device buffer (the deleter destroys it); null for host policies.
+  std::shared_ptr<void> device_event;
 
   // Guarded by the communicator's mutex.
   std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
@@ -51,6 +59,16 @@ struct op_state {
   std::size_t receiving = 0;     ///< answers being written into `data` right now
   std::exception_ptr failure;
   bool released = false;
+
+  /// Called by a GPU local collective once `device_event` has been recorded after the last
+  /// copy into the caller's buffer: a stream may wait on it from now on.
+  void device_event_recorded() {
+    {
+      std::lock_guard lock(mu);
+      event_recorded = true;
+    }
+    cv.notify_all();
+  }
 
   /// Called once, by the communicator, when nothing will touch `data` any more.
   void finish(std::exception_ptr e) {
@@ -81,6 +99,7 @@ struct op_state {
   mutable std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  bool event_recorded = false;  ///< `device_event` is recorded (guarded by `mu`)
   std::exception_ptr error;
   std::function<void()> on_done;
 };
@@ -131,21 +150,44 @@ class handle {
     return s_->what;
   }
 
+  /// GPU local collectives only (`bps::local::nccl`): a `cudaEvent_t`, as `void*`, that
+  /// completes when the result is in the caller's device buffer, so that the trainer's own
+  /// stream can wait for it (`cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(e))`)
+  /// instead of its host thread. Blocks until the event has been recorded, that is until the
+  /// servers' sums came back and the copies into the buffer were queued on the device: the
+  /// host waits for the network, the stream for the device. Bounded by the operation's
+  /// deadline; throws as `wait()` does when the operation failed. Returns nullptr for host
+  /// policies (their handles complete when the result is in host memory). The event lives as
+  /// long as some handle of the operation does.
+  void* device_event() const {
+    check();
+    if (!s_->device_event) return nullptr;
+    wait_for_state(clock::time_point::max(), [&] { return s_->event_recorded || s_->done; });
+    return s_->device_event.get();
+  }
+
  private:
   bool wait_until(clock::time_point until) const {
+    return wait_for_state(until, [&] { return s_->done; });
+  }
+
+  // Waits (holding s_->mu in `reached`) until `reached()`, `until` or the deadline; rethrows
+  // the operation's error once it is done and failed.
+  template <class Pred>
+  bool wait_for_state(clock::time_point until, Pred reached) const {
     check();
     std::unique_lock lock(s_->mu);
     const auto limit = std::min(until, s_->deadline);
-    if (!s_->cv.wait_until(lock, limit, [&] { return s_->done; })) {
+    if (!s_->cv.wait_until(lock, limit, reached)) {
       if (limit == until && until < s_->deadline) return false;
       lock.unlock();
       expire();
       lock.lock();
       // Failing an operation waits for the transport to let go of its buffer; links close fast.
-      if (!s_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return s_->done; }))
+      if (!s_->cv.wait_for(lock, std::chrono::seconds(10), reached))
         throw communicator_error(s_->what + " passed its deadline and could not be cancelled");
     }
-    if (s_->error) std::rethrow_exception(s_->error);
+    if (s_->done && s_->error) std::rethrow_exception(s_->error);
     return true;
   }
   void expire() const {

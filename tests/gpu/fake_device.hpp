@@ -1,0 +1,17 @@
+#pragma once
+// Knobs of the fake CUDA runtime and NCCL in fake_device.cpp (tests without a GPU).
+#include <cstddef>
+
+namespace fake_device {
+
+/// What cudaGetDeviceCount reports (default 4; 0 makes it fail with cudaErrorNoDevice).
+void set_device_count(int n);
+/// "Device memory" of the calling thread's current device (cudaSetDevice): host memory that
+/// cudaPointerGetAttributes reports as device memory.
+void* device_alloc(std::size_t bytes);
+void device_free(void* p);
+/// Streams and NCCL communicators not yet destroyed or aborted.
+int live_streams();
+int live_comms();
+
+}  // namespace fake_device

@@ -1,0 +1,305 @@
+// bps::local::nccl's whole pipeline on machines with no GPU: the real header, linked against
+// the CPU model of the CUDA runtime and NCCL in fake_device.cpp instead of libcudart and
+// libnccl. Local ranks are threads, each with its own communicator, its own "device" (its
+// local rank) and its own stream; servers and the scheduler run in-process over loopback.
+// Every result is compared with the exact reference sum. This shows the stage thread, the
+// order board, the events, the slices through the servers and the failure paths; it cannot
+// show real kernels, device memory or NCCL itself (the GPU process tests do, where there is a
+// GPU).
+#include <byteps/local/nccl.hpp>
+
+#include "../cluster/cluster.hpp"
+#include "../cluster/values.hpp"
+#include "fake_device.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <numeric>
+
+using namespace bps;
+using bps::test::cluster;
+
+namespace {
+
+using nccl_comm_t =
+    Communicator<transport::tcp, local::nccl, partition::by_bytes, schedule::priority>;
+
+void cuda(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(call) + " failed");
+}
+
+int shm_files_of(std::uint64_t job_id) {
+  const auto prefix = fmt::format("bps-{:016x}-", job_id);
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().starts_with(prefix)) ++n;
+  return n;
+}
+
+struct device_buffer {
+  explicit device_buffer(std::size_t bytes) : p(fake_device::device_alloc(bytes)) {}
+  ~device_buffer() { fake_device::device_free(p); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  void* p;
+};
+
+// The calling thread's "device" is its local rank, as the policy picks it; and a stream.
+cudaStream_t use_device(const nccl_comm_t& comm) {
+  cuda(cudaSetDevice(comm.local_rank()), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return s;
+}
+
+// Every dtype at odd sizes for several rounds on machines with these local sizes.
+void every_dtype(const std::vector<int>& local_sizes, int servers, int rounds) {
+  fake_device::set_device_count(4);
+  auto cfg = test::base_config(static_cast<int>(local_sizes.size()), servers);
+  cfg.partition_bytes = 8192;
+  cluster c(cfg);
+  const int processes = std::accumulate(local_sizes.begin(), local_sizes.end(), 0);
+  const std::size_t sizes[] = {1, 2, 3, 7, 1023, 4097, 20011};
+  std::mutex mu;
+  std::uint64_t job = 0;
+  c.run_local<nccl_comm_t>(local_sizes, [&](nccl_comm_t& comm) {
+    {
+      std::lock_guard lock(mu);
+      job = comm.job_id();
+    }
+    cudaStream_t stream = use_device(comm);
+    for (int round = 0; round < rounds; ++round) {
+      struct item {
+        dtype t;
+        std::size_t n;
+        std::vector<std::byte> host;
+        std::unique_ptr<device_buffer> dev;
+        handle h;
+      };
+      std::vector<item> items;
+      for (dtype t : all_dtypes)
+        for (std::size_t n : sizes) {
+          item it{t, n, test::fill(t, n, comm.rank(), round),
+                  std::make_unique<device_buffer>(n * dtype_size(t)), {}};
+          cuda(cudaMemcpyAsync(it.dev->p, it.host.data(), it.host.size(), cudaMemcpyHostToDevice,
+                               stream),
+               "cudaMemcpyAsync");
+          items.push_back(std::move(it));
+        }
+      for (std::size_t k = 0; k < items.size(); ++k)
+        items[k].h = comm.push_pull(fmt::format("{}.{}", dtype_name(items[k].t), items[k].n),
+                                    items[k].dev->p, items[k].n, items[k].t,
+                                    {.priority = static_cast<int>(k % 3), .stream = stream});
+      std::exception_ptr failed;
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        auto& it = items[k];
+        try {
+          if (k % 2 == 0) {
+            it.h.wait();
+          } else {  // on the stream, as a trainer would
+            cuda(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(it.h.device_event()), 0),
+                 "cudaStreamWaitEvent");
+          }
+          cuda(cudaMemcpyAsync(it.host.data(), it.dev->p, it.host.size(), cudaMemcpyDeviceToHost,
+                               stream),
+               "cudaMemcpyAsync");
+        } catch (...) {
+          if (!failed) failed = std::current_exception();
+        }
+      }
+      for (auto& it : items) {
+        try {
+          it.h.wait();
+        } catch (...) {
+          if (!failed) failed = std::current_exception();
+        }
+      }
+      // The fake stream runs its copies in order: an event recorded last marks them all.
+      cudaEvent_t done = nullptr;
+      cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      cuda(cudaEventRecord(done, stream), "cudaEventRecord");
+      while (cudaEventQuery(done) == cudaErrorNotReady) std::this_thread::yield();
+      cudaEventDestroy(done);
+      if (failed) std::rethrow_exception(failed);
+      for (auto& it : items) {
+        auto wrong = test::first_wrong(it.t, it.host, it.n, processes, round);
+        BPS_EXPECT(wrong == it.n, "{} x {} round {} rank {}: element {} is not the sum",
+                   dtype_name(it.t), it.n, round, comm.rank(), wrong);
+      }
+    }
+    comm.barrier();
+    cudaStreamDestroy(stream);
+  });
+  CHECK(job != 0);
+  CHECK(shm_files_of(job) == 0);
+  CHECK(fake_device::live_comms() == 0);
+  CHECK(fake_device::live_streams() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("nccl (fake device): 2 machines x 2 local ranks - every dtype - odd sizes",
+          "[nccl][fake]") {
+  every_dtype({2, 2}, 2, 3);
+}
+
+TEST_CASE("nccl (fake device): machines with 1 and 3 local ranks agree on slices",
+          "[nccl][fake]") {
+  every_dtype({1, 3}, 2, 2);
+}
+
+TEST_CASE("nccl (fake device): 2 machines x 1 local rank (one GPU each)", "[nccl][fake]") {
+  every_dtype({1, 1}, 1, 2);
+}
+
+TEST_CASE("nccl (fake device): broadcast, average and an empty tensor", "[nccl][fake]") {
+  fake_device::set_device_count(4);
+  cluster c(test::base_config(2, 1));
+  c.run_local<nccl_comm_t>({2, 3}, [](nccl_comm_t& comm) {
+    cudaStream_t stream = use_device(comm);
+    std::vector<double> v(10001, static_cast<double>(comm.rank()));
+    device_buffer dv(v.size() * sizeof(double));
+    cuda(cudaMemcpyAsync(dv.p, v.data(), v.size() * sizeof(double), cudaMemcpyHostToDevice,
+                         stream),
+         "cudaMemcpyAsync");
+    comm.push_pull("mean", dv.p, v.size(), dtype::float64, {.average = true, .stream = stream})
+        .wait();
+    std::memcpy(v.data(), dv.p, v.size() * sizeof(double));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      BPS_EXPECT(v[i] == 2.0, "element {} is {}, the mean of ranks 0..4 is 2", i, v[i]);
+
+    std::vector<float> b(777);
+    for (std::size_t i = 0; i < b.size(); ++i)
+      b[i] = comm.rank() == 3 ? static_cast<float>(i) - 0.5f : 99.0f;
+    device_buffer db(b.size() * sizeof(float));
+    std::memcpy(db.p, b.data(), b.size() * sizeof(float));
+    comm.broadcast("weights", db.p, b.size(), dtype::float32, 3).wait();
+    std::memcpy(b.data(), db.p, b.size() * sizeof(float));
+    for (std::size_t i = 0; i < b.size(); ++i)
+      BPS_EXPECT(b[i] == static_cast<float>(i) - 0.5f, "element {} is {}", i, b[i]);
+
+    auto h = comm.push_pull("empty", dv.p, 0, dtype::float64, {.stream = stream});
+    h.wait();
+    BPS_EXPECT(h.device_event() != nullptr, "an empty tensor's handle has no device event");
+    comm.barrier();
+    cudaStreamDestroy(stream);
+  });
+}
+
+TEST_CASE("nccl (fake device): misuse is refused at the call", "[nccl][fake]") {
+  fake_device::set_device_count(4);
+  cluster c(test::base_config(1, 1));
+  c.run_local<nccl_comm_t>({2}, [](nccl_comm_t& comm) {
+    cudaStream_t stream = use_device(comm);
+    std::vector<float> host(10, 1.0f);
+    auto m = test::message_of<usage_error>([&] { comm.push_pull("h", std::span(host)); });
+    BPS_EXPECT(m.find("takes device memory") != std::string::npos, "{}", m);
+    // Device memory of another device than the rank's.
+    cuda(cudaSetDevice(3), "cudaSetDevice");
+    device_buffer other(40);
+    cuda(cudaSetDevice(comm.local_rank()), "cudaSetDevice");
+    m = test::message_of<usage_error>(
+        [&] { comm.push_pull("o", other.p, 10, dtype::float32); });
+    BPS_EXPECT(m.find("is on CUDA device 3") != std::string::npos, "{}", m);
+
+    device_buffer d(40);
+    auto h = comm.push_pull("t", d.p, 10, dtype::float32, {.stream = stream});
+    auto again = test::message_of<usage_error>([&] { comm.push_pull("t", d.p, 10, dtype::float32); });
+    BPS_EXPECT(again.find("still in flight") != std::string::npos, "{}", again);
+    h.wait();
+    auto shape = test::message_of<usage_error>([&] { comm.push_pull("t", d.p, 5, dtype::float64); });
+    BPS_EXPECT(shape.find("first used as 10 x float32") != std::string::npos, "{}", shape);
+    comm.barrier();
+    comm.shutdown();
+    auto after = test::message_of<usage_error>([&] { comm.push_pull("t", d.p, 10, dtype::float32); });
+    BPS_EXPECT(after.find("shut down") != std::string::npos, "{}", after);
+    cudaStreamDestroy(stream);
+  });
+  CHECK(fake_device::live_comms() == 0);
+}
+
+TEST_CASE("nccl (fake device): a local rank that never calls fails the others by the deadline",
+          "[nccl][fake][faults]") {
+  fake_device::set_device_count(4);
+  auto cfg = test::base_config(1, 1);
+  cfg.op_timeout = std::chrono::milliseconds(1500);
+  cluster c(cfg);
+  std::mutex mu;
+  std::string message;
+  std::uint64_t job = 0;
+  c.run_local<nccl_comm_t>(
+      {2},
+      [&](nccl_comm_t& comm) {
+        if (comm.local_rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          return;
+        }
+        use_device(comm);
+        device_buffer d(400);
+        auto m = test::message_of<communicator_error>(
+            [&] { comm.push_pull("lonely", d.p, 100, dtype::float32).wait(); });
+        std::lock_guard lock(mu);
+        message = m;
+        job = comm.job_id();
+      },
+      false);
+  INFO(message);
+  CHECK(message.find("push_pull of 'lonely'") != std::string::npos);
+  CHECK(message.find("the other local ranks of machine 0 to call it") != std::string::npos);
+  CHECK(shm_files_of(job) == 0);
+  CHECK(fake_device::live_comms() == 0);
+}
+
+TEST_CASE("nccl (fake device): local ranks that disagree on a shape are named",
+          "[nccl][fake][faults]") {
+  fake_device::set_device_count(4);
+  auto cfg = test::base_config(1, 1);
+  cfg.op_timeout = std::chrono::milliseconds(3000);
+  cluster c(cfg);
+  std::mutex mu;
+  std::vector<std::string> messages;
+  c.run_local<nccl_comm_t>(
+      {2},
+      [&](nccl_comm_t& comm) {
+        use_device(comm);
+        const std::size_t n = comm.local_rank() == 0 ? 100 : 200;
+        device_buffer d(n * sizeof(float));
+        std::string m;
+        try {
+          comm.push_pull("grad", d.p, n, dtype::float32).wait();
+          m = "(no exception)";
+        } catch (const std::exception& e) {
+          m = e.what();
+        }
+        std::lock_guard lock(mu);
+        messages.push_back(m);
+      },
+      false);
+  REQUIRE(messages.size() == 2);
+  INFO(messages[0] << " | " << messages[1]);
+  for (const auto& m : messages) {
+    CHECK(m.find("push_pull of 'grad'") != std::string::npos);
+    CHECK(m.find("different shapes or dtypes") != std::string::npos);
+  }
+  CHECK(fake_device::live_comms() == 0);
+}
+
+TEST_CASE("nccl (fake device): two local ranks on one device are refused by NCCL, named",
+          "[nccl][fake][faults]") {
+  fake_device::set_device_count(1);  // both local ranks get device 0
+  auto cfg = test::base_config(1, 1);
+  cfg.rendezvous_timeout = std::chrono::seconds(5);
+  cluster c(cfg);
+  std::string message = "(no exception)";
+  try {
+    c.run_local<nccl_comm_t>({2}, [](nccl_comm_t&) {}, false);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  fake_device::set_device_count(4);
+  INFO(message);
+  CHECK(message.find("ncclCommInitRankConfig failed") != std::string::npos);
+  CHECK(message.find("invalid usage") != std::string::npos);
+  CHECK(fake_device::live_comms() == 0);
+}
