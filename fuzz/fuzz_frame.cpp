@@ -2,9 +2,10 @@
 //
 // The input is read as a stream of frames, as a link reads it: a 64-byte header, then as many
 // payload bytes as the header declares (fewer when the input ends). Each header is decoded with
-// one of a few payload limits (the first input byte picks it). A refused header ends the
+// one of a few payload limits (the first input byte picks it, and whether the server state runs
+// in failover mode: rank-ordered sums, held pushes, sum offers). A refused header ends the
 // stream, as it ends a connection. An accepted one must re-encode to the same 64 bytes, and its
-// frame is handed to what handles that type on a node: pushes to a server's per-key summation
+// frame is handed to what handles that type on a node: pushes and sum offers to a server's per-key summation
 // state (every dtype, shape and round check, the sums themselves), hello and welcome payloads
 // to the rendezvous decoders, texts to the message helpers. Nothing may crash, leak, read out
 // of bounds or hit undefined behaviour; only wire::decode_error may be thrown.
@@ -39,23 +40,45 @@ constexpr int num_workers = 2;
 }
 
 struct summation_server {
+  explicit summation_server(bool failover) : failover(failover) {}
+  bool failover;  // failover mode: rank-ordered sums, held pushes, sum offers
+  detail::buffer_pool pool;
   std::unordered_map<server::key_id, server::key_state<waiter>, server::key_id_hash> keys;
   std::shared_ptr<waiter> sessions[num_workers + 1] = {std::make_shared<waiter>(),
                                                        std::make_shared<waiter>(),
                                                        std::make_shared<waiter>()};
 
-  // As Server::on_push: accept, and when every worker pushed, finish the round.
+  // As Server::on_push: accept (or take a failover sum_offer), and when every worker pushed,
+  // finish the round.
   void push(const wire::header& h, std::span<const std::byte> payload) {
     detail::buffer_pool::buffer received{std::make_unique_for_overwrite<std::byte[]>(payload.size()),
                                          payload.size()};
     if (!payload.empty()) std::memcpy(received.data.get(), payload.data(), payload.size());
     // Worker 2 does not exist: the state must refuse it, not index past its tables.
     const int worker = static_cast<int>(h.sender % (num_workers + 1));
-    auto& k = keys[server::key_id{h.key, h.part}];
-    auto problem = k.accept(h, received, worker, num_workers, [&] { return std::string("'t'"); });
+    auto& k = keys.try_emplace(server::key_id{h.key, h.part}, pool, failover).first->second;
+    auto name = [&] { return std::string("'t'"); };
+    if (h.type == wire::msg::sum_offer) {
+      bool completes = false;
+      auto problem = k.offer(h, received, worker, num_workers, completes, name);
+      if (problem.empty() && completes) finish(k);
+      return;
+    }
+    if (failover && k.initialized())
+      if (auto previous = k.previous_sum(h.round)) {
+        volatile std::byte sink{};
+        for (auto b : *previous) sink = b;  // a kept sum must be readable
+        (void)sink;
+        return;
+      }
+    auto problem = k.accept(h, received, worker, num_workers, name);
     if (!problem.empty()) return;
     k.waiting.push_back(sessions[worker]);
     if (static_cast<int>(k.waiting.size()) < num_workers) return;
+    finish(k);
+  }
+
+  void finish(server::key_state<waiter>& k) {
     if (k.round_error.empty()) {
       auto sum = k.finish_round();
       if (sum.size() != k.bytes) broken("a round's sum has the wrong size");
@@ -72,6 +95,7 @@ void handle_frame(summation_server& server, const wire::header& h,
   (void)wire::msg_name(h.type);
   switch (h.type) {
     case wire::msg::push:
+    case wire::msg::sum_offer:
       server.push(h, payload);
       break;
     case wire::msg::hello:
@@ -107,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint64_t max_payload = limits[data[0] % std::size(limits)];
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data) + 1, size - 1);
 
-  summation_server server;
+  summation_server server((data[0] / std::size(limits)) % 2 == 1);
   while (in.size() >= wire::header_size) {
     std::span<const std::byte, wire::header_size> head(in.data(), wire::header_size);
     in = in.subspan(wire::header_size);

@@ -78,6 +78,10 @@ rendezvous::welcome a_welcome() {
   w.rank = 1;
   w.num_workers = 2;
   w.num_servers = 2;
+  w.global_rank = 3;
+  w.global_size = 5;
+  w.slices = 3;
+  w.job_id = 0x0123456789abcdefull;
   w.servers = {{"10.0.0.7", 9000}, {"server-b.example", 9001}};
   return w;
 }
@@ -167,6 +171,14 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   worker.requested_rank = 1;
   worker.host.clear();
   write(dir, "valid-hello-worker", rendezvous::encode(worker));
+  auto local = worker;
+  local.local_rank = 2;
+  local.local_size = 3;
+  write(dir, "valid-hello-local-rank", rendezvous::encode(local));
+  rendezvous::server_replaced moved;
+  moved.rank = 1;
+  moved.where = {"10.0.0.9", 9001};
+  write(dir, "valid-server-replaced", rendezvous::encode(moved));
 
   auto b = h;
   b.resize(b.size() - 1);
