@@ -7,6 +7,12 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <filesystem>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace bps;
 
@@ -158,4 +164,25 @@ TEST_CASE("ipc transport: payloads take shared memory only after the handshake, 
     client_net.stop();
     server_net.stop();
   }
+}
+
+TEST_CASE("ipc transport removes rings left by a process that died before its peer mapped them",
+          "[ipc]") {
+  // A pid that is certainly gone: a child that exited and was reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);
+  const auto orphan = fmt::format("/bps-ipc-{}-0123456789abcdef", child);
+  const auto mine = fmt::format("/bps-ipc-{}-0123456789abcdef", ::getpid());
+  for (const auto& name : {orphan, mine}) {
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  Config c = test::base_config(1, 1);
+  { ipc_tcp net(c); }
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + orphan));
+  CHECK(std::filesystem::exists("/dev/shm" + mine));  // its creator (this process) lives
+  ::shm_unlink(mine.c_str());
 }

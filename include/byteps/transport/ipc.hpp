@@ -23,6 +23,10 @@
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
 /// `BYTEPS_ENABLE_IPC=0` behaves exactly like the inner transport.
 ///
+/// A ring's name (`/bps-ipc-<creator pid>-<random>`) exists only from its creation until the
+/// peer maps it. A process killed in that window leaves the name behind; every ipc transport
+/// constructed later on the machine removes such names whose creator is no longer alive.
+///
 /// @par Contract kept
 /// `on_sent` runs once per send, never inside `send`: a payload sent through the ring is copied
 /// by the transport's copier thread (so a sender holding its own lock does not copy under it),
@@ -39,7 +43,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -66,6 +75,21 @@ struct ring_control {
   std::byte pad[56];
 };
 
+/// Removes rings whose creator is gone: a process killed between creating its ring and its
+/// peer mapping it (the only moment a ring has a name) leaves `/dev/shm/bps-ipc-<pid>-...`.
+/// Ring names start with the creator's pid, so any ipc transport on the machine can tell.
+inline void remove_orphan_rings() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("bps-ipc-")) continue;
+    const auto digits = name.substr(8, name.find('-', 8) - 8);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (::kill(pid, 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
+  }
+}
+
 inline bool same_host(const std::string& peer, const std::string& local) {
   const auto colon = peer.rfind(':');
   const std::string host = peer.substr(0, colon);
@@ -85,7 +109,9 @@ class ipc {
   explicit ipc(const Config& cfg)
       : inner_(cfg),
         enabled_(cfg.enable_ipc),
-        ring_bytes_(std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20)) {}
+        ring_bytes_(std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20)) {
+    if (enabled_) ipc_detail::remove_orphan_rings();
+  }
 
   std::uint16_t listen(const std::string& host, std::uint16_t port,
                        std::function<void(std::shared_ptr<link>)> on_accept) {
