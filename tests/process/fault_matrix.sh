@@ -90,7 +90,14 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
   for name in "${!pid[@]}"; do
     if kill -0 "${pid[$name]}" 2>/dev/null; then verdict=FAIL; detail+=" $name left behind;"; fi
   done
-  if compgen -G "/dev/shm/byteps*" >/dev/null; then verdict=FAIL; detail+=" shared memory left;"; fi
+  # byteps names its shared memory /dev/shm/bps-*: ipc rings carry their creator's pid (other
+  # tests running at the same time have their own), and nothing else here makes any.
+  for name in "${!pid[@]}"; do
+    if compgen -G "/dev/shm/bps-ipc-${pid[$name]}-*" >/dev/null; then
+      verdict=FAIL
+      detail+=" shared memory of $name left;"
+    fi
+  done
   local why
   why=$(grep -h -m1 -o "fault_worker: .*" "$work"/worker*.err 2>/dev/null | head -1 | cut -c1-150)
   printf '%-4s %-9s %-4s %-10s all others exited non-zero in %4d ms%s  %s\n' \
