@@ -82,22 +82,10 @@ class host {
       if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
       auto [it, fresh] = tensors_.try_emplace(op->req.name);
       tensor& t = it->second;
-      if (fresh) {
-        t.count = op->req.count;
-        t.type = op->req.type;
-      } else if (t.count != op->req.count || t.type != op->req.type) {
-        throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                      "{} x {}",
-                                      op->req.what, t.count, dtype_name(t.type), op->req.count,
-                                      dtype_name(op->req.type)));
-      } else if (t.busy) {
-        throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                      "flight; wait on its handle first",
-                                      op->req.what));
-      } else if (!t.broken.empty()) {
+      t.admit(op->req, fresh);
+      if (!t.broken.empty())
         throw usage_error(op->req.what + ": this tensor failed before (" + t.broken +
                           "); its local ranks no longer agree on its rounds");
-      }
       if (op->req.count == 0) {
         op->state->finish(nullptr);
         return handle(op->state);
@@ -156,11 +144,8 @@ class host {
   };
   static_assert(sizeof(tensor_block) == 64);
 
-  struct tensor {
-    std::size_t count = 0;
-    dtype type = dtype::float32;
-    bool busy = false;      // guarded by mu_
-    std::string broken;     // guarded by mu_
+  struct tensor : tensor_use {  // tensor_use and `broken` guarded by mu_
+    std::string broken;
     std::uint64_t round = 0;  // stage thread only, from here on
     shm_segment segment;
     tensor_block* block = nullptr;

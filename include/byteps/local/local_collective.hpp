@@ -39,6 +39,7 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
 #include "byteps/worker/handle.hpp"
 
 namespace bps::local {
@@ -76,6 +77,32 @@ class network {
                            dtype type, push_pull_options opts) = 0;
   /// Declares the communicator dead (for example: a local rank never came).
   virtual void fail(const std::string& why) = 0;
+};
+
+/// A tensor as a local collective remembers it between calls: the shape of its first use and
+/// whether an operation on it is in flight. `admit` takes the shape on first use and refuses a
+/// later call with another shape, or one while the previous is in flight (`usage_error`).
+struct tensor_use {
+  std::size_t count = 0;
+  dtype type = dtype::float32;
+  bool busy = false;
+
+  void admit(const request& r, bool fresh) {
+    if (fresh) {
+      count = r.count;
+      type = r.type;
+      return;
+    }
+    if (count != r.count || type != r.type)
+      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
+                                    "{} x {}",
+                                    r.what, count, dtype_name(type), r.count,
+                                    dtype_name(r.type)));
+    if (busy)
+      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
+                                    "flight; wait on its handle first",
+                                    r.what));
+  }
 };
 
 /// The name slice `s` of tensor `name` is pushed under (its key hashes from this name).

@@ -303,18 +303,8 @@ class nccl {
       if (fresh) {
         t.name = q.name;
         t.key = tensor_key(q.name);
-        t.count = q.count;
-        t.type = q.type;
-      } else if (t.count != q.count || t.type != q.type) {
-        throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                      "{} x {}",
-                                      q.what, t.count, dtype_name(t.type), q.count,
-                                      dtype_name(q.type)));
-      } else if (t.busy) {
-        throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                      "flight; wait on its handle first",
-                                      q.what));
       }
+      t.admit(q, fresh);
       if (q.count == 0) {
         op->state->device_event_recorded();
         op->state->finish(nullptr);
@@ -355,12 +345,9 @@ class nccl {
   }
 
  private:
-  struct tensor {
+  struct tensor : tensor_use {  // tensor_use guarded by mu_
     std::string name;
     std::uint64_t key = 0;
-    std::size_t count = 0;
-    dtype type = dtype::float32;
-    bool busy = false;  // guarded by mu_
     // Stage thread only, from here on.
     std::uint64_t round = 0;
     bool open = false;
