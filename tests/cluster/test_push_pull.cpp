@@ -1,4 +1,5 @@
 #include "cluster.hpp"
+#include "short_schedule.hpp"
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
@@ -72,12 +73,13 @@ TEST_CASE("3 workers x 2 servers: every dtype - odd sizes - 20 rounds", "[cluste
   every_dtype_every_size(3, 2);
 }
 
-TEST_CASE("2 workers x 2 servers: 64 MiB fp32 for 20 rounds - averaged", "[cluster][large]") {
+TEST_CASE("2 workers x 2 servers: 64 MiB fp32 for 20 rounds (5 under sanitizers) - averaged",
+          "[cluster][large]") {
   cluster c(test::base_config(2, 2));  // default 4096000-byte partitions: 17 per tensor
   c.run_workers([](comm_t& comm, int rank) {
     const std::size_t n = (64u << 20) / sizeof(float);
     std::vector<float> v(n);
-    for (int round = 0; round < 20; ++round) {
+    for (int round = 0; round < test::rounds(20, 5); ++round) {
       for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1024 + 2 * rank + round);
       comm.push_pull("big", std::span(v), {.average = true}).wait();
       // (a + (a + 2)) / 2 = a + 1, exact in fp32 for these magnitudes.
@@ -92,7 +94,7 @@ TEST_CASE("3 workers x 2 servers: 64 MiB + 3 int8 elements - wrapping sums", "[c
   c.run_workers([](comm_t& comm, int rank) {
     const std::size_t n = (64u << 20) + 3;
     std::vector<std::int8_t> v(n);
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < test::rounds(3, 2); ++round) {
       for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int8_t>(i * 31 + rank * 100 + round);
       comm.push_pull("bytes", std::span(v)).wait();
       for (std::size_t i = 0; i < n; ++i) {

@@ -7,15 +7,22 @@
 # Both must exit 0, the second must show the standby taking the dead server's rank and the
 # workers re-sending to it, and the final parameters (train_mlp prints their digest) must be
 # the same bits.
-#   failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS]]
+#   failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS [KILL_AFTER_EPOCH [BATCH]]]]
+# The plain suite runs 40 epochs of batch 256 with the kill after epoch 3; the sanitizer suites,
+# where every process runs 5-20 times slower, 6 epochs of batch 1024 (4 steps each) with the kill
+# after epoch 2: the same property (the replacement ends on the same bits) with epochs left to
+# train after the kill.
 set -uo pipefail
 
-usage="usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS]]"
+usage="usage: failover_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [LOCAL_SIZE [EPOCHS [KILL_AFTER_EPOCH [BATCH]]]]"
 launch=${1:?$usage}
 train=${2:?$usage}
 local_size=${3:-1}
 epochs=${4:-40}
-kill_after_epoch=3
+kill_after_epoch=${5:-3}
+batch=${6:-256}
+[[ $epochs =~ ^[0-9]+$ && $kill_after_epoch =~ ^[0-9]+$ ]] && ((kill_after_epoch >= 1 && kill_after_epoch < epochs)) ||
+  { echo "$usage: need 1 <= KILL_AFTER_EPOCH < EPOCHS" >&2; exit 2; }
 
 work=$(mktemp -d)
 launcher=
@@ -43,7 +50,7 @@ export BYTEPS_LOG_LEVEL=INFO
 unset BYTEPS_FAILOVER_TIMEOUT_MS BYTEPS_SERVER_STANDBY
 
 # 1. No fault, failover off: the plain main job.
-"$launch" --workers 2 --local-size "$local_size" --servers 2 --timeout 240 -- "$train" --epochs "$epochs" >"$work/clean.log" 2>&1 ||
+"$launch" --workers 2 --local-size "$local_size" --servers 2 --timeout 240 -- "$train" --epochs "$epochs" --batch "$batch" >"$work/clean.log" 2>&1 ||
   fail "the main job with no fault exited $?"
 clean=$(digest_of "$work/clean.log")
 [[ -n $clean ]] || fail "the run with no fault printed no parameter digest"
@@ -51,7 +58,7 @@ clean=$(digest_of "$work/clean.log")
 # 2. Failover on, one standby; server 0 is killed once epoch $kill_after_epoch is reported.
 mkdir "$work/pids"
 BYTEPS_FAILOVER_TIMEOUT_MS=20000 "$launch" --workers 2 --local-size "$local_size" --servers 2 --standby-servers 1 \
-  --pid-dir "$work/pids" --timeout 240 -- "$train" --epochs "$epochs" >"$work/killed.log" 2>&1 &
+  --pid-dir "$work/pids" --timeout 240 -- "$train" --epochs "$epochs" --batch "$batch" >"$work/killed.log" 2>&1 &
 launcher=$!
 for _ in $(seq 3000); do
   grep -q "epoch $kill_after_epoch/" "$work/killed.log" && break

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Several worker processes per machine (bps::local::host) as real processes:
-#   1. 2 machines x 2 local ranks + 2 servers, every dtype, 20 rounds: exact sums;
+#   1. 2 machines x 2 local ranks + 2 servers, every dtype, ROUNDS rounds: exact sums;
 #   2. machines of 1 and 3 local ranks: exact sums;
 #   3. one local rank SIGKILLs itself mid-run: the job fails, the others exit;
 # and after each, nothing of the job is left in /dev/shm.
-# Usage: local_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK
+# Usage: local_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [ROUNDS]
+# ROUNDS (default 20, at least 4: a rank is killed at round 3) is 5 in the sanitizer suites.
 set -uo pipefail
 launch=$1
 check=$2
+rounds=${3:-20}
+[[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 4)) || { echo "ROUNDS must be a whole number >= 4, got '$rounds'" >&2; exit 2; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failures=0
@@ -49,12 +52,12 @@ run_case() {
 }
 
 export BYTEPS_PARTITION_BYTES=65536 BYTEPS_LOG_LEVEL=WARNING
-run_case "2 machines x 2 local ranks - every dtype - 20 rounds" pass --workers 2 --local-size 2 -- "$check"
-run_case "machines of 1 and 3 local ranks - every dtype - 20 rounds" pass --local-sizes 1,3 -- "$check" --local-stage host
+run_case "2 machines x 2 local ranks - every dtype - $rounds rounds" pass --workers 2 --local-size 2 -- "$check" --rounds "$rounds"
+run_case "machines of 1 and 3 local ranks - every dtype - $rounds rounds" pass --local-sizes 1,3 -- "$check" --rounds "$rounds" --local-stage host
 # Killed before its first push_pull: the other local rank of its machine created segments that
 # this one never mapped; the survivors remove them when they fail.
 run_case "a local rank killed before its first push_pull: the job fails, shared memory is gone" fail \
-  --workers 2 --local-size 2 -- "$check" --kill-rank 1 --kill-at-round 0
+  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 0
 run_case "a local rank killed at round 3: the job fails, shared memory is gone" fail \
-  --workers 2 --local-size 2 -- "$check" --kill-rank 1 --kill-at-round 3
+  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 3
 exit $((failures > 0))

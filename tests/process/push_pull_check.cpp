@@ -1,10 +1,12 @@
 // Run as every worker of a real cluster (byteps-launch): push_pulls every dtype at sizes from
-// one element to several partitions for 20 rounds, and exits 1 at the first element that is not
-// the exact reference sum. With BYTEPS_LOCAL_SIZE > 1 (or --local-stage host) the processes of a
-// machine meet in shared memory first (bps::local::host).
+// one element to several partitions for 20 rounds (--rounds), and exits 1 at the first element
+// that is not the exact reference sum. With BYTEPS_LOCAL_SIZE > 1 (or --local-stage host) the
+// processes of a machine meet in shared memory first (bps::local::host).
 //
-//   push_pull_check [--local-stage auto|host|none] [--kill-rank G --kill-at-round R]
+//   push_pull_check [--rounds N] [--local-stage auto|host|none] [--kill-rank G --kill-at-round R]
 //
+// --rounds: the sanitizer suites run 5, where every instrumented byte costs 5-20 times more;
+// each round's values differ, so several rounds still check that no state leaks between them.
 // --kill-rank/--kill-at-round: worker G sends itself SIGKILL at the start of round R (the
 // shared-memory cleanup test). Every worker prints "job <id>" so scripts can find its segments.
 #include <byteps/byteps.hpp>
@@ -22,6 +24,7 @@ namespace {
 
 struct Args {
   std::string local_stage = "auto";
+  int rounds = 20;
   int kill_rank = -1;
   int kill_at_round = -1;
 };
@@ -35,7 +38,7 @@ int check(const bps::Config& cfg, const Args& args) {
   std::fflush(stdout);
   const std::size_t sizes[] = {1, 7, 4097, 100003, 1100007};
   std::size_t checked = 0;
-  for (int round = 0; round < 20; ++round) {
+  for (int round = 0; round < args.rounds; ++round) {
     if (rank == args.kill_rank && round == args.kill_at_round) std::raise(SIGKILL);
     std::vector<std::vector<std::byte>> buffers;
     std::vector<bps::handle> handles;
@@ -82,14 +85,16 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 < argc && a == "--local-stage") {
       args.local_stage = argv[++i];
+    } else if (i + 1 < argc && a == "--rounds" && std::atoi(argv[i + 1]) >= 1) {
+      args.rounds = std::atoi(argv[++i]);
     } else if (i + 1 < argc && a == "--kill-rank") {
       args.kill_rank = std::atoi(argv[++i]);
     } else if (i + 1 < argc && a == "--kill-at-round") {
       args.kill_at_round = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: push_pull_check [--local-stage auto|host|none] [--kill-rank G "
-                   "--kill-at-round R]\n");
+                   "usage: push_pull_check [--rounds N>=1] [--local-stage auto|host|none] "
+                   "[--kill-rank G --kill-at-round R]\n");
       return 2;
     }
   }
