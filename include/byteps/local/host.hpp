@@ -31,8 +31,10 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/reduce/reducer.hpp"

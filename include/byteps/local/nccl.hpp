@@ -83,13 +83,15 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/core/push_pull_options.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/order_board.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/reduce/reducer.hpp"
-#include "byteps/worker/handle.hpp"
 
 namespace bps::local {
 

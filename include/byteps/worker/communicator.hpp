@@ -36,8 +36,11 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/core/push_pull_options.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
@@ -48,7 +51,6 @@
 #include "byteps/transport/delay_thread.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/failover.hpp"
-#include "byteps/worker/handle.hpp"
 #include "byteps/worker/op_table.hpp"
 
 namespace bps {

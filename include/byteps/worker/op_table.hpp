@@ -18,10 +18,10 @@
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/server/key_state.hpp"
 #include "byteps/worker/failover.hpp"
-#include "byteps/worker/handle.hpp"
 
 namespace bps::worker {
 
