@@ -41,6 +41,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/core/push_pull_options.hpp"
+#include "byteps/detail/timer_thread.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
@@ -48,7 +49,6 @@
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
 #include "byteps/server/key_state.hpp"
-#include "byteps/transport/delay_thread.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/op_table.hpp"
@@ -244,7 +244,7 @@ class Communicator {
       std::lock_guard lock(mu_);
       die_locked(why);
     });
-    if (cfg_.failover()) failover_ = std::make_unique<transport::detail::delay_thread>();
+    if (cfg_.failover()) failover_ = std::make_unique<detail::timer_thread>();
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const auto& a = welcome.servers[i];
       server_link s;
@@ -591,7 +591,7 @@ class Communicator {
   std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
   std::uint64_t replacement_notices_ = 0;  // server_replaced notices so far
   // Failover only: runs reconnects and the replacement deadlines. Last: stops first.
-  std::unique_ptr<transport::detail::delay_thread> failover_;
+  std::unique_ptr<detail::timer_thread> failover_;
 
   // Failover: worker/impl/failover.hpp.
   void answered_kept(const wire::header& h, op_ptr op, std::span<std::byte> payload);
