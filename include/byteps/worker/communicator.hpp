@@ -48,7 +48,6 @@
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
-#include "byteps/server/key_state.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/op_table.hpp"
@@ -175,7 +174,6 @@ class Communicator {
 
  private:
   class server_receiver;
-  using key_id = server::key_id;
   using op_ptr = worker::op_ptr;
 
   using server_link = worker::server_slot<typename T::link>;
