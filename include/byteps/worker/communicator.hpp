@@ -70,7 +70,7 @@ class Communicator {
         local_(cfg),
         partitioner_(cfg),
         placement_(cfg),
-        scheduler_(cfg) {
+        scheduler_(make_scheduler<S>(cfg, partitioner_.bound())) {
     try {
       join();
     } catch (...) {
