@@ -136,7 +136,7 @@ void BM_partition_schedule(benchmark::State& state) {
   bps::Config cfg;
   cfg.partition_bytes = 4096000;
   bps::partition::by_bytes partitioner(cfg);
-  S scheduler(cfg);
+  S scheduler = bps::make_scheduler<S>(cfg, partitioner.bound());
   const std::size_t tensor_bytes = parts * partitioner.bound();
   const int servers = 4;
   std::uint64_t order = 0;

@@ -9,6 +9,7 @@
 // state (every dtype, shape and round check, the sums themselves), hello and welcome payloads
 // to the rendezvous decoders, texts to the message helpers. Nothing may crash, leak, read out
 // of bounds or hit undefined behaviour; only wire::decode_error may be thrown.
+#include <byteps/core/keys.hpp>
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/server/key_state.hpp>
 #include <byteps/wire/codec.hpp>
@@ -43,7 +44,7 @@ struct summation_server {
   explicit summation_server(bool failover) : failover(failover) {}
   bool failover;  // failover mode: rank-ordered sums, held pushes, sum offers
   detail::buffer_pool pool;
-  std::unordered_map<server::key_id, server::key_state<waiter>, server::key_id_hash> keys;
+  std::unordered_map<key_id, server::key_state<waiter>, key_id_hash> keys;
   std::shared_ptr<waiter> sessions[num_workers + 1] = {std::make_shared<waiter>(),
                                                        std::make_shared<waiter>(),
                                                        std::make_shared<waiter>()};
@@ -56,7 +57,7 @@ struct summation_server {
     if (!payload.empty()) std::memcpy(received.data.get(), payload.data(), payload.size());
     // Worker 2 does not exist: the state must refuse it, not index past its tables.
     const int worker = static_cast<int>(h.sender % (num_workers + 1));
-    auto& k = keys.try_emplace(server::key_id{h.key, h.part}, pool, failover).first->second;
+    auto& k = keys.try_emplace(key_id{h.key, h.part}, pool, failover).first->second;
     auto name = [&] { return std::string("'t'"); };
     if (h.type == wire::msg::sum_offer) {
       bool completes = false;

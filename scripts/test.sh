@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs the dependencies, builds everything, and runs every test (unit,
 # in-process clusters, real-process clusters, the install/find_package consumer, the header
-# checks) with CTest. Extra arguments go to ctest, e.g. scripts/test.sh -R faults
+# checks, the layer check) with CTest. Extra arguments go to ctest, e.g. scripts/test.sh -R faults
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -34,6 +34,11 @@ bps::send_task task(std::uint64_t key, std::uint32_t part, int priority, std::ui
   return t;
 }
 
+// A priority scheduler as the communicator builds it for `by_bytes`.
+bps::schedule::priority priority_for(const bps::Config& cfg) {
+  return bps::make_scheduler<bps::schedule::priority>(cfg, bps::partition::by_bytes(cfg).bound());
+}
+
 // Checks the partitions of `bytes` against the partitioner's contract and exact sizes.
 void check_split(const bps::partition::by_bytes& p, std::size_t bytes) {
   CAPTURE(bytes, p.bound());
@@ -202,7 +207,7 @@ TEST_CASE("fifo passes the context pointer back untouched", "[policies][schedule
 }
 
 TEST_CASE("priority pops highest priority, then lower order, then lower part", "[policies][schedule]") {
-  bps::schedule::priority s(config_with(4096000, 1, 0));  // no credit bound
+  auto s = priority_for(config_with(4096000, 1, 0));  // no credit bound
   CHECK(s.credit_bytes() == 0);
   CHECK_FALSE(s.pop().has_value());
 
@@ -229,7 +234,7 @@ TEST_CASE("priority pops highest priority, then lower order, then lower part", "
 
 TEST_CASE("priority bounds bytes in flight by credit x bound", "[policies][schedule]") {
   const auto cfg = config_with(4096000, 1, 2);
-  bps::schedule::priority s(cfg);
+  auto s = priority_for(cfg);
   const std::size_t bound = bps::partition::by_bytes(cfg).bound();
   REQUIRE(bound == 4096000);
   CHECK(s.credit_bytes() == 2 * bound);
@@ -264,14 +269,25 @@ TEST_CASE("priority bounds bytes in flight by credit x bound", "[policies][sched
   CHECK(s.queued() == 0);
 }
 
-TEST_CASE("priority credit is in page-rounded bound units", "[policies][schedule]") {
-  bps::schedule::priority s(config_with(4097, 3, 4));
-  CHECK(s.credit_bytes() == 4 * std::size_t{8192});
+TEST_CASE("priority credit is in units of the partitioner's bound", "[policies][schedule]") {
+  // by_bytes rounds 4097 up to 8192; the credit counts what the partitioner really makes.
+  CHECK(priority_for(config_with(4097, 3, 4)).credit_bytes() == 4 * std::size_t{8192});
+  // Any partitioner's bound, not only by_bytes's.
+  bps::schedule::priority s(config_with(4097, 3, 4), 1000);
+  CHECK(s.credit_bytes() == 4000);
+}
+
+TEST_CASE("make_scheduler hands the bound to a scheduler that takes it, not to others",
+          "[policies][schedule]") {
+  const auto cfg = config_with(4096, 1, 3);
+  CHECK(bps::make_scheduler<bps::schedule::priority>(cfg, 5000).credit_bytes() == 15000);
+  auto f = bps::make_scheduler<bps::schedule::fifo>(cfg, 5000);  // built from the Config alone
+  CHECK(f.queued() == 0);
 }
 
 TEST_CASE("priority lets one partition larger than the credit go when idle", "[policies][schedule]") {
   const auto cfg = config_with(4096, 1, 1);
-  bps::schedule::priority s(cfg);
+  auto s = priority_for(cfg);
   REQUIRE(s.credit_bytes() == 4096);
 
   s.push(task(1, 0, 0, 0, 1 << 20));
@@ -289,7 +305,7 @@ TEST_CASE("priority lets one partition larger than the credit go when idle", "[p
 }
 
 TEST_CASE("priority with credit 0 is unlimited", "[policies][schedule]") {
-  bps::schedule::priority s(config_with(4096, 1, 0));
+  auto s = priority_for(config_with(4096, 1, 0));
   CHECK(s.credit_bytes() == 0);
   for (std::uint32_t i = 0; i < 1000; ++i) s.push(task(9, i, 0, 0, 1 << 20));
   for (std::uint32_t i = 0; i < 1000; ++i) {
@@ -303,7 +319,7 @@ TEST_CASE("priority with credit 0 is unlimited", "[policies][schedule]") {
 
 TEST_CASE("priority: a later high-priority task overtakes queued lower ones", "[policies][schedule]") {
   const auto cfg = config_with(4096000, 1, 1);
-  bps::schedule::priority s(cfg);
+  auto s = priority_for(cfg);
   const std::size_t bound = 4096000;
 
   // The last layer's gradient is ready first: many partitions, low priority.

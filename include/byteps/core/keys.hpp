@@ -7,6 +7,7 @@
 /// tensor on first use). A partition is addressed by (tensor key, partition index): no 2^16 limit
 /// on either. Servers detect two names that hash alike (the `declare` frame carries the name).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string_view>
@@ -29,6 +30,20 @@ constexpr std::uint64_t tensor_key(std::string_view name) noexcept {
 constexpr std::uint64_t partition_key(std::uint64_t tensor, std::uint32_t part) noexcept {
   return tensor ^ (static_cast<std::uint64_t>(part) * 0x9e3779b97f4a7c15ull);
 }
+
+/// One partition, as both roles address it: the server keeps its sum under it, the worker the
+/// answer it awaits.
+struct key_id {
+  std::uint64_t key = 0;   ///< the tensor's key
+  std::uint32_t part = 0;  ///< the partition's index within the tensor
+  friend bool operator==(const key_id&, const key_id&) = default;
+};
+
+struct key_id_hash {
+  std::size_t operator()(const key_id& k) const noexcept {
+    return static_cast<std::size_t>(partition_key(k.key, k.part) * 0xff51afd7ed558ccdull >> 7);
+  }
+};
 
 namespace detail {
 // BytePS hashes the decimal text of the key; so do we, so that the spread is the same kind.

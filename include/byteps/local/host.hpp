@@ -31,8 +31,11 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/detail/shm_segment.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/reduce/reducer.hpp"
@@ -58,8 +61,9 @@ class host {
     net_ = &net;
     log_.rename(fmt::format("worker {}.{} local", c.machine, local_rank_));
     const auto deadline = clock::now() + std::chrono::seconds(30);
-    control_ = shm_segment(segment_name(c.job_id, c.machine, "control"), sizeof(control_block),
-                           0xc0417201, local_size_, deadline, "local ranks meeting");
+    control_ = detail::shm_segment(segment_name(c.job_id, c.machine, "control"),
+                                   sizeof(control_block), 0xc0417201, local_size_, deadline,
+                                   "local ranks meeting");
     control_block_ = reinterpret_cast<control_block*>(control_.data());
     bell_.store(&control_block_->bell, std::memory_order_release);
     log_.info("local ranks of machine {} meet in shared memory /dev/shm{}",
@@ -147,7 +151,7 @@ class host {
   struct tensor : tensor_use {  // tensor_use and `broken` guarded by mu_
     std::string broken;
     std::uint64_t round = 0;  // stage thread only, from here on
-    shm_segment segment;
+    detail::shm_segment segment;
     tensor_block* block = nullptr;
     std::size_t slot_bytes = 0;
     std::byte* slot(int i) const { return segment.data() + 64 + slot_bytes * i; }
@@ -286,8 +290,8 @@ class host {
         tensor_key(fmt::format("{} {} {}", r.count, dtype_name(r.type), local_size_));
     const auto index = control_block_->registered.fetch_add(1);
     if (index < control_block::capacity) control_block_->keys[index] = key;
-    t.segment = shm_segment(tensor_segment(key), bytes, fingerprint, local_size_, r.deadline,
-                            r.what);
+    t.segment = detail::shm_segment(tensor_segment(key), bytes, fingerprint, local_size_,
+                                    r.deadline, r.what);
     t.block = reinterpret_cast<tensor_block*>(t.segment.data());
   }
 
@@ -338,7 +342,7 @@ class host {
   logger log_;
   cluster cluster_;
   network* net_ = nullptr;
-  shm_segment control_;
+  detail::shm_segment control_;
   control_block* control_block_ = nullptr;
   std::atomic<std::atomic<std::uint32_t>*> bell_{nullptr};  // the machine's doorbell word
   std::mutex mu_;

@@ -40,7 +40,8 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
-#include "byteps/worker/handle.hpp"
+#include "byteps/core/handle.hpp"
+#include "byteps/core/push_pull_options.hpp"
 
 namespace bps::local {
 

@@ -83,13 +83,16 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/core/push_pull_options.hpp"
+#include "byteps/detail/shm_segment.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/order_board.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/reduce/reducer.hpp"
-#include "byteps/worker/handle.hpp"
 
 namespace bps::local {
 
@@ -244,10 +247,10 @@ class nccl {
     log_.rename(fmt::format("worker {}.{} nccl", c.machine, local_rank_));
     device_ = pick_device();
     const auto deadline = clock::now() + attach_timeout_;
-    board_segment_ = shm_segment(segment_name(c.job_id, c.machine, "nccl"),
-                                 order_board::bytes(local_size_),
-                                 tensor_key(fmt::format("nccl order board {}", local_size_)),
-                                 local_size_, deadline, what_ + " meeting its local ranks");
+    board_segment_ = detail::shm_segment(
+        segment_name(c.job_id, c.machine, "nccl"), order_board::bytes(local_size_),
+        tensor_key(fmt::format("nccl order board {}", local_size_)), local_size_, deadline,
+        what_ + " meeting its local ranks");
     board_.emplace(board_segment_.data(), local_size_, local_rank_);
     bell_.emplace(board_->bell());
     bell_word_.store(board_->bell_word(), std::memory_order_release);
@@ -341,7 +344,7 @@ class nccl {
     tensors_.clear();
     board_.reset();
     board_segment_.unlink();
-    board_segment_ = shm_segment();
+    board_segment_ = detail::shm_segment();
   }
 
  private:
@@ -864,7 +867,7 @@ class nccl {
         std::lock_guard lock(mu_);
         for (auto& [name, t] : tensors_) kept->push_back(std::move(t.host));
         for (auto& [type, z] : zeros_) kept->push_back(std::move(z));
-        new shm_segment(std::move(board_segment_));
+        new detail::shm_segment(std::move(board_segment_));
       } else {
         cudaStreamDestroy(stream_);
       }
@@ -884,7 +887,7 @@ class nccl {
   cluster cluster_;
   network* net_ = nullptr;
   int device_ = -1;
-  shm_segment board_segment_;
+  detail::shm_segment board_segment_;
   std::optional<order_board> board_;
   std::optional<doorbell> bell_;  // attach and the stage thread
   std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // ring() from any thread

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/local/local_collective.hpp"
 
 namespace bps::local {

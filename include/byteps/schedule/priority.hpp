@@ -2,7 +2,8 @@
 /// @file
 /// `bps::schedule::priority`: highest priority first, then earlier push_pull calls, then lower
 /// partition index; at most `BYTEPS_SCHEDULING_CREDIT` partitions' worth of bytes in flight
-/// (0: no bound). The credit keeps the send queue short, so that a high-priority gradient that
+/// (0: no bound), a partition's worth being the `bound()` of the partitioner in use, which the
+/// communicator passes in (`make_scheduler`). The credit keeps the send queue short, so that a high-priority gradient that
 /// becomes ready late (the first layer's, at the end of the backward pass) overtakes the bytes
 /// of lower layers instead of queueing behind them (ByteScheduler, SOSP'19). On by default,
 /// unlike BytePS.
@@ -12,18 +13,16 @@
 #include <queue>
 #include <vector>
 
-#include "byteps/partition/by_bytes.hpp"
+#include "byteps/core/config.hpp"
 #include "byteps/schedule/scheduler.hpp"
 
 namespace bps::schedule {
 
 class priority {
  public:
-  explicit priority(const Config& cfg)
-      : credit_(cfg.scheduling_credit == 0
-                    ? 0
-                    : static_cast<std::size_t>(cfg.scheduling_credit) *
-                          partition::by_bytes(cfg).bound()) {}
+  /// `partition_bound`: the largest partition the partitioner in use makes (its `bound()`).
+  priority(const Config& cfg, std::size_t partition_bound)
+      : credit_(static_cast<std::size_t>(cfg.scheduling_credit) * partition_bound) {}
 
   void push(const send_task& t) { queue_.push(t); }
 

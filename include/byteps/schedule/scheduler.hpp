@@ -10,7 +10,11 @@
 /// to answers could let two workers wait on each other's partitions forever.
 ///
 /// A scheduler is not thread-safe; the communicator serialises calls. It is built from the
-/// `Config`. Implement one as a small class and `static_assert(bps::Scheduler<S>)`.
+/// `Config`, or, when it has such a constructor, from the `Config` and the `bound()` of the
+/// partitioner the communicator uses (the largest `send_task::bytes` it will see): a credit
+/// counted in partitions needs it, and a scheduler must not guess which partitioner runs.
+/// `make_scheduler` builds one as the communicator does. Implement one as a small class and
+/// `static_assert(bps::Scheduler<S>)`.
 
 #include <concepts>
 #include <cstddef>
@@ -31,7 +35,8 @@ struct send_task {
 };
 
 template <class S>
-concept Scheduler = std::constructible_from<S, const Config&> &&
+concept Scheduler = (std::constructible_from<S, const Config&> ||
+                     std::constructible_from<S, const Config&, std::size_t>) &&
                     requires(S& s, const S& cs, send_task t, std::size_t bytes) {
                       s.push(t);
                       { s.pop() } -> std::same_as<std::optional<send_task>>;
@@ -39,5 +44,15 @@ concept Scheduler = std::constructible_from<S, const Config&> &&
                       { cs.queued() } -> std::convertible_to<std::size_t>;
                       { cs.in_flight_bytes() } -> std::convertible_to<std::size_t>;
                     };
+
+/// A scheduler built for a partitioner whose `bound()` is `partition_bound`: given the bound when
+/// `S` takes it, else from the `Config` alone.
+template <Scheduler S>
+S make_scheduler(const Config& cfg, std::size_t partition_bound) {
+  if constexpr (std::constructible_from<S, const Config&, std::size_t>)
+    return S(cfg, partition_bound);
+  else
+    return S(cfg);
+}
 
 }  // namespace bps

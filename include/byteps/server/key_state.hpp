@@ -27,7 +27,6 @@
 #include <fmt/format.h>
 
 #include "byteps/core/dtype.hpp"
-#include "byteps/core/keys.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/wire/frame.hpp"
@@ -36,18 +35,6 @@ namespace bps::server {
 
 /// `part` value of an error that concerns a whole tensor rather than one partition.
 inline constexpr std::uint32_t whole_tensor = 0xffffffffu;
-
-struct key_id {
-  std::uint64_t key = 0;
-  std::uint32_t part = 0;
-  friend bool operator==(const key_id&, const key_id&) = default;
-};
-
-struct key_id_hash {
-  std::size_t operator()(const key_id& k) const noexcept {
-    return static_cast<std::size_t>(partition_key(k.key, k.part) * 0xff51afd7ed558ccdull >> 7);
-  }
-};
 
 /// `Waiter` is the server's per-worker link session; the sum goes back to each waiter.
 template <class Waiter>

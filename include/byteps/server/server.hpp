@@ -137,12 +137,11 @@ class Server {
   }
 
   class session;
-  using key_id = server::key_id;
   using key_state = server::key_state<session>;
 
   struct engine {
     std::mutex mu;  // guards keys: held by the engine thread per task, or by an I/O thread
-    std::unordered_map<key_id, key_state, server::key_id_hash> keys;
+    std::unordered_map<key_id, key_state, key_id_hash> keys;
     detail::task_thread thread;  // after keys: joins before they are destroyed
 
     /// Runs `task` on the engine thread, holding `mu`.

@@ -80,10 +80,10 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/detail/timer_thread.hpp"
+#include "byteps/transport/fault_plan.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
-#include "byteps/transport/delay_thread.hpp"
-#include "byteps/transport/fault_plan.hpp"
 
 namespace bps::transport {
 
@@ -98,7 +98,7 @@ class faulty {
       : plan_(PlanSource::plan_for(cfg)),
         from_(cfg.node_role),
         log_(cfg.log, "faulty"),
-        timer_(std::make_shared<detail::delay_thread>()),
+        timer_(std::make_shared<detail::timer_thread>()),
         inner_(cfg) {
     if (!plan_) plan_ = std::make_shared<fault_plan>();
   }
@@ -139,7 +139,7 @@ class faulty {
   std::shared_ptr<fault_plan> plan_;
   role from_;
   logger log_;
-  std::shared_ptr<detail::delay_thread> timer_;
+  std::shared_ptr<detail::timer_thread> timer_;
   Inner inner_;  // last: destroyed (its threads already joined by stop) before the rest
 };
 
@@ -150,7 +150,7 @@ class faulty<Inner, PlanSource>::link : public std::enable_shared_from_this<link
   using inner_link = typename Inner::link;
 
   link(std::shared_ptr<inner_link> inner, std::shared_ptr<fault_plan> plan,
-       std::weak_ptr<detail::delay_thread> timer, role from, const logger& log)
+       std::weak_ptr<detail::timer_thread> timer, role from, const logger& log)
       : inner_(std::move(inner)),
         plan_(std::move(plan)),
         timer_(std::move(timer)),
@@ -299,7 +299,7 @@ class faulty<Inner, PlanSource>::link : public std::enable_shared_from_this<link
 
   std::shared_ptr<inner_link> inner_;
   std::shared_ptr<fault_plan> plan_;
-  std::weak_ptr<detail::delay_thread> timer_;
+  std::weak_ptr<detail::timer_thread> timer_;
   role from_;
   logger log_;
   std::mutex mu_;

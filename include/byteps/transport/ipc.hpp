@@ -53,8 +53,8 @@
 #include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
+#include "byteps/detail/shm_segment.hpp"
 #include "byteps/detail/task_queue.hpp"
-#include "byteps/local/shm.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -231,9 +231,9 @@ class ipc {
           try {
             const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
             if (!name.starts_with("/bps-ipc-") || h.tensor_bytes < 4096) return;
-            ring_ = local::shm_segment(name, h.tensor_bytes, h.key, 2,
-                                       std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                       "ipc ring from " + l->peer());
+            ring_ = detail::shm_segment(name, h.tensor_bytes, h.key, 2,
+                                        std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                        "ipc ring from " + l->peer());
             capacity_ = h.tensor_bytes - sizeof(ipc_detail::ring_control);
           } catch (const std::exception&) {
             return;
@@ -252,7 +252,7 @@ class ipc {
       std::weak_ptr<link> owner_;
       std::shared_ptr<receiver> node_;
       std::vector<std::byte> scratch_;
-      local::shm_segment ring_;  // the peer's ring, once offered
+      detail::shm_segment ring_;  // the peer's ring, once offered
       std::uint64_t capacity_ = 0;
       std::optional<std::pair<std::uint64_t, std::uint64_t>> pending_;
     };
@@ -279,9 +279,9 @@ class ipc {
       const std::size_t bytes = sizeof(ipc_detail::ring_control) + owner_->ring_bytes_;
       const std::uint64_t fingerprint = std::random_device{}();
       try {
-        ring_ = local::shm_segment(name, bytes, fingerprint, 2,
-                                   std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                   "ipc ring to " + peer());
+        ring_ = detail::shm_segment(name, bytes, fingerprint, 2,
+                                    std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                    "ipc ring to " + peer());
       } catch (const std::exception&) {
         return;  // no shared memory here: stay on the inner link
       }
@@ -318,7 +318,7 @@ class ipc {
     ipc* owner_;
     bool connecting_;
     std::mutex mu_;
-    local::shm_segment ring_;  // ours, for sending
+    detail::shm_segment ring_;  // ours, for sending
     std::uint64_t ring_capacity_ = 0;
     std::uint64_t head_ = 0;
     std::size_t queued_ = 0;  // sends waiting on the copier

@@ -36,19 +36,20 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/core/push_pull_options.hpp"
+#include "byteps/detail/timer_thread.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
-#include "byteps/server/key_state.hpp"
-#include "byteps/transport/delay_thread.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/failover.hpp"
-#include "byteps/worker/handle.hpp"
 #include "byteps/worker/op_table.hpp"
 
 namespace bps {
@@ -69,7 +70,7 @@ class Communicator {
         local_(cfg),
         partitioner_(cfg),
         placement_(cfg),
-        scheduler_(cfg) {
+        scheduler_(make_scheduler<S>(cfg, partitioner_.bound())) {
     try {
       join();
     } catch (...) {
@@ -173,7 +174,6 @@ class Communicator {
 
  private:
   class server_receiver;
-  using key_id = server::key_id;
   using op_ptr = worker::op_ptr;
 
   using server_link = worker::server_slot<typename T::link>;
@@ -242,7 +242,7 @@ class Communicator {
       std::lock_guard lock(mu_);
       die_locked(why);
     });
-    if (cfg_.failover()) failover_ = std::make_unique<transport::detail::delay_thread>();
+    if (cfg_.failover()) failover_ = std::make_unique<detail::timer_thread>();
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const auto& a = welcome.servers[i];
       server_link s;
@@ -589,7 +589,7 @@ class Communicator {
   std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
   std::uint64_t replacement_notices_ = 0;  // server_replaced notices so far
   // Failover only: runs reconnects and the replacement deadlines. Last: stops first.
-  std::unique_ptr<transport::detail::delay_thread> failover_;
+  std::unique_ptr<detail::timer_thread> failover_;
 
   // Failover: worker/impl/failover.hpp.
   void answered_kept(const wire::header& h, op_ptr op, std::span<std::byte> payload);

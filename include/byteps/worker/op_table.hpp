@@ -18,10 +18,10 @@
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
-#include "byteps/server/key_state.hpp"
 #include "byteps/worker/failover.hpp"
-#include "byteps/worker/handle.hpp"
 
 namespace bps::worker {
 
@@ -50,8 +50,6 @@ struct pending_part {
 
 class op_table {
  public:
-  using key_id = server::key_id;
-
   /// The tensor `op` runs on, created on first use. Throws `usage_error` when the name's key is
   /// taken by another name, the shape differs from the first use, or an op is still in flight.
   template <Partitioner P>
@@ -148,7 +146,7 @@ class op_table {
 
  private:
   std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
-  std::unordered_map<key_id, pending_part, server::key_id_hash> pending_;
+  std::unordered_map<key_id, pending_part, key_id_hash> pending_;
 };
 
 }  // namespace bps::worker

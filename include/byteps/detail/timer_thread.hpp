@@ -1,31 +1,31 @@
 #pragma once
 /// @file
-/// A timer thread for `bps::transport::faulty`: delayed frames are sent from it, so `send` never
-/// blocks its caller.
+/// A thread that runs tasks at a time of the caller's choosing, so that nobody blocks or polls
+/// to wait for it: `transport::faulty` sends its delayed frames from one, and the worker's
+/// failover its deadlines and reconnections.
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
 
-namespace bps::transport {
-
-namespace detail {
+namespace bps::detail {
 
 /// One thread that runs tasks at their due time, in (due, posting) order. `stop()` runs every
 /// task still queued at once with `cancelled = true`, then joins.
-class delay_thread {
+class timer_thread {
  public:
   using clock = std::chrono::steady_clock;
   using task = std::function<void(bool cancelled)>;
 
-  delay_thread() : thread_([this] { loop(); }) {}
-  delay_thread(const delay_thread&) = delete;
-  delay_thread& operator=(const delay_thread&) = delete;
-  ~delay_thread() { stop(); }
+  timer_thread() : thread_([this] { loop(); }) {}
+  timer_thread(const timer_thread&) = delete;
+  timer_thread& operator=(const timer_thread&) = delete;
+  ~timer_thread() { stop(); }
 
   /// False (and `t` is not kept) once stopping.
   bool post_at(clock::time_point due, task t) {
@@ -81,6 +81,4 @@ class delay_thread {
   std::thread thread_;  // last: starts after the state above exists
 };
 
-}  // namespace detail
-
-}  // namespace bps::transport
+}  // namespace bps::detail

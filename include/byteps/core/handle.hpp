@@ -9,102 +9,18 @@
 /// @par Thread Safety
 /// A handle may be waited on from any thread; copies share one operation.
 
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
 
-#include <fmt/format.h>
-
-#include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/op_state.hpp"
 
 namespace bps {
-
-struct push_pull_options {
-  int priority = 0;      ///< higher is sent first (give the first layers the highest)
-  bool average = false;  ///< divide the sum by the number of workers (floating dtypes only)
-  /// GPU local collectives only (`bps::local::nccl`): the `cudaStream_t` that produces the
-  /// device buffer. The operation starts on the device after the work queued on this stream
-  /// before the call; nullptr is the legacy default stream of the current device. Host
-  /// policies ignore it. (A `void*` so that this header needs no CUDA.)
-  void* stream = nullptr;
-};
-
-namespace detail {
-
-/// One push_pull or broadcast. The communicator fills and completes it; handles wait on it.
-struct op_state {
-  using clock = std::chrono::steady_clock;
-
-  // Set at creation, then read-only.
-  std::string what;  ///< "push_pull of 'name'", for messages
-  std::span<std::byte> data;
-  dtype type = dtype::float32;
-  bool average = false;
-  std::uint64_t key = 0;
-  clock::time_point deadline;
-  std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead
-  /// GPU local collectives only: owns the `cudaEvent_t` that completes when the result is in
-  /// the caller's device buffer (the deleter destroys it); null for host policies.
-  std::shared_ptr<void> device_event;
-
-  // Guarded by the communicator's mutex.
-  std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
-  std::size_t in_transport = 0;  ///< sends whose payload the transport may still read
-  std::size_t receiving = 0;     ///< answers being written into `data` right now
-  std::exception_ptr failure;
-  bool released = false;
-
-  /// Called by a GPU local collective once `device_event` has been recorded after the last
-  /// copy into the caller's buffer: a stream may wait on it from now on.
-  void device_event_recorded() {
-    {
-      std::lock_guard lock(mu);
-      event_recorded = true;
-    }
-    cv.notify_all();
-  }
-
-  /// Called once, by the communicator, when nothing will touch `data` any more.
-  void finish(std::exception_ptr e) {
-    std::function<void()> then;
-    {
-      std::lock_guard lock(mu);
-      done = true;
-      error = std::move(e);
-      then = std::move(on_done);
-    }
-    cv.notify_all();
-    if (then) then();
-  }
-
-  /// Runs `f` once the operation is done: now if it is, else on the thread that finishes it
-  /// (which may hold the communicator's lock: `f` must be short and must not call back).
-  void when_done(std::function<void()> f) {
-    {
-      std::lock_guard lock(mu);
-      if (!done) {
-        on_done = std::move(f);
-        return;
-      }
-    }
-    f();
-  }
-
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  bool event_recorded = false;  ///< `device_event` is recorded (guarded by `mu`)
-  std::exception_ptr error;
-  std::function<void()> on_done;
-};
-
-}  // namespace detail
 
 class handle {
  public:

@@ -1,0 +1,90 @@
+#pragma once
+/// @file
+/// `bps::detail::op_state`: the record of one push_pull or broadcast. Whoever runs the operation
+/// (the communicator, or a local collective for the machine's part) fills and completes it;
+/// every `bps::handle` of the operation waits on it. In core/ because both the local
+/// collectives and the worker make them.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "byteps/core/dtype.hpp"
+
+namespace bps::detail {
+
+/// One push_pull or broadcast; its handles wait on it.
+struct op_state {
+  using clock = std::chrono::steady_clock;
+
+  // Set at creation, then read-only.
+  std::string what;  ///< "push_pull of 'name'", for messages
+  std::span<std::byte> data;
+  dtype type = dtype::float32;
+  bool average = false;
+  std::uint64_t key = 0;
+  clock::time_point deadline;
+  std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead
+  /// GPU local collectives only: owns the `cudaEvent_t` that completes when the result is in
+  /// the caller's device buffer (the deleter destroys it); null for host policies.
+  std::shared_ptr<void> device_event;
+
+  // Guarded by the communicator's mutex.
+  std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
+  std::size_t in_transport = 0;  ///< sends whose payload the transport may still read
+  std::size_t receiving = 0;     ///< answers being written into `data` right now
+  std::exception_ptr failure;
+  bool released = false;
+
+  /// Called by a GPU local collective once `device_event` has been recorded after the last
+  /// copy into the caller's buffer: a stream may wait on it from now on.
+  void device_event_recorded() {
+    {
+      std::lock_guard lock(mu);
+      event_recorded = true;
+    }
+    cv.notify_all();
+  }
+
+  /// Called once, by the communicator, when nothing will touch `data` any more.
+  void finish(std::exception_ptr e) {
+    std::function<void()> then;
+    {
+      std::lock_guard lock(mu);
+      done = true;
+      error = std::move(e);
+      then = std::move(on_done);
+    }
+    cv.notify_all();
+    if (then) then();
+  }
+
+  /// Runs `f` once the operation is done: now if it is, else on the thread that finishes it
+  /// (which may hold the communicator's lock: `f` must be short and must not call back).
+  void when_done(std::function<void()> f) {
+    {
+      std::lock_guard lock(mu);
+      if (!done) {
+        on_done = std::move(f);
+        return;
+      }
+    }
+    f();
+  }
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool event_recorded = false;  ///< `device_event` is recorded (guarded by `mu`)
+  std::exception_ptr error;
+  std::function<void()> on_done;
+};
+
+}  // namespace bps::detail

@@ -1,0 +1,19 @@
+#pragma once
+/// @file
+/// `bps::push_pull_options`: what a caller asks of one push_pull. Here rather than with the
+/// communicator because the local collectives carry it too (`local::request`), and they sit
+/// above the worker in the layer order.
+
+namespace bps {
+
+struct push_pull_options {
+  int priority = 0;      ///< higher is sent first (give the first layers the highest)
+  bool average = false;  ///< divide the sum by the number of workers (floating dtypes only)
+  /// GPU local collectives only (`bps::local::nccl`): the `cudaStream_t` that produces the
+  /// device buffer. The operation starts on the device after the work queued on this stream
+  /// before the call; nullptr is the legacy default stream of the current device. Host
+  /// policies ignore it. (A `void*` so that this header needs no CUDA.)
+  void* stream = nullptr;
+};
+
+}  // namespace bps

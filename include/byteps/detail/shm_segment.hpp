@@ -1,0 +1,170 @@
+#pragma once
+/// @file
+/// `bps::detail::shm_segment`: a named POSIX shared-memory segment that several processes of one
+/// machine map: the local ranks of `local::host` and `local::nccl`, or a worker and the server
+/// colocated with it (`transport::ipc`'s rings). The first process to open a name creates it,
+/// the others check that it was made for the same thing, and the name goes as soon as every user
+/// mapped it, so a crash later leaves nothing in /dev/shm. Its messages speak of local ranks and
+/// tensors, the users it was first written for.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "byteps/core/error.hpp"
+
+namespace bps::detail {
+
+/// The start of every segment: who may use it and how many of its users have mapped it.
+struct segment_header {
+  static constexpr std::uint64_t ready_magic = 0x62797465'70732d31ull;  // "byteps-1"
+  std::atomic<std::uint64_t> magic;  ///< set last by the creator
+  std::uint64_t bytes;               ///< the whole segment
+  std::uint64_t fingerprint;         ///< what the creator meant it for (shape, dtype)
+  std::atomic<std::uint32_t> mapped;  ///< users that mapped it; the last one unlinks
+  std::uint32_t users;                ///< processes that will map it
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// A mapped segment. The first process to open a name creates it; the others wait (until
+/// `deadline`) for the creator to finish, then check that it was made for the same thing
+/// (`fingerprint`, `bytes`) and throw `usage_error` when it was not. The name is unlinked as
+/// soon as all `users` have mapped it, so a crash later leaves nothing in /dev/shm.
+class shm_segment {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  shm_segment() = default;
+  shm_segment(std::string name, std::size_t bytes, std::uint64_t fingerprint, int users,
+              clock::time_point deadline, const std::string& what)
+      : name_(std::move(name)) {
+    bytes += sizeof(segment_header);
+    int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    const bool creator = fd >= 0;
+    if (!creator && errno == EEXIST) fd = ::shm_open(name_.c_str(), O_RDWR, 0600);
+    if (fd < 0) throw system_failure(what, "shm_open");
+    if (creator && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name_.c_str());
+      throw system_failure(what, "ftruncate (is /dev/shm full?)");
+    }
+    if (!creator) wait_for_size(fd, bytes, deadline, what);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw system_failure(what, "mmap");
+    base_ = static_cast<std::byte*>(p);
+    bytes_ = bytes;
+    auto* h = header();
+    if (creator) {
+      h->bytes = bytes;
+      h->fingerprint = fingerprint;
+      h->users = static_cast<std::uint32_t>(users);
+      h->magic.store(segment_header::ready_magic, std::memory_order_release);
+    } else {
+      while (h->magic.load(std::memory_order_acquire) != segment_header::ready_magic) {
+        if (clock::now() > deadline) {
+          release();
+          throw communicator_error(fmt::format("{}: the local rank that created shared memory "
+                                               "{} never finished it",
+                                               what, name_));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (h->bytes != bytes || h->fingerprint != fingerprint) {
+        release();
+        throw usage_error(fmt::format("{}: another local rank of this machine uses this tensor "
+                                      "with a different shape or dtype (shared memory {} holds "
+                                      "{} bytes, this rank needs {})",
+                                      what, name_, h->bytes - sizeof(segment_header),
+                                      bytes - sizeof(segment_header)));
+      }
+    }
+    if (h->mapped.fetch_add(1, std::memory_order_acq_rel) + 1 == h->users) unlink();
+  }
+  shm_segment(shm_segment&& o) noexcept { *this = std::move(o); }
+  shm_segment& operator=(shm_segment&& o) noexcept {
+    if (this != &o) {
+      release();
+      name_ = std::move(o.name_);
+      base_ = std::exchange(o.base_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      unlinked_ = o.unlinked_;
+    }
+    return *this;
+  }
+  ~shm_segment() { release(); }
+
+  /// The bytes after the header.
+  std::byte* data() const noexcept { return base_ + sizeof(segment_header); }
+  const std::string& name() const noexcept { return name_; }
+  bool mapped() const noexcept { return base_ != nullptr; }
+
+  /// Removes the name now (a job ending early: not every user will come to map it).
+  void unlink() noexcept {
+    if (!unlinked_ && !name_.empty()) ::shm_unlink(name_.c_str());
+    unlinked_ = true;
+  }
+
+ private:
+  segment_header* header() const noexcept { return reinterpret_cast<segment_header*>(base_); }
+
+  void wait_for_size(int fd, std::size_t bytes, clock::time_point deadline,
+                     const std::string& what) {
+    for (;;) {
+      struct stat st{};
+      if (::fstat(fd, &st) != 0) {
+        ::close(fd);
+        throw system_failure(what, "fstat");
+      }
+      if (st.st_size != 0) {
+        if (static_cast<std::size_t>(st.st_size) != bytes) {
+          ::close(fd);
+          throw usage_error(fmt::format("{}: another local rank of this machine uses this tensor "
+                                        "with a different shape or dtype (shared memory {} holds "
+                                        "{} bytes, this rank needs {})",
+                                        what, name_, st.st_size - sizeof(segment_header),
+                                        bytes - sizeof(segment_header)));
+        }
+        return;
+      }
+      if (clock::now() > deadline) {
+        ::close(fd);
+        throw communicator_error(fmt::format("{}: shared memory {} was never sized by the local "
+                                             "rank that created it",
+                                             what, name_));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  communicator_error system_failure(const std::string& what, const char* call) const {
+    return communicator_error(fmt::format("{}: {} of shared memory {} failed: {}", what, call,
+                                          name_, std::strerror(errno)));
+  }
+
+  void release() noexcept {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    base_ = nullptr;
+    bytes_ = 0;
+  }
+
+  std::string name_;
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool unlinked_ = false;
+};
+
+}  // namespace bps::detail
