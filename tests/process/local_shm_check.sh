@@ -36,16 +36,16 @@ left_in_shm() {
 run_case() {
   local name=$1 expect=$2
   shift 2
-  local rc=0
+  local rc=0 start=$SECONDS
   "$launch" --servers 2 --timeout 120 "$@" >"$log" 2>&1 || rc=$?
   local ok=1
   if [[ $expect == pass && $rc -ne 0 ]]; then ok=0; fi
   if [[ $expect == fail && $rc -eq 0 ]]; then ok=0; fi
   left_in_shm || ok=0
   if ((ok)); then
-    echo "PASS $name (launcher exit $rc, nothing left in /dev/shm)"
+    echo "PASS $name (launcher exit $rc after $((SECONDS - start)) s, nothing left in /dev/shm)"
   else
-    echo "FAIL $name (launcher exit $rc)"
+    echo "FAIL $name (launcher exit $rc after $((SECONDS - start)) s)"
     tail -20 "$log"
     failures=$((failures + 1))
   fi
