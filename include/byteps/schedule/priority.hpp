@@ -3,10 +3,10 @@
 /// `bps::schedule::priority`: highest priority first, then earlier push_pull calls, then lower
 /// partition index; at most `BYTEPS_SCHEDULING_CREDIT` partitions' worth of bytes in flight
 /// (0: no bound), a partition's worth being the `bound()` of the partitioner in use, which the
-/// communicator passes in (`make_scheduler`). The credit keeps the send queue short, so that a high-priority gradient that
-/// becomes ready late (the first layer's, at the end of the backward pass) overtakes the bytes
-/// of lower layers instead of queueing behind them (ByteScheduler, SOSP'19). On by default,
-/// unlike BytePS.
+/// communicator passes in (`make_scheduler`). The credit keeps the send queue short, so that a
+/// high-priority gradient that becomes ready late (the first layer's, at the end of the backward
+/// pass) overtakes the bytes of lower layers instead of queueing behind them (ByteScheduler,
+/// SOSP'19). On by default, unlike BytePS.
 
 #include <cstddef>
 #include <optional>
