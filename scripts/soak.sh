@@ -2,8 +2,8 @@
 # Soak run: 2 workers x 2 servers, 200 tensors, 5000 rounds (override: TENSORS, ROUNDS), every
 # sum checked. Samples the resident memory of all five processes every few seconds and fails if
 # any grew by more than 10% (and 4 MiB) between the end of warm-up (a fifth of the run) and the
-# end. With BUILD_DIR=build-asan (scripts/sanitize.sh asan builds it) LeakSanitizer also checks
-# every process for leaks at exit.
+# end. With BUILD_DIR=build-asan (configured by scripts/sanitize.sh asan; the two programs are
+# built here) LeakSanitizer also checks every process for leaks at exit.
 #   scripts/soak.sh            # builds ./build first
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,9 @@ build=${BUILD_DIR:-build}
 tensors=${TENSORS:-200} rounds=${ROUNDS:-5000} every=${SAMPLE_SECONDS:-2}
 if [[ -z ${BUILD_DIR:-} ]]; then
   scripts/build.sh --target byteps-server byteps_soak_worker >/dev/null || exit 1
+else
+  # A sanitized build leaves the soak worker out of its default targets.
+  cmake --build "$build" --target byteps-server byteps_soak_worker >/dev/null || exit 1
 fi
 server="$build/tools/byteps-server" worker="$build/tests/soak/byteps_soak_worker"
 # Under ASan, freed memory waits in a quarantine (256 MiB by default) before it is reused, which

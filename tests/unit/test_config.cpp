@@ -9,7 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "wire_helpers.hpp"
+
 namespace {
+
+using bps_test::contains;
 
 using namespace std::chrono_literals;
 
@@ -61,10 +65,6 @@ void set_required() {
   set("DMLC_NUM_SERVER", "1");
   set("DMLC_PS_ROOT_URI", "10.0.0.1");
   set("DMLC_PS_ROOT_PORT", "9000");
-}
-
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
 }
 
 // Runs from_env() expecting usage_error; returns its message.

@@ -1,5 +1,5 @@
 #pragma once
-// Helpers shared by test_wire.cpp and test_rendezvous_messages.cpp.
+// Helpers shared by the unit tests (test_wire.cpp, test_rendezvous_messages.cpp, test_config.cpp).
 
 #include <cstdint>
 #include <limits>
@@ -11,8 +11,8 @@ namespace bps_test {
 inline constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 inline constexpr std::uint32_t u32_max = std::numeric_limits<std::uint32_t>::max();
 
-inline bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
+inline bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
 }
 
 }  // namespace bps_test
