@@ -54,9 +54,14 @@ class Server {
 
   /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
   /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
-  /// dead server or the job ends).
-  explicit Server(const Config& cfg)
-      : cfg_(cfg), transport_(cfg), control_(transport_, cfg), log_(cfg.log, "server") {
+  /// dead server or the job ends). The transport is built with `transport_options`, or without
+  /// them with `T::options::from(cfg)` (the environment's).
+  explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
+  Server(const Config& cfg, const typename T::options& transport_options)
+      : cfg_(cfg),
+        transport_(cfg, transport_options),
+        control_(transport_, cfg),
+        log_(cfg.log, "server") {
     try {
       start();
     } catch (...) {

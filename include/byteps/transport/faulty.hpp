@@ -13,10 +13,12 @@
 ///   bps::Communicator<net, bps::local::none, bps::partition::by_bytes, bps::schedule::fifo> c(cfg);
 ///
 /// @par How a transport composes
-/// A transport is a value type built from `const Config&` with a nested `link` type; nothing in
-/// byteps names a concrete transport. So a decorator is an ordinary class template that owns an
-/// `Inner`, forwards `listen`/`connect`/`register_memory`/`stop` to it, and wraps each
-/// `Inner::link` in its own `link` that forwards `start`/`close`/`peer` and intercepts `send`.
+/// A transport is a value type built from `const Config&` and its own `options`, with a nested
+/// `link` type; nothing in byteps names a concrete transport. So a decorator is an ordinary
+/// class template that owns an `Inner`, built with the `inner` member of its own options (so one
+/// value configures the whole stack), forwards `listen`/`connect`/`register_memory`/`stop` to
+/// it, and wraps each `Inner::link` in its own `link` that forwards `start`/`close`/`peer` and
+/// intercepts `send`.
 /// Received frames go straight from the inner link to the node's receiver (no copy, no extra
 /// hop); only outgoing frames pass through the decorator. A research transport (compression,
 /// encryption, tracing, a simulated slow network) is written the same way: keep the concept's
@@ -82,6 +84,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/timer_thread.hpp"
 #include "byteps/transport/fault_plan.hpp"
+#include "byteps/transport/faulty_options.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -91,15 +94,18 @@ template <Transport Inner, FaultPlanSource PlanSource = scoped_fault_plan>
 class faulty {
  public:
   static constexpr std::string_view name = "faulty";
+  using options = faulty_options<typename Inner::options>;
   class link;
   using inner_type = Inner;
 
-  explicit faulty(const Config& cfg)
+  /// With the options the environment gave (`options::from(cfg)`).
+  explicit faulty(const Config& cfg) : faulty(cfg, options::from(cfg)) {}
+  faulty(const Config& cfg, const options& opts)
       : plan_(PlanSource::plan_for(cfg)),
         from_(cfg.node_role),
         log_(cfg.log, "faulty"),
         timer_(std::make_shared<detail::timer_thread>()),
-        inner_(cfg) {
+        inner_(cfg, opts.inner) {
     if (!plan_) plan_ = std::make_shared<fault_plan>();
   }
   faulty(const faulty&) = delete;
