@@ -35,6 +35,7 @@ TEST_CASE("transport options from a Config carry its recorded values, through de
   CHECK_FALSE(ipc.enabled);
   CHECK(ipc.inner.io_threads == 3);
   const auto faulty = faulty_ipc_tcp_options::from(c);
+  CHECK(faulty.plan == nullptr);  // the environment names no faults
   CHECK_FALSE(faulty.inner.enabled);
   CHECK(faulty.inner.inner.io_threads == 3);
 }
