@@ -1,11 +1,12 @@
 #pragma once
 // An in-process cluster for failover tests: as cluster.hpp, over transport `Tr`, with standby
-// servers and a way to crash a server (Server::abort_for_test: every connection drops with no
+// servers and a way to crash a server (server_access::crash: every connection drops with no
 // bye, as when its process is killed). With a fault plan, every node is given it in its
 // transport options; with a `first_server_plan`, the first server started is given that one
 // instead (to make one server misbehave: its failure is then expected). A transport that is not
 // faulty ignores the plans.
 #include "faulty_cluster.hpp"
+#include "server_access.hpp"
 
 
 namespace bps::test {
@@ -43,7 +44,7 @@ class failover_cluster {
         std::lock_guard lock(mu_);
         if (auto it = live_.find(rank); it != live_.end()) {
           *it->second.killed = true;  // its run() throws, as expected
-          it->second.server->abort_for_test();
+          testing::server_access::crash(*it->second.server);
           live_.erase(it);
           return;
         }
