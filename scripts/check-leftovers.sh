@@ -22,13 +22,9 @@ entries() {
 }
 
 sandbox_processes() {
-  local env_file pid
-  for env_file in /proc/[0-9]*/environ; do
-    pid=${env_file#/proc/}
-    pid=${pid%/environ}
-    if { tr '\0' '\n' <"$env_file"; } 2>/dev/null | grep -q '^BYTEPS_TEST_SANDBOX='; then
-      echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
-    fi
+  local pid
+  for pid in $("$(dirname "$0")/../tests/sandbox/sandbox.sh" pids); do
+    echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
   done
 }
 

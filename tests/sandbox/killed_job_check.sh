@@ -33,10 +33,7 @@ grep -q "sandbox: removing shared memory nobody maps: .*/dev/shm/bps-sandbox-che
 grep -q "cleanup .*Failed" "$work/ctest.log" || fail "the cleanup did not fail the inner suite"
 [[ ! -e $sandbox ]] || fail "$sandbox is still there"
 compgen -G "/dev/shm/bps-sandbox-check-*" >/dev/null && fail "a segment is still in /dev/shm"
-for env_file in /proc/[0-9]*/environ; do
-  if { tr '\0' '\n' <"$env_file"; } 2>/dev/null | grep -qxF "BYTEPS_TEST_SANDBOX=$sandbox"; then
-    fail "a process of the killed job still runs: ${env_file%/environ}"
-  fi
-done
+left=$("$here/sandbox.sh" pids "$sandbox")
+[[ -z $left ]] || fail "processes of the killed job still run: $(echo $left)"
 echo "ok: the job was killed at its timeout; the fixture removed its temporary folder and its" \
   "shared-memory segment, failed the inner suite for them, and no process of it runs"

@@ -4,6 +4,8 @@
 # SIGKILL, so the test's own traps never run; this script, run as a CTest fixture around the
 # whole suite, removes what such a test leaves behind:
 #   sandbox.sh setup DIR    start empty: DIR is (re)created
+#   sandbox.sh pids [DIR]   print the pids of the processes of sandbox DIR (of any sandbox
+#                           without DIR); scripts/check-leftovers.sh and the tests use it
 #   sandbox.sh cleanup DIR  stop every process still running with BYTEPS_TEST_SANDBOX=DIR,
 #                           remove DIR, and remove each /dev/shm/bps-* segment that no live
 #                           process maps (byteps names all its shared memory bps-...) and that
@@ -13,23 +15,29 @@
 # something else running on the machine and is left alone.
 set -uo pipefail
 
-usage="usage: sandbox.sh setup|cleanup DIR"
-action=${1:?$usage}
-dir=${2:?$usage}
-[[ $dir == /* ]] || { echo "sandbox.sh: DIR must be an absolute path, got '$dir'" >&2; exit 2; }
-
-# Pids of the processes whose environment holds BYTEPS_TEST_SANDBOX=$dir (not this script).
+# Pids of the processes whose environment holds BYTEPS_TEST_SANDBOX=$1 (any value when $1 is
+# empty), this script and its caller excepted.
 sandbox_pids() {
-  local env_file pid
+  local env_file pid match=(-qxF "BYTEPS_TEST_SANDBOX=${1:-}")
+  [[ -z ${1:-} ]] && match=(-q '^BYTEPS_TEST_SANDBOX=')
   for env_file in /proc/[0-9]*/environ; do
     pid=${env_file#/proc/}
     pid=${pid%/environ}
-    ((pid == $$ || pid == BASHPID)) && continue
-    if { tr '\0' '\n' <"$env_file"; } 2>/dev/null | grep -qxF "BYTEPS_TEST_SANDBOX=$dir"; then
+    ((pid == $$ || pid == BASHPID || pid == PPID)) && continue
+    if { tr '\0' '\n' <"$env_file"; } 2>/dev/null | grep "${match[@]}"; then
       echo "$pid"
     fi
   done
 }
+
+usage="usage: sandbox.sh setup|cleanup DIR, or sandbox.sh pids [DIR]"
+action=${1:?$usage}
+if [[ $action == pids ]]; then
+  sandbox_pids "${2:-}"
+  exit 0
+fi
+dir=${2:?$usage}
+[[ $dir == /* ]] || { echo "sandbox.sh: DIR must be an absolute path, got '$dir'" >&2; exit 2; }
 
 before=$dir.shm-before
 
@@ -55,7 +63,7 @@ case $action in
     ;;
   cleanup)
     removed=0
-    pids=$(sandbox_pids)
+    pids=$(sandbox_pids "$dir")
     if [[ -n $pids ]]; then
       echo "sandbox: stopping processes a test left running: $(echo $pids)"
       # shellcheck disable=SC2086
