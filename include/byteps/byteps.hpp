@@ -23,6 +23,8 @@
 #include "byteps/schedule/priority.hpp"
 #include "byteps/server/server.hpp"
 #include "byteps/transport/ipc.hpp"
+#include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/tcp.hpp"
+#include "byteps/transport/tcp_options.hpp"
 #include "byteps/version.hpp"
 #include "byteps/worker/communicator.hpp"

@@ -1,10 +1,12 @@
 #pragma once
 // An in-process cluster for failover tests: as cluster.hpp, over transport `Tr`, with standby
-// servers and a way to crash a server (Server::abort_for_test: every connection drops with no
-// bye, as when its process is killed). With a fault plan, every node is built under it; with a
-// `first_server_plan`, the first server started is built under that one instead (to make one
-// server misbehave: its failure is then expected).
+// servers and a way to crash a server (server_access::crash: every connection drops with no
+// bye, as when its process is killed). With a fault plan, every node is given it in its
+// transport options; with a `first_server_plan`, the first server started is given that one
+// instead (to make one server misbehave: its failure is then expected). A transport that is not
+// faulty ignores the plans.
 #include "faulty_cluster.hpp"
+#include "server_access.hpp"
 
 
 namespace bps::test {
@@ -23,10 +25,7 @@ class failover_cluster {
         first_server_plan_(std::move(first_server_plan)) {
     Config s = base_;
     s.node_role = role::scheduler;
-    {
-      transport::fault_plan::scope use(plan_);
-      scheduler_ = std::make_unique<SchedulerNode<Tr>>(s);
-    }
+    scheduler_ = std::make_unique<SchedulerNode<Tr>>(s, transport_options<Tr>(s, plan_));
     base_.scheduler_port = scheduler_->port();
     threads_.emplace_back([this] { guard(scheduler_error_, [&] { scheduler_->run(); }); });
     for (int i = 0; i < base_.num_servers; ++i) start_server(false, i == 0 ? first_server_plan_ : nullptr);
@@ -45,7 +44,7 @@ class failover_cluster {
         std::lock_guard lock(mu_);
         if (auto it = live_.find(rank); it != live_.end()) {
           *it->second.killed = true;  // its run() throws, as expected
-          it->second.server->abort_for_test();
+          testing::server_access::crash(*it->second.server);
           live_.erase(it);
           return;
         }
@@ -81,11 +80,8 @@ class failover_cluster {
     for (int i = 0; i < base_.num_workers; ++i) {
       workers.emplace_back([this, &body, i] {
         guard(worker_error_, [&] {
-          std::unique_ptr<comm_type> comm;
-          {
-            transport::fault_plan::scope use(plan_);
-            comm = std::make_unique<comm_type>(worker_config(i));
-          }
+          const Config c = worker_config(i);
+          auto comm = std::make_unique<comm_type>(c, transport_options<Tr>(c, plan_));
           body(*comm, comm->rank());
         });
       });
@@ -118,8 +114,8 @@ class failover_cluster {
       std::unique_ptr<server_type> server;
       bool killed = own_plan != nullptr;  // a server made to misbehave may fail
       guard(server_error_, [&] {
-        transport::fault_plan::scope use(own_plan ? own_plan : plan_);
-        server = std::make_unique<server_type>(c);
+        server = std::make_unique<server_type>(
+            c, transport_options<Tr>(c, own_plan ? own_plan : plan_));
       });
       if (!server) return;
       {

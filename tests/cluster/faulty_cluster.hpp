@@ -1,7 +1,7 @@
 #pragma once
 // An in-process cluster over transport::faulty<tcp>: as cluster.hpp, but every node (scheduler,
-// servers, workers) is built under a fault_plan::scope of the test's plan, so the plan's rules
-// see the frames of every node. A watchdog turns a hang into a failed test with a message.
+// servers, workers) is given the test's plan in its transport options, so the plan's rules see
+// the frames of every node. A watchdog turns a hang into a failed test with a message.
 #include "cluster.hpp"
 
 #include <byteps/transport/faulty.hpp>
@@ -16,6 +16,16 @@ using faulty_tcp = transport::faulty<transport::tcp>;
 using faulty_comm_t =
     Communicator<faulty_tcp, local::none, partition::by_bytes, schedule::priority>;
 static_assert(bps::Transport<faulty_tcp>);
+
+/// Transport options for a node of a test cluster over `Tr`: the environment's (`cfg`), plus
+/// `plan` where `Tr` is a faulty transport (a plain one has no plan to take).
+template <class Tr>
+typename Tr::options transport_options(const Config& cfg,
+                                       std::shared_ptr<transport::fault_plan> plan) {
+  auto opts = Tr::options::from(cfg);
+  if constexpr (requires { opts.plan = plan; }) opts.plan = std::move(plan);
+  return opts;
+}
 
 /// Ends the process with a message when a test runs longer than `limit` (a hang must never
 /// stall the suite until CTest's timeout, and must say which test it was).
@@ -55,10 +65,8 @@ class faulty_cluster {
       : base_(std::move(base)), plan_(std::move(plan)) {
     Config s = base_;
     s.node_role = role::scheduler;
-    {
-      transport::fault_plan::scope use(plan_);
-      scheduler_ = std::make_unique<SchedulerNode<faulty_tcp>>(s);
-    }
+    scheduler_ = std::make_unique<SchedulerNode<faulty_tcp>>(
+        s, transport_options<faulty_tcp>(s, plan_));
     base_.scheduler_port = scheduler_->port();
     threads_.emplace_back([this] { guard(node_error_, [&] { scheduler_->run(); }); });
     for (int i = 0; i < base_.num_servers; ++i) {
@@ -66,8 +74,7 @@ class faulty_cluster {
         guard(node_error_, [&] {
           Config c = base_;
           c.node_role = role::server;
-          transport::fault_plan::scope use(plan_);
-          Server<faulty_tcp> server(c);
+          Server<faulty_tcp> server(c, transport_options<faulty_tcp>(c, plan_));
           server.run();
         });
       });
@@ -86,10 +93,10 @@ class faulty_cluster {
     return c;
   }
 
-  /// A worker's communicator built under the plan (for a test thread of its own).
+  /// A worker's communicator that uses the plan (for a test thread of its own).
   std::unique_ptr<faulty_comm_t> make_worker(int id = -1) {
-    transport::fault_plan::scope use(plan_);
-    return std::make_unique<faulty_comm_t>(worker_config(id));
+    const Config c = worker_config(id);
+    return std::make_unique<faulty_comm_t>(c, transport_options<faulty_tcp>(c, plan_));
   }
 
   /// Runs `body` on every worker, then waits for the scheduler and servers to finish.

@@ -88,9 +88,9 @@ class collector final : public transport::receiver {
 struct link_pair {
   explicit link_pair(std::shared_ptr<fault_plan> plan) {
     Config cfg = test::base_config(1, 1);
-    fault_plan::scope use(std::move(plan));
-    a = std::make_unique<faulty_tcp>(cfg);
-    b = std::make_unique<faulty_tcp>(cfg);
+    const auto opts = test::transport_options<faulty_tcp>(cfg, std::move(plan));
+    a = std::make_unique<faulty_tcp>(cfg, opts);
+    b = std::make_unique<faulty_tcp>(cfg, opts);
     std::promise<std::shared_ptr<faulty_tcp::link>> accepted;
     auto port = b->listen("127.0.0.1", 0, [&](std::shared_ptr<faulty_tcp::link> l) {
       l->start(in);

@@ -3,6 +3,12 @@
 /// `bps::Config`: every setting of a node, as a plain value. Build it in code, or from the
 /// environment variables BytePS users know with `Config::from_env()`. Nothing else in byteps
 /// reads the environment. `docs/env.md` lists every variable with its default.
+///
+/// A transport's knobs are its own `options` (transport/tcp_options.hpp), passed to a node
+/// beside the `Config`. `Config` only records, range-checked, the variables that set them
+/// (`io_threads`, `enable_ipc`), because it is the one reader of the environment; a
+/// transport's `options::from(cfg)` turns that record into its options when a node is given
+/// none. Nothing else reads these two fields.
 
 #include <cctype>
 #include <cerrno>
@@ -60,9 +66,7 @@ struct Config {
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
   key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
   bool mixed_mode = false;                       ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
-  bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (transport::ipc only)
   log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
-  int io_threads = 1;                            ///< BYTEPS_IO_THREADS
   int local_rank = 0;                            ///< BYTEPS_LOCAL_RANK
   int local_size = 1;                            ///< BYTEPS_LOCAL_SIZE
   millis connect_timeout{30000};                 ///< BYTEPS_CONNECT_TIMEOUT_MS
@@ -76,6 +80,12 @@ struct Config {
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
   millis failover_timeout{0};
   bool server_standby = false;                   ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+
+  // The environment's values for the transports' options, recorded here only because
+  // from_env() is the one reader of the environment. A node given no transport options builds
+  // them from these (`transport::tcp::options::from`, `transport::ipc<I>::options::from`).
+  int io_threads = 1;                            ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
+  bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
 
   /// Server failover is on (`failover_timeout` > 0).
   bool failover() const noexcept { return failover_timeout.count() > 0; }

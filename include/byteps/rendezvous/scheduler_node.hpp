@@ -40,9 +40,12 @@ class SchedulerNode {
   using clock = std::chrono::steady_clock;
   using link_ptr = std::shared_ptr<typename T::link>;
 
-  /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`).
-  explicit SchedulerNode(const Config& cfg)
-      : cfg_(cfg), transport_(cfg), log_(cfg.log, "scheduler") {
+  /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`). The
+  /// transport is built with `transport_options`, or without them with `T::options::from(cfg)`
+  /// (the environment's).
+  explicit SchedulerNode(const Config& cfg) : SchedulerNode(cfg, T::options::from(cfg)) {}
+  SchedulerNode(const Config& cfg, const typename T::options& transport_options)
+      : cfg_(cfg), transport_(cfg, transport_options), log_(cfg.log, "scheduler") {
     cfg_.validate();
     mine_ = rendezvous::hello::from(cfg_, role::scheduler);
     port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {

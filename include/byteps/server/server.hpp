@@ -47,6 +47,10 @@
 
 namespace bps {
 
+namespace testing {
+struct server_access;  // the tests' way into a server; not defined by the library
+}  // namespace testing
+
 template <Transport T>
 class Server {
  public:
@@ -54,9 +58,14 @@ class Server {
 
   /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
   /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
-  /// dead server or the job ends).
-  explicit Server(const Config& cfg)
-      : cfg_(cfg), transport_(cfg), control_(transport_, cfg), log_(cfg.log, "server") {
+  /// dead server or the job ends). The transport is built with `transport_options`, or without
+  /// them with `T::options::from(cfg)` (the environment's).
+  explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
+  Server(const Config& cfg, const typename T::options& transport_options)
+      : cfg_(cfg),
+        transport_(cfg, transport_options),
+        control_(transport_, cfg),
+        log_(cfg.log, "server") {
     try {
       start();
     } catch (...) {
@@ -92,15 +101,11 @@ class Server {
     shutdown();
   }
 
-  /// Test only: dies as a crashed process does: every connection closes at once with no bye,
-  /// and `run()` throws `communicator_error`. Any thread.
-  void abort_for_test() {
-    finishing_ = true;  // no error replies: the workers must see only the connections drop
-    shutdown();
-    control_.abandon("aborted for a test (a simulated crash)");
-  }
-
  private:
+  // The failover tests crash a server in process through this accessor, defined in tests/ only
+  // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
+  friend struct testing::server_access;
+
   void start() {
     cfg_.validate();
     control_.on_failure([this](const std::string& why) { fail(why); });

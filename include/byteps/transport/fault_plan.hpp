@@ -2,11 +2,11 @@
 /// @file
 /// The fault plan of `bps::transport::faulty` (faulty.hpp): rules that match outgoing frames
 /// (type, sending role, sender, key, part, round, or any predicate) and say what to do to them
-/// (drop, delay, duplicate, corrupt, cut), how often; and how a faulty transport finds its plan.
+/// (drop, delay, duplicate, corrupt, cut), how often. A faulty transport gets its plan through
+/// its options (faulty_options.hpp).
 
 #include <atomic>
 #include <chrono>
-#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -141,22 +141,6 @@ class fault_plan {
     return result;
   }
 
-  /// Makes `plan` the one that `scoped_fault_plan` hands to transports constructed on this
-  /// thread until the scope ends. Scopes nest.
-  class scope {
-   public:
-    explicit scope(std::shared_ptr<fault_plan> plan) : previous_(std::exchange(slot(), std::move(plan))) {}
-    ~scope() { slot() = std::move(previous_); }
-    scope(const scope&) = delete;
-    scope& operator=(const scope&) = delete;
-
-   private:
-    std::shared_ptr<fault_plan> previous_;
-  };
-
-  /// The plan of the innermost open scope on this thread, or nullptr.
-  static std::shared_ptr<fault_plan> current() { return slot(); }
-
  private:
   struct entry {
     fault_rule rule;
@@ -165,25 +149,9 @@ class fault_plan {
     bool active = true;
   };
 
-  static std::shared_ptr<fault_plan>& slot() {
-    thread_local std::shared_ptr<fault_plan> current;
-    return current;
-  }
-
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::vector<entry> rules_;
-};
-
-/// How a `faulty` transport finds its plan: asked once, when the transport is constructed.
-template <class S>
-concept FaultPlanSource = requires(const Config& c) {
-  { S::plan_for(c) } -> std::convertible_to<std::shared_ptr<fault_plan>>;
-};
-
-/// The default source: the plan of the `fault_plan::scope` open on the constructing thread.
-struct scoped_fault_plan {
-  static std::shared_ptr<fault_plan> plan_for(const Config&) { return fault_plan::current(); }
 };
 
 }  // namespace bps::transport

@@ -9,14 +9,19 @@
 ///   auto plan = std::make_shared<bps::transport::fault_plan>();
 ///   plan->add({.when = {.type = bps::wire::msg::push, .sender = 0},
 ///              .action = bps::transport::fault::delay(std::chrono::milliseconds(200))});
-///   bps::transport::fault_plan::scope use(plan);  // nodes built on this thread now use `plan`
-///   bps::Communicator<net, bps::local::none, bps::partition::by_bytes, bps::schedule::fifo> c(cfg);
+///   auto opts = net::options::from(cfg);  // the inner transport's, as the environment says
+///   opts.plan = plan;                       // the nodes given `opts` consult `plan`
+///   using comm = bps::Communicator<net, bps::local::none, bps::partition::by_bytes,
+///                                  bps::schedule::fifo>;
+///   comm c(cfg, opts);
 ///
 /// @par How a transport composes
-/// A transport is a value type built from `const Config&` with a nested `link` type; nothing in
-/// byteps names a concrete transport. So a decorator is an ordinary class template that owns an
-/// `Inner`, forwards `listen`/`connect`/`register_memory`/`stop` to it, and wraps each
-/// `Inner::link` in its own `link` that forwards `start`/`close`/`peer` and intercepts `send`.
+/// A transport is a value type built from `const Config&` and its own `options`, with a nested
+/// `link` type; nothing in byteps names a concrete transport. So a decorator is an ordinary
+/// class template that owns an `Inner`, built with the `inner` member of its own options (so one
+/// value configures the whole stack), forwards `listen`/`connect`/`register_memory`/`stop` to
+/// it, and wraps each `Inner::link` in its own `link` that forwards `start`/`close`/`peer` and
+/// intercepts `send`.
 /// Received frames go straight from the inner link to the node's receiver (no copy, no extra
 /// hop); only outgoing frames pass through the decorator. A research transport (compression,
 /// encryption, tracing, a simulated slow network) is written the same way: keep the concept's
@@ -46,13 +51,10 @@
 /// inner transport unchanged (so its contract for closed links applies).
 ///
 /// @par Where the plan comes from
-/// Transports are built from `const Config&` alone, so the plan reaches a transport through the
-/// `PlanSource` policy: a type with `static std::shared_ptr<fault_plan> plan_for(const Config&)`,
-/// asked once, in the constructor. The default, `scoped_fault_plan`, returns the plan that a
-/// `fault_plan::scope` opened on the constructing thread (nodes built with no scope open get an
-/// empty plan of their own: no faults). That keeps the plan out of every global: it is an
-/// ordinary object owned by the test, several clusters with different plans can run at once in
-/// one process, and only the construction of a node looks at the scope.
+/// From `options::plan` (faulty_options.hpp), read once, in the constructor; a null plan is
+/// replaced by an empty one of the transport's own (no faults). The test owns the plan and hands
+/// it, in the options, to the nodes that should see it: several clusters with different plans
+/// can run at once in one process, and no global or thread-local slot is involved.
 ///
 /// @par Thread Safety
 /// `fault_plan` may be changed from any thread while frames flow. Rule predicates run under the
@@ -82,24 +84,28 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/timer_thread.hpp"
 #include "byteps/transport/fault_plan.hpp"
+#include "byteps/transport/faulty_options.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::transport {
 
-template <Transport Inner, FaultPlanSource PlanSource = scoped_fault_plan>
+template <Transport Inner>
 class faulty {
  public:
   static constexpr std::string_view name = "faulty";
+  using options = faulty_options<typename Inner::options>;
   class link;
   using inner_type = Inner;
 
-  explicit faulty(const Config& cfg)
-      : plan_(PlanSource::plan_for(cfg)),
+  /// With the options the environment gave (`options::from(cfg)`): no faults.
+  explicit faulty(const Config& cfg) : faulty(cfg, options::from(cfg)) {}
+  faulty(const Config& cfg, const options& opts)
+      : plan_(opts.plan),
         from_(cfg.node_role),
         log_(cfg.log, "faulty"),
         timer_(std::make_shared<detail::timer_thread>()),
-        inner_(cfg) {
+        inner_(cfg, opts.inner) {
     if (!plan_) plan_ = std::make_shared<fault_plan>();
   }
   faulty(const faulty&) = delete;
@@ -127,7 +133,7 @@ class faulty {
     inner_.stop();
   }
 
-  /// The plan this transport consults (the scope's, or its own empty one).
+  /// The plan this transport consults (the options', or its own empty one).
   const std::shared_ptr<fault_plan>& plan() const noexcept { return plan_; }
   Inner& inner() noexcept { return inner_; }
 
@@ -143,8 +149,8 @@ class faulty {
   Inner inner_;  // last: destroyed (its threads already joined by stop) before the rest
 };
 
-template <Transport Inner, FaultPlanSource PlanSource>
-class faulty<Inner, PlanSource>::link : public std::enable_shared_from_this<link> {
+template <Transport Inner>
+class faulty<Inner>::link : public std::enable_shared_from_this<link> {
  public:
   using clock = std::chrono::steady_clock;
   using inner_link = typename Inner::link;

@@ -12,8 +12,9 @@
 ///
 /// @par Handshake (transport frames, which a plain transport skips)
 /// 1. The accepting end (the server) announces `ipc_able` on every link from its own host.
-/// 2. The connecting end (the worker), if it is an ipc transport too and `BYTEPS_ENABLE_IPC` is
-///    on, creates a ring in POSIX shared memory and sends `ipc_offer` with its name.
+/// 2. The connecting end (the worker), if it is an ipc transport too and `options::enabled`
+///    (`BYTEPS_ENABLE_IPC`) is on, creates a ring in POSIX shared memory and sends `ipc_offer`
+///    with its name.
 /// 3. The server maps the ring (the name is unlinked once both mapped it) and answers
 ///    `ipc_accept`. From then on, worker-to-server payloads of at least `min_ipc_bytes` that fit
 ///    in the ring are copied into it, announced by an `ipc_payload` frame (ring position and
@@ -21,7 +22,7 @@
 ///    node names, then frees the ring space. A payload that does not fit goes by the inner
 ///    link, as before the handshake. Server-to-worker payloads always take the inner link.
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
-/// `BYTEPS_ENABLE_IPC=0` behaves exactly like the inner transport.
+/// `options::enabled` off (`BYTEPS_ENABLE_IPC=0`) behaves exactly like the inner transport.
 ///
 /// A ring's name (`/bps-ipc-<creator pid>-<random>`) exists only from its creation until the
 /// peer maps it. A process killed in that window leaves the name behind; every ipc transport
@@ -55,6 +56,7 @@
 #include "byteps/core/config.hpp"
 #include "byteps/detail/shm_segment.hpp"
 #include "byteps/detail/task_queue.hpp"
+#include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -103,12 +105,15 @@ class ipc {
  public:
   static constexpr std::string_view name = "ipc";
   static constexpr std::size_t min_ipc_bytes = 16 * 1024;
+  using options = ipc_options<typename Inner::options>;
 
   class link;
 
-  explicit ipc(const Config& cfg)
-      : inner_(cfg),
-        enabled_(cfg.enable_ipc),
+  /// With the options the environment gave (`options::from(cfg)`).
+  explicit ipc(const Config& cfg) : ipc(cfg, options::from(cfg)) {}
+  ipc(const Config& cfg, const options& opts)
+      : inner_(cfg, opts.inner),
+        enabled_(opts.enabled),
         ring_bytes_(std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20)) {
     if (enabled_) ipc_detail::remove_orphan_rings();
   }

@@ -3,9 +3,10 @@
 /// `bps::transport::tcp`: the TCP transport, on standalone Asio.
 ///
 /// One `asio::io_context` per transport object (no process-wide state, so many nodes can live in
-/// one process for tests), run by `Config::io_threads` threads. Each link reads a header, asks its
-/// receiver where the payload goes, and reads the payload straight there. Sends are queued per
-/// link and written as one gathered write of header plus payload: no copy of the payload.
+/// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). Each link
+/// reads a header, asks its receiver where the payload goes, and reads the payload straight
+/// there. Sends are queued per link and written as one gathered write of header plus payload:
+/// no copy of the payload.
 
 #include <asio.hpp>
 
@@ -20,6 +21,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/transport/tcp_options.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -28,13 +30,17 @@ namespace bps::transport {
 class tcp {
  public:
   static constexpr std::string_view name = "tcp";
+  using options = tcp_options;
   class link;
 
-  explicit tcp(const Config& cfg)
+  /// With the options the environment gave (`options::from(cfg)`).
+  explicit tcp(const Config& cfg) : tcp(cfg, options::from(cfg)) {}
+  tcp(const Config& cfg, const options& opts)
       : max_frame_(cfg.max_frame_bytes()),
         log_(cfg.log, "tcp"),
         work_(asio::make_work_guard(io_)) {
-    for (int i = 0; i < cfg.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
+    opts.validate();
+    for (int i = 0; i < opts.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
   tcp(const tcp&) = delete;
   tcp& operator=(const tcp&) = delete;

@@ -21,6 +21,12 @@
 /// a payload once its `on_sent` ran. After the transport's `stop()`, nothing runs any more:
 /// sends are dropped and their `on_sent` never runs (no payload is read either).
 ///
+/// Options: a transport's knobs are its own `T::options` (a plain value; tcp_options.hpp is the
+/// model), not members of `Config`, as Gloo's `transport/tcp/attr.h`. A node passes them to
+/// `T(cfg, options)`; a caller that gives none gets `T::options::from(cfg)`, which maps the
+/// environment's values that `Config::from_env()` recorded (the only reader of the environment)
+/// to the options. A decorator's options hold its inner transport's as `inner`.
+///
 /// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
 
 #include <chrono>
@@ -76,7 +82,12 @@ concept TransportLink = requires(L& link, std::shared_ptr<transport::receiver> r
 /// A transport policy.
 template <class T>
 concept Transport =
-    std::constructible_from<T, const Config&> && TransportLink<typename T::link> &&
+    std::copy_constructible<typename T::options> &&
+    std::constructible_from<T, const Config&, const typename T::options&> &&
+    TransportLink<typename T::link> &&
+    requires(const Config& cfg) {
+      { T::options::from(cfg) } -> std::same_as<typename T::options>;
+    } &&
     requires(T& t, const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
              std::function<void(std::shared_ptr<typename T::link>)> on_accept,
              std::span<std::byte> memory) {

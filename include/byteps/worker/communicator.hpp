@@ -61,10 +61,12 @@ class Communicator {
   using clock = std::chrono::steady_clock;
 
   /// Joins the cluster: connects to the scheduler, waits for every node (at most
-  /// `Config::rendezvous_timeout`), then connects to every server.
-  explicit Communicator(const Config& cfg)
+  /// `Config::rendezvous_timeout`), then connects to every server. The transport is built with
+  /// `transport_options`, or without them with `T::options::from(cfg)` (the environment's).
+  explicit Communicator(const Config& cfg) : Communicator(cfg, T::options::from(cfg)) {}
+  Communicator(const Config& cfg, const typename T::options& transport_options)
       : cfg_(cfg),
-        transport_(cfg),
+        transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "worker"),
         local_(cfg),

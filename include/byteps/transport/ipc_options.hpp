@@ -1,0 +1,24 @@
+#pragma once
+/// @file
+/// `bps::transport::ipc_options<InnerOptions>` (`transport::ipc<Inner>::options`): whether the
+/// shared-memory shortcut is on, and the options of the transport underneath. A decorator's
+/// options hold its inner transport's, so a stack of decorators is configured by one value.
+
+#include "byteps/core/config.hpp"
+
+namespace bps::transport {
+
+template <class InnerOptions>
+struct ipc_options {
+  /// Offer and accept shared-memory rings with peers on this host (BYTEPS_ENABLE_IPC). Off: the
+  /// transport behaves exactly like the inner one.
+  bool enabled = true;
+  InnerOptions inner{};
+
+  /// The values the environment gave (`Config::enable_ipc`, and the inner transport's own).
+  static ipc_options from(const Config& cfg) {
+    return {.enabled = cfg.enable_ipc, .inner = InnerOptions::from(cfg)};
+  }
+};
+
+}  // namespace bps::transport
