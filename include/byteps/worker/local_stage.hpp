@@ -208,7 +208,9 @@ class local_stage {
       if (failure.empty()) {
         try {
           if (step(active)) continue;
-        } catch (const communicator_error& e) {
+        } catch (const std::exception& e) {
+          // A communicator_error from a step, or anything from the machine-wide `progress`
+          // (say, local ranks that disagree on a shape): the machine cannot go on.
           die_(e.what());  // calls fail() back, unless the communicator is closing already
           fail(e.what());  // so the next pass fails everything in both cases
           continue;
@@ -232,7 +234,8 @@ class local_stage {
     }
   }
 
-  // One pass over everything; true when anything moved. Throws what kills the communicator.
+  // One pass over everything; true when anything moved. Throws what kills the communicator:
+  // a step's communicator_error, anything from `progress`, a deadline passed in a local step.
   bool step(std::vector<operation_ptr>& active) {
     bool progressed = false;
     for (auto it = active.begin(); it != active.end();) {
