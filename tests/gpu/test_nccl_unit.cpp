@@ -18,17 +18,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A network that must never be reached: attach fails before it, or push_pull is refused.
-class no_network final : public local::network {
- public:
-  handle push_pull(std::string, std::string, void*, std::size_t, dtype,
-                   push_pull_options) override {
-    FAIL("the network was reached");
-    return {};
-  }
-  void fail(const std::string&) override {}
-};
-
 int visible_devices() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -83,24 +72,25 @@ TEST_CASE("nccl: NCCL errors name the call and NCCL's message; in-progress is no
   }
 }
 
-TEST_CASE("nccl: push_pull before attach and after shutdown is a usage error", "[nccl]") {
+TEST_CASE("nccl: an operation before attach and after shutdown is a usage error", "[nccl]") {
   Config cfg;
   local::nccl n(cfg);
   CHECK(n.local_rank() == 0);
   CHECK(n.local_size() == 1);
-  local::request r;
-  r.name = "w";
-  r.what = "push_pull of 'w'";
-  r.count = 4;
+  local::work w;
+  w.name = "w";
+  w.what = "push_pull of 'w'";
+  w.count = 4;
+  local::nccl::step_state s;
   try {
-    n.push_pull(r);
+    n.begin(w, s);
     FAIL("no exception");
   } catch (const usage_error& e) {
     CHECK(contains(e.what(), "not attached"));
   }
   n.shutdown();
   n.shutdown();  // idempotent
-  CHECK_THROWS_AS(n.push_pull(r), usage_error);
+  CHECK_THROWS_AS(n.begin(w, s), usage_error);
 }
 
 TEST_CASE("nccl: a process with no CUDA device is told so when the policy attaches", "[nccl]") {
@@ -111,9 +101,8 @@ TEST_CASE("nccl: a process with no CUDA device is told so when the policy attach
   }
   Config cfg;
   local::nccl n(cfg);
-  no_network net;
   try {
-    n.attach(local::cluster{}, net);
+    n.attach(local::cluster{});
     FAIL("attach succeeded without a CUDA device");
   } catch (const usage_error& e) {
     CHECK(contains(e.what(), "no CUDA device is visible to this process"));

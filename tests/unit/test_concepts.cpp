@@ -1,3 +1,7 @@
+#include <atomic>
+#include <cstdint>
+#include <string>
+
 #include <byteps/transport/transport.hpp>
 #include <byteps/schedule/scheduler.hpp>
 #include <byteps/partition/partitioner.hpp>
@@ -47,19 +51,34 @@ struct partitioner_with_bound : partitioner_missing_bound {
   std::size_t bound() const { return 1; }
 };
 
-struct local_missing_fail {
+// A real local collective (not is_identity) must supply its steps; one without them is no
+// LocalCollective.
+struct local_missing_steps {
   static constexpr bool is_identity = false;
-  explicit local_missing_fail(const bps::Config&) {}
+  explicit local_missing_steps(const bps::Config&) {}
   int local_rank() const { return 0; }
   int local_size() const { return 1; }
-  void attach(const bps::local::cluster&, bps::local::network&) {}
-  bps::handle push_pull(bps::local::request) { return {}; }
+  void attach(const bps::local::cluster&) {}
   void shutdown() {}
 };
 
-struct local_with_fail : local_missing_fail {
-  using local_missing_fail::local_missing_fail;
-  void fail(const std::string&) {}
+struct local_with_steps : local_missing_steps {
+  using local_missing_steps::local_missing_steps;
+  struct tensor_state {};
+  struct step_state {};
+  void begin(bps::local::work&, step_state&) {}
+  bps::local::step_status reduce_scatter(bps::local::work&, tensor_state&, step_state&) {
+    return bps::local::step_status::done;
+  }
+  bps::local::step_status all_gather(bps::local::work&, tensor_state&, step_state&) {
+    return bps::local::step_status::done;
+  }
+  bool progress() { return false; }
+  std::string waiting_for(const bps::local::work&, const tensor_state&, const step_state&) const {
+    return {};
+  }
+  std::atomic<std::uint32_t>* bell_word() { return nullptr; }
+  void abort(const std::string&) {}
 };
 
 }  // namespace
@@ -85,8 +104,8 @@ TEST_CASE("policy concepts accept the shipped policies and reject wrong types",
 
   static_assert(bps::LocalCollective<bps::local::none>);
   static_assert(bps::LocalCollective<bps::local::host>);
-  static_assert(bps::LocalCollective<local_with_fail>);
-  static_assert(!bps::LocalCollective<local_missing_fail>);
+  static_assert(bps::LocalCollective<local_with_steps>);
+  static_assert(!bps::LocalCollective<local_missing_steps>);
   static_assert(!bps::LocalCollective<int>);
   static_assert(!bps::LocalCollective<bps::partition::by_bytes>);
 

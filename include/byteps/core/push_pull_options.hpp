@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// `bps::push_pull_options`: what a caller asks of one push_pull. Here rather than with the
-/// communicator because the local collectives carry it too (`local::request`), and they sit
+/// communicator because the local collectives carry it too (`local::work`), and they sit
 /// above the worker in the layer order.
 
 namespace bps {

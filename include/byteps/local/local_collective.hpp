@@ -3,34 +3,51 @@
 /// The `bps::LocalCollective` concept: what the processes of one machine do together before
 /// and after the machine talks to the servers (BytePS's local reduce and local broadcast).
 ///
-/// A local collective owns the whole of a push_pull on its machine: it sums the tensor over the
-/// machine's local ranks so that each local rank holds the machine's sum of some slices
-/// (reduce-scatter), has each local rank push_pull its own slices through the servers (the
-/// `local::network` the communicator hands it), and brings the summed slices back to every local
-/// rank (all-gather). The network I/O of a machine is so spread over its local ranks.
+/// A push_pull is one pipeline of named stages, run by the worker's engine
+/// (`worker/local_stage.hpp`):
+///
+///     reduce_scatter -> push/pull of the owned slices -> all_gather
+///
+/// A local collective supplies only its two local steps. `reduce_scatter` sums the tensor over
+/// the machine's local ranks so that each local rank holds, in host memory, the machine's sum of
+/// the slices it owns (`work::owned`); the engine push_pulls those slices through the servers
+/// in place; `all_gather` brings every rank's summed slices back into every rank's buffer. A
+/// GPU policy does its copies to and from host memory inside its steps. The network I/O of a
+/// machine is so spread over its local ranks.
 ///
 /// Slices are cut the same way on every machine, whatever its local size: a tensor has
 /// `cluster::slices` slices (the largest local size in the job), and slice s of a tensor named
 /// N is pushed under the name `slice_name(N, s)`, so its key is the same everywhere. A machine
 /// with fewer local ranks gives each of them a contiguous run of slices (`owned_slices`).
 ///
-/// With one process per machine (`bps::local::none`) there is no local stage:
-/// `is_identity` is true and the communicator sends the caller's buffer directly.
+/// With one process per machine (`bps::local::none`) there is no local stage: `is_identity`
+/// is true, the policy needs none of the steps, and the worker sends the caller's buffer
+/// directly.
 ///
-/// @par Contract for implementations
-/// - `attach` is called once, after the communicator joined the cluster, before any push_pull.
-/// - `push_pull` returns at once; the returned handle completes when the sum is in the caller's
-///   buffer, and fails with `communicator_error` when the communicator dies (`fail`) or a local
-///   rank does not come within the request's deadline.
-/// - `fail(why)` may be called with the communicator's lock held: it must not call back into the
-///   `network`.
-/// - `shutdown()` fails what is in flight and frees what the policy holds (shared memory
-///   included); it is idempotent.
+/// @par Contract for the steps (`LocalSteps`)
+/// - `attach` is called once, after the worker joined the cluster, before any operation.
+/// - `begin` runs on the caller's thread when an operation is submitted (checks of the buffer,
+///   events on the caller's stream); it throws `usage_error` for misuse.
+/// - `reduce_scatter`, `all_gather` and `progress` run on the engine's one stage thread and
+///   never block: they return `step_status::waiting` when they wait for the other local ranks
+///   or the device, and whoever changes what they wait for rings the machine's doorbell
+///   (`bell_word`), on which the engine sleeps. The policy keeps no table of operations, no
+///   deadline and no failure state of its own: its per-tensor and per-operation state live in
+///   the engine's records (`tensor_state`, `step_state`).
+/// - A step throws `communicator_error` when the machine's local ranks cannot go on together
+///   (the engine then declares the communicator dead and calls `abort`), and any other
+///   exception when only this operation failed (the engine fails it, and refuses the tensor
+///   afterwards since its local ranks may no longer agree on its rounds).
+/// - `waiting_for` says what an operation past its deadline still waits for.
+/// - `shutdown()` frees what the policy holds (shared memory included); it is idempotent.
 
+#include <atomic>
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
-#include <span>
+#include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,13 +56,12 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
-#include "byteps/core/error.hpp"
-#include "byteps/core/handle.hpp"
+#include "byteps/core/op_state.hpp"
 #include "byteps/core/push_pull_options.hpp"
 
 namespace bps::local {
 
-/// What a local collective learns when its communicator has joined the cluster.
+/// What a local collective learns when its worker has joined the cluster.
 struct cluster {
   int machine = 0;         ///< this machine's index (DMLC_WORKER_ID)
   int machines = 1;        ///< DMLC_NUM_WORKER
@@ -55,55 +71,36 @@ struct cluster {
   std::uint64_t job_id = 0;  ///< random per job; names shared-memory segments
 };
 
-/// One push_pull (or broadcast) handed to the local collective.
-struct request {
-  std::string name;  ///< the tensor's name; slices are pushed as `slice_name(name, s)`
-  std::string what;  ///< "push_pull of 'name'", for messages
-  void* data = nullptr;
+/// One push_pull (or broadcast) as the local steps see it. The worker's engine owns it, with the
+/// operation's record (`state`), for the whole life of the operation.
+struct work {
+  std::string name;        ///< the tensor's name; slices are pushed as `slice_name(name, s)`
+  std::string what;        ///< "push_pull of 'name'", for messages
+  std::uint64_t key = 0;   ///< `tensor_key(name)`
+  void* data = nullptr;    ///< the caller's buffer
   std::size_t count = 0;
   dtype type = dtype::float32;
   push_pull_options opts;
   /// False for a broadcast's non-roots: their data counts as zeros (-0.0), whatever it holds.
   bool contributes = true;
+  std::uint64_t round = 0;  ///< operations on this tensor before this one
   std::chrono::steady_clock::time_point deadline;  ///< BYTEPS_OP_TIMEOUT_MS after the call
+  std::shared_ptr<detail::op_state> state;          ///< what the caller's handle waits on
+  /// Host memory holding this rank's owned elements (`owned_range`) summed over the machine,
+  /// set by `reduce_scatter`; the engine push_pulls the owned slices in place, and
+  /// `all_gather` spreads the result.
+  std::byte* owned = nullptr;
+  /// Why the operation failed so far (this rank's slices at the servers, or another local
+  /// rank), or null. `all_gather` still runs after a network failure so that the other local
+  /// ranks learn of it; the engine fails the operation with this error once the steps are done.
+  std::exception_ptr error;
 };
 
-/// How a local collective reaches the servers; the communicator implements it.
-class network {
- public:
-  virtual ~network() = default;
-  /// Starts the servers' push_pull of `count` elements of host memory at `data` under `name`.
-  /// `opts.average` divides by the number of worker processes in the job.
-  virtual handle push_pull(std::string name, std::string what, void* data, std::size_t count,
-                           dtype type, push_pull_options opts) = 0;
-  /// Declares the communicator dead (for example: a local rank never came).
-  virtual void fail(const std::string& why) = 0;
-};
-
-/// A tensor as a local collective remembers it between calls: the shape of its first use and
-/// whether an operation on it is in flight. `admit` takes the shape on first use and refuses a
-/// later call with another shape, or one while the previous is in flight (`usage_error`).
-struct tensor_use {
-  std::size_t count = 0;
-  dtype type = dtype::float32;
-  bool busy = false;
-
-  void admit(const request& r, bool fresh) {
-    if (fresh) {
-      count = r.count;
-      type = r.type;
-      return;
-    }
-    if (count != r.count || type != r.type)
-      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                    "{} x {}",
-                                    r.what, count, dtype_name(type), r.count,
-                                    dtype_name(r.type)));
-    if (busy)
-      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                    "flight; wait on its handle first",
-                                    r.what));
-  }
+/// What a local step did on one call.
+enum class step_status {
+  waiting,  ///< nothing to do until the doorbell rings (other local ranks, the device)
+  moved,    ///< it got further; call it again
+  done,     ///< the step is complete
 };
 
 /// The name slice `s` of tensor `name` is pushed under (its key hashes from this name).
@@ -136,18 +133,34 @@ inline std::pair<std::size_t, std::size_t> owned_range(std::size_t count, int lo
 
 namespace bps {
 
+/// The local steps of a real local collective (one that is not `is_identity`); see the
+/// contract at the top of this file.
+template <class L>
+concept LocalSteps =
+    std::default_initializable<typename L::tensor_state> &&
+    std::default_initializable<typename L::step_state> &&
+    requires(L& l, const L& cl, local::work& w, const local::work& cw,
+             typename L::tensor_state& t, const typename L::tensor_state& ct,
+             typename L::step_state& s, const typename L::step_state& cs,
+             const std::string& why) {
+      l.begin(w, s);
+      { l.reduce_scatter(w, t, s) } -> std::same_as<local::step_status>;
+      { l.all_gather(w, t, s) } -> std::same_as<local::step_status>;
+      { l.progress() } -> std::same_as<bool>;
+      { cl.waiting_for(cw, ct, cs) } -> std::convertible_to<std::string>;
+      { l.bell_word() } -> std::same_as<std::atomic<std::uint32_t>*>;
+      l.abort(why);
+    };
+
 template <class L>
 concept LocalCollective =
     std::constructible_from<L, const Config&> &&
-    requires(L& l, const L& cl, const local::cluster& c, local::network& net,
-             local::request req, const std::string& why) {
+    requires(L& l, const L& cl, const local::cluster& c) {
       { L::is_identity } -> std::convertible_to<bool>;
       { cl.local_rank() } -> std::convertible_to<int>;
       { cl.local_size() } -> std::convertible_to<int>;
-      l.attach(c, net);
-      { l.push_pull(std::move(req)) } -> std::same_as<handle>;
-      l.fail(why);
+      l.attach(c);
       l.shutdown();
-    };
+    } && (L::is_identity || LocalSteps<L>);
 
 }  // namespace bps

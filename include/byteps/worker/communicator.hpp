@@ -50,6 +50,7 @@
 #include "byteps/schedule/scheduler.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/failover.hpp"
+#include "byteps/worker/local_stage.hpp"
 #include "byteps/worker/op_table.hpp"
 
 namespace bps {
@@ -72,7 +73,12 @@ class Communicator {
         local_(cfg),
         partitioner_(cfg),
         placement_(cfg),
-        scheduler_(make_scheduler<S>(cfg, partitioner_.bound())) {
+        scheduler_(make_scheduler<S>(cfg, partitioner_.bound())),
+        stage_(local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
+               [this](const std::string& why) {
+                 std::lock_guard lock(mu_);
+                 die_locked(why);
+               }) {
     try {
       join();
     } catch (...) {
@@ -81,7 +87,7 @@ class Communicator {
         closing_ = true;
       }
       transport_.stop();
-      local_.shutdown();
+      stop_local();
       throw;
     }
   }
@@ -94,7 +100,7 @@ class Communicator {
   /// destructor does this too. Idempotent.
   void shutdown() {
     leave();
-    local_.shutdown();
+    stop_local();
   }
 
   /// This process among all worker processes (machine-major), and their number.
@@ -123,7 +129,8 @@ class Communicator {
     auto what = fmt::format("push_pull of '{}'", name);
     if constexpr (!L::is_identity)
       return start_local(std::string(name), std::move(what), data, count, type, opts, true);
-    return start(std::string(name), std::move(what), data, count, type, opts);
+    return start(std::string(name), std::move(what), data, count, type, opts,
+                 clock::now() + cfg_.op_timeout);
   }
 
   /// Copies `root`'s `data` into every worker's `data`. Returns at once.
@@ -147,7 +154,8 @@ class Communicator {
     // floating dtypes, since x + (-0.0) is x for every x, -0.0 and NaN included.
     if (rank() != root && data != nullptr && dtype_from_wire(static_cast<std::uint32_t>(type)))
       reduce::fill_negative_zero(data, count, type);
-    return start("broadcast:" + std::string(name), std::move(what), data, count, type, {});
+    return start("broadcast:" + std::string(name), std::move(what), data, count, type, {},
+                 clock::now() + cfg_.op_timeout);
   }
 
   /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
@@ -262,9 +270,10 @@ class Communicator {
       control_.on_notice(wire::msg::server_replaced,
                          [this](const rendezvous::frame& f) { on_server_replaced(f); });
     }
-    local_.attach(local::cluster{rank_, num_workers_, global_rank_, global_size_, welcome.slices,
-                                 welcome.job_id},
-                  network_);
+    const local::cluster machine{rank_,        num_workers_,   global_rank_,
+                                 global_size_, welcome.slices, welcome.job_id};
+    local_.attach(machine);
+    if constexpr (!L::is_identity) stage_.start(machine);
     log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
               global_size_, num_workers_, servers_.size());
   }
@@ -334,8 +343,10 @@ class Communicator {
                                     what, dtype_name(type)));
   }
 
+  // The push and pull of `data` (the caller's buffer, or a local collective's slice in host
+  // memory), bounded by `deadline`.
   handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
-               push_pull_options opts) {
+               push_pull_options opts, clock::time_point deadline) {
     check_request(what, data, count, type, opts);
     const std::size_t bytes = count * dtype_size(type);
     auto op = std::make_shared<detail::op_state>();
@@ -344,7 +355,7 @@ class Communicator {
     op->type = type;
     op->average = opts.average && global_size_ > 1;
     op->key = tensor_key(name);
-    op->deadline = clock::now() + cfg_.op_timeout;
+    op->deadline = deadline;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
 
     std::lock_guard lock(mu_);
@@ -369,42 +380,35 @@ class Communicator {
     return handle(op);
   }
 
-  // A push_pull or broadcast through the local collective, which calls back `network_` for the
-  // slices this process sends.
+  // A push_pull or broadcast with several processes per machine: the local stage's pipeline,
+  // whose network stage calls `start` for the slices this process sends.
   handle start_local(std::string name, std::string what, void* data, std::size_t count,
-                     dtype type, push_pull_options opts, bool contributes) {
+                     dtype type, push_pull_options opts, bool contributes)
+    requires(!L::is_identity)
+  {
     check_request(what, data, count, type, opts);
     {
       std::lock_guard lock(mu_);
       throw_if_dead_locked();
     }
-    local::request r;
-    r.name = std::move(name);
-    r.what = std::move(what);
-    r.data = data;
-    r.count = count;
-    r.type = type;
-    r.opts = opts;
-    r.contributes = contributes;
-    r.deadline = clock::now() + cfg_.op_timeout;
-    return local_.push_pull(std::move(r));
+    local::work w;
+    w.name = std::move(name);
+    w.what = std::move(what);
+    w.data = data;
+    w.count = count;
+    w.type = type;
+    w.opts = opts;
+    w.contributes = contributes;
+    w.deadline = clock::now() + cfg_.op_timeout;
+    return stage_.submit(std::move(w));
   }
 
-  class network_adapter final : public local::network {
-   public:
-    explicit network_adapter(Communicator* owner) : owner_(owner) {}
-    handle push_pull(std::string name, std::string what, void* data, std::size_t count,
-                     dtype type, push_pull_options opts) override {
-      return owner_->start(std::move(name), std::move(what), data, count, type, opts);
-    }
-    void fail(const std::string& why) override {
-      std::lock_guard lock(owner_->mu_);
-      owner_->die_locked(why);
-    }
-
-   private:
-    Communicator* owner_;
-  };
+  // Ends the local stage's thread (failing what it still runs), then frees the policy's
+  // resources.
+  void stop_local() {
+    if constexpr (!L::is_identity) stage_.stop();
+    local_.shutdown();
+  }
 
   void dispatch_locked() {
     while (auto task = scheduler_.pop()) {
@@ -564,7 +568,7 @@ class Communicator {
     }
     // Closing the links returns every payload the transport still holds (their on_sent run).
     for (auto& s : servers_) s.link->close();
-    local_.fail(why);
+    if constexpr (!L::is_identity) stage_.fail(why);
   }
 
   Config cfg_;
@@ -587,7 +591,7 @@ class Communicator {
   int global_rank_ = 0;
   int global_size_ = 1;
   std::uint64_t job_id_ = 0;
-  network_adapter network_{this};
+  worker::local_stage_for<L> stage_;  // after the members its callbacks use
   std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
   std::uint64_t replacement_notices_ = 0;  // server_replaced notices so far
   // Failover only: runs reconnects and the replacement deadlines. Last: stops first.

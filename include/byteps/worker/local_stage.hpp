@@ -1,0 +1,398 @@
+#pragma once
+/// @file
+/// `bps::worker::local_stage<L>`: the engine that runs a push_pull with several processes per
+/// machine as one pipeline of named stages, for any local collective `L`:
+///
+///     reduce_scatter (L) -> network (push/pull of the owned slices) -> all_gather (L)
+///
+/// The worker owns it. It keeps the one record of each operation (`operation`: the local
+/// collective's `work` and step state, the network stage's slices), the table of tensors (their
+/// shape, round and the policy's per-tensor state), the deadline checks and the failure path;
+/// `L` supplies only its steps. One stage thread runs every operation: it sleeps on the
+/// machine's doorbell, which the other local ranks, the device and the network's completions
+/// ring, so an idle job costs no CPU.
+///
+/// Failure: a step that throws `communicator_error`, or an operation past its deadline in a
+/// local step, declares the communicator dead (`die`, the worker's one failure path), which in
+/// turn calls `fail` here: the stage thread then lets `L` abort the machine's collective and
+/// fails every operation, each once the transport let go of its buffer. Any other exception
+/// fails its operation alone and refuses the tensor afterwards.
+///
+/// @par Thread Safety
+/// `submit` and `fail` may be called from any thread; `stop` once, from the owner.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/local/local_collective.hpp"
+#include "byteps/local/shm.hpp"
+
+namespace bps::worker {
+
+template <LocalSteps L>
+class local_stage {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// Starts the servers' push_pull of `count` elements of host memory at `data` under `name`,
+  /// bounded by `deadline` (the operation's own).
+  using network_fn = std::function<handle(std::string name, std::string what, void* data,
+                                          std::size_t count, dtype type, push_pull_options opts,
+                                          clock::time_point deadline)>;
+  /// Declares the communicator dead (it calls `fail` back).
+  using die_fn = std::function<void(const std::string& why)>;
+
+  local_stage(L& local, network_fn network, die_fn die)
+      : local_(local), network_(std::move(network)), die_(std::move(die)) {}
+  local_stage(const local_stage&) = delete;
+  local_stage& operator=(const local_stage&) = delete;
+  ~local_stage() { stop(); }
+
+  /// After `L::attach`: starts the stage thread.
+  void start(const local::cluster& c) {
+    cluster_ = c;
+    bell_word_.store(local_.bell_word(), std::memory_order_release);
+    stage_ = std::thread([this] { stage_loop(); });
+    std::lock_guard lock(mu_);
+    started_ = true;
+  }
+
+  /// Runs `w` through the pipeline; returns at once. Throws `usage_error` for a tensor whose
+  /// shape differs from its first use, one still in flight, or one that failed before.
+  handle submit(local::work w) {
+    auto op = std::make_shared<operation>();
+    op->w = std::move(w);
+    op->w.key = tensor_key(op->w.name);
+    auto state = std::make_shared<detail::op_state>();
+    state->what = op->w.what;
+    state->type = op->w.type;
+    state->deadline = op->w.deadline;
+    state->on_deadline = [this](detail::op_state&) { ring(); };
+    op->w.state = state;
+    throw_if_closed(op->w.what);
+    local_.begin(op->w, op->step);
+    {
+      std::lock_guard lock(mu_);
+      throw_if_closed_locked(op->w.what);
+      auto [it, fresh] = tensors_.try_emplace(op->w.name);
+      tensor& t = it->second;
+      admit(t, op->w, fresh);
+      if (op->w.count == 0) {
+        state->finish(nullptr);
+        return handle(state);
+      }
+      t.busy = true;
+      op->t = &t;
+      op->w.round = t.round;
+      incoming_.push_back(op);
+    }
+    ring();
+    return handle(state);
+  }
+
+  /// The communicator is dead: every operation fails with `why` (after `L::abort`).
+  void fail(const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      if (failure_.empty()) failure_ = why;
+    }
+    ring();
+  }
+
+  /// Fails what is in flight and ends the stage thread. Idempotent.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      if (failure_.empty()) failure_ = "the communicator was shut down before it finished";
+    }
+    ring();
+    if (stage_.joinable()) stage_.join();
+  }
+
+ private:
+  enum class stage { reduce_scatter, network, all_gather };
+
+  // One tensor as the engine remembers it between operations.
+  struct tensor {
+    std::size_t count = 0;  // shape of the first use; these three guarded by mu_
+    dtype type = dtype::float32;
+    bool busy = false;
+    std::string broken;       // why an operation failed midway: its local ranks may disagree
+    std::uint64_t round = 0;  // written by the stage thread while busy
+    typename L::tensor_state local;  // stage thread only
+  };
+
+  // The one record of one operation.
+  struct operation {
+    local::work w;
+    typename L::step_state step;
+    tensor* t = nullptr;
+    stage at = stage::reduce_scatter;
+    std::vector<handle> slices;  // the network stage: one push_pull per owned slice
+  };
+  using operation_ptr = std::shared_ptr<operation>;
+
+  static void admit(tensor& t, const local::work& w, bool fresh) {
+    if (fresh) {
+      t.count = w.count;
+      t.type = w.type;
+      return;
+    }
+    if (t.count != w.count || t.type != w.type)
+      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
+                                    "{} x {}",
+                                    w.what, t.count, dtype_name(t.type), w.count,
+                                    dtype_name(w.type)));
+    if (t.busy)
+      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
+                                    "flight; wait on its handle first",
+                                    w.what));
+    if (!t.broken.empty())
+      throw usage_error(w.what + ": this tensor failed before (" + t.broken +
+                        "); its local ranks no longer agree on its rounds");
+  }
+
+  void throw_if_closed(const std::string& what) {
+    std::lock_guard lock(mu_);
+    throw_if_closed_locked(what);
+  }
+  void throw_if_closed_locked(const std::string& what) const {
+    if (stopped_) throw usage_error(what + ": this communicator was shut down; create a new one");
+    if (!failure_.empty()) throw communicator_error("this communicator is dead: " + failure_);
+    if (!started_)
+      throw usage_error(what + ": the local stage has not started (the communicator starts it "
+                               "when it joins the cluster)");
+  }
+
+  void ring() {
+    // fail() may come from an I/O thread before start() read the policy's doorbell.
+    if (auto* word = bell_word_.load(std::memory_order_acquire)) local::doorbell(word).ring();
+  }
+
+  void stage_loop() {
+    const local::doorbell bell(bell_word_.load(std::memory_order_acquire));
+    std::vector<operation_ptr> active;
+    bool aborted = false;
+    for (;;) {
+      const auto seen = bell.value();
+      std::string failure;
+      bool stopped;
+      {
+        std::lock_guard lock(mu_);
+        for (auto& op : incoming_) active.push_back(std::move(op));
+        incoming_.clear();
+        stopped = stopped_;
+        // A clean shutdown with nothing in flight leaves the other local ranks alone.
+        if (stopped && active.empty()) return;
+        failure = failure_;
+      }
+      if (failure.empty()) {
+        try {
+          if (step(active)) continue;
+        } catch (const std::exception& e) {
+          // A communicator_error from a step, or anything from the machine-wide `progress`
+          // (say, local ranks that disagree on a shape): the machine cannot go on.
+          die_(e.what());  // calls fail() back, unless the communicator is closing already
+          fail(e.what());  // so the next pass fails everything in both cases
+          continue;
+        }
+      } else {
+        if (!aborted) local_.abort(failure);
+        aborted = true;
+        fail_all(active, failure);
+        if (stopped) return;
+        // Dead: submit throws from now on; fail what was on its way in until shutdown.
+        bell.wait(seen, std::chrono::milliseconds(100));
+        continue;
+      }
+      auto next = clock::time_point::max();
+      for (auto& op : active) next = std::min(next, op->w.deadline);
+      auto timeout = std::chrono::nanoseconds(-1);
+      if (next != clock::time_point::max())
+        timeout = std::max(std::chrono::nanoseconds(0), next - clock::now()) +
+                  std::chrono::milliseconds(1);
+      bell.wait(seen, timeout);
+    }
+  }
+
+  // One pass over everything; true when anything moved. Throws what kills the communicator:
+  // a step's communicator_error, anything from `progress`, a deadline passed in a local step.
+  bool step(std::vector<operation_ptr>& active) {
+    bool progressed = false;
+    for (auto it = active.begin(); it != active.end();) {
+      operation& op = **it;
+      bool done = false;
+      try {
+        progressed |= advance(op, done);
+      } catch (const communicator_error&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail_one(op, std::current_exception(), e.what());
+        done = true;
+      }
+      if (done) {
+        it = active.erase(it);
+        progressed = true;
+      } else {
+        ++it;
+      }
+    }
+    if (local_.progress()) {
+      progressed = true;
+      ring();
+    }
+    const auto now = clock::now();
+    for (auto& op : active)
+      if (now > op->w.deadline && op->at != stage::network)  // the network names its servers
+        throw communicator_error(fmt::format("{} did not finish within its deadline "
+                                             "(BYTEPS_OP_TIMEOUT_MS): {}",
+                                             op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
+    return progressed;
+  }
+
+  // Moves `op` as far as it can go now; true if it moved. Sets `done` once it finished.
+  bool advance(operation& op, bool& done) {
+    switch (op.at) {
+      case stage::reduce_scatter: {
+        const auto s = local_.reduce_scatter(op.w, op.t->local, op.step);
+        if (s != local::step_status::done) return s == local::step_status::moved;
+        start_network(op);
+        op.at = stage::network;
+        return true;
+      }
+      case stage::network: {
+        for (auto& h : op.slices)
+          if (!h.ready()) return false;
+        for (auto& h : op.slices) {
+          try {
+            h.wait();
+          } catch (...) {
+            if (!op.w.error) op.w.error = std::current_exception();
+          }
+        }
+        op.at = stage::all_gather;
+        return true;
+      }
+      case stage::all_gather: {
+        const auto s = local_.all_gather(op.w, op.t->local, op.step);
+        if (s != local::step_status::done) return s == local::step_status::moved;
+        ++op.t->round;
+        finish(op, op.w.error);
+        done = true;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The network stage: each owned slice through the servers, in place in the host memory that
+  // reduce_scatter left at `work::owned`.
+  void start_network(operation& op) {
+    const local::work& w = op.w;
+    const auto esize = dtype_size(w.type);
+    const auto base = local::owned_range(w.count, local_.local_rank(), local_.local_size(),
+                                         cluster_.slices)
+                          .first;
+    const auto [first, last] =
+        local::owned_slices(local_.local_rank(), local_.local_size(), cluster_.slices);
+    for (int s = first; s < last; ++s) {
+      const auto [begin, end] = local::slice_range(w.count, s, cluster_.slices);
+      void* data = end > begin ? w.owned + (begin - base) * esize : nullptr;
+      auto h = network_(local::slice_name(w.name, s),
+                        fmt::format("{} (slice {} of {})", w.what, s, cluster_.slices), data,
+                        end - begin, w.type, w.opts, w.deadline);
+      h.when_done([this] { ring(); });
+      op.slices.push_back(std::move(h));
+    }
+  }
+
+  // `op` alone failed: a step threw something other than communicator_error.
+  void fail_one(operation& op, std::exception_ptr e, const std::string& why) {
+    wait_for_network(op);
+    {
+      std::lock_guard lock(mu_);
+      op.t->broken = why;
+    }
+    finish(op, op.w.error ? op.w.error : std::move(e));
+  }
+
+  void fail_all(std::vector<operation_ptr>& active, const std::string& why) {
+    for (auto& op : active) {
+      wait_for_network(*op);
+      auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
+      finish(*op, std::make_exception_ptr(communicator_error(text)));
+    }
+    active.clear();
+  }
+
+  // The communicator fails the slices of a dead operation; their handles complete once the
+  // transport let go of the memory they point into.
+  static void wait_for_network(operation& op) {
+    for (auto& h : op.slices) {
+      try {
+        h.wait_for(std::chrono::seconds(10));
+      } catch (...) {
+      }
+    }
+  }
+
+  void finish(operation& op, std::exception_ptr e) {
+    {
+      std::lock_guard lock(mu_);
+      op.t->busy = false;
+    }
+    op.w.state->finish(std::move(e));
+  }
+
+  L& local_;
+  network_fn network_;
+  die_fn die_;
+  local::cluster cluster_;
+  std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // the machine's doorbell
+  std::mutex mu_;
+  std::unordered_map<std::string, tensor> tensors_;  // node-based: operations point into it
+  std::deque<operation_ptr> incoming_;
+  std::string failure_;
+  bool started_ = false;
+  bool stopped_ = false;
+  std::thread stage_;
+};
+
+/// What a communicator runs for its local collective `L`: the engine above, or nothing at all
+/// for `is_identity` policies (their pipeline is the push and pull alone).
+struct no_local_stage {
+  template <class... Args>
+  explicit no_local_stage(Args&&...) {}
+};
+
+template <class L, bool identity = L::is_identity>
+struct local_stage_of {
+  using type = local_stage<L>;
+};
+template <class L>
+struct local_stage_of<L, true> {
+  using type = no_local_stage;
+};
+template <class L>
+using local_stage_for = typename local_stage_of<L>::type;
+
+}  // namespace bps::worker
