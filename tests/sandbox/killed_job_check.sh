@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the sandbox fixture (sandbox.sh) on a real case: a suite of one byteps-launch job that
-# CTest kills at its 5 s timeout (tests/sandbox/killed_job). CTest's SIGKILL gives the job's
+# CTest kills at its 15 s timeout (tests/sandbox/killed_job; 15 s so that a loaded machine still
+# starts the job before it). CTest's SIGKILL gives the job's
 # traps no chance to run, so its temporary folder and a shared-memory segment its worker made
 # stay behind; the fixture's cleanup must remove them, say so, and leave no process running.
 #   killed_job_check.sh BYTEPS_LAUNCH BYTEPS_SERVER

@@ -13,6 +13,12 @@
 /// leave (a segment some local rank never opened) are listed in the machine's control segment
 /// and unlinked by every local rank when it shuts down, also after an error.
 ///
+/// Failures: a local rank whose operation fails after its copy in marks the tensor failed in
+/// its segment (`abandon`, or `all_gather` after a server refused its slices); the others then
+/// fail that operation with a `usage_error` ("another local rank of this machine failed on this
+/// tensor"), as `local::nccl` does, and the tensor is refused from then on. A segment that
+/// cannot be made or met (`communicator_error`) fails the machine.
+///
 /// @par Thread Safety
 /// The steps run on the worker's one stage thread.
 
@@ -137,7 +143,15 @@ class host {
                        arriving ? "have not called it" : "have not got their slices back");
   }
 
-  void abort(const std::string&) noexcept {}  // the other local ranks time out on their own
+  void abort(const std::string&) noexcept {}
+
+  /// An operation that got past its copy in failed here: the tensor is done for every local
+  /// rank, which the others learn at once instead of at their deadline.
+  void abandon(work&, tensor_state& t, step_state& s) noexcept {
+    if (s == step_state::arrive || t.failed == nullptr) return;
+    t.failed->store(1);
+    ring();
+  }
 
   void shutdown() {
     // Names some local rank may never map (the job ended early): gone now.

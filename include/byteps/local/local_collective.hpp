@@ -39,6 +39,9 @@
 ///   exception when only this operation failed (the engine fails it, and refuses the tensor
 ///   afterwards since its local ranks may no longer agree on its rounds).
 /// - `waiting_for` says what an operation past its deadline still waits for.
+/// - `abandon` is called for each operation that fails before its steps are done (the engine
+///   has let go of it afterwards): it tells the other local ranks, where they would otherwise
+///   wait for it until their deadline, and forgets what the policy kept of it.
 /// - `shutdown()` frees what the policy holds (shared memory included); it is idempotent.
 
 #include <atomic>
@@ -150,6 +153,7 @@ concept LocalSteps =
       { cl.waiting_for(cw, ct, cs) } -> std::convertible_to<std::string>;
       { l.bell_word() } -> std::same_as<std::atomic<std::uint32_t>*>;
       l.abort(why);
+      l.abandon(w, t, s);
     };
 
 template <class L>

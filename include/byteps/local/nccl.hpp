@@ -263,6 +263,13 @@ class nccl {
     }
   }
 
+  /// A failed operation: forget it, so that an order for it is refused rather than issued on
+  /// a record the engine let go of. (The board's poisoning tells the other local ranks.)
+  void abandon(work& w, tensor_state&, step_state&) noexcept {
+    if (auto it = awaiting_.find(w.key); it != awaiting_.end() && it->second.w == &w)
+      awaiting_.erase(it);
+  }
+
   /// After the worker's stage thread ended: the device resources go, on the caller's thread.
   void shutdown() {
     attached_.store(false, std::memory_order_release);

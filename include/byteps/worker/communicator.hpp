@@ -294,6 +294,7 @@ class Communicator {
       std::lock_guard lock(mu_);
       if (closing_) return;
       closing_ = true;
+      if constexpr (!L::is_identity) stage_.close();
       for (auto& op : ops_.active())
         ops_.fail(op, std::make_exception_ptr(communicator_error(
                           op->what + ": the communicator was shut down before it finished")));

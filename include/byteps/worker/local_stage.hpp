@@ -116,16 +116,32 @@ class local_stage {
     ring();
   }
 
-  /// Fails what is in flight and ends the stage thread. Idempotent.
+  /// The communicator is leaving the job: what is in flight fails (the machine's collective is
+  /// aborted only if something was), later calls are refused. Idempotent.
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+      if (failure_.empty()) failure_ = "the communicator was shut down before it finished";
+    }
+    ring();
+  }
+
+  /// Closes, ends the stage thread, and lets go of the tensors' state (their shared memory)
+  /// before the policy shuts down. Idempotent.
   void stop() {
+    close();
     {
       std::lock_guard lock(mu_);
       if (stopped_) return;
       stopped_ = true;
-      if (failure_.empty()) failure_ = "the communicator was shut down before it finished";
     }
     ring();
     if (stage_.joinable()) stage_.join();
+    // Nothing rings the policy's doorbell from here on: the policy may unmap it.
+    bell_word_.store(nullptr, std::memory_order_release);
+    std::lock_guard lock(mu_);
+    tensors_.clear();
   }
 
  private:
@@ -176,7 +192,8 @@ class local_stage {
     throw_if_closed_locked(what);
   }
   void throw_if_closed_locked(const std::string& what) const {
-    if (stopped_) throw usage_error(what + ": this communicator was shut down; create a new one");
+    if (stopped_ || closing_)
+      throw usage_error(what + ": this communicator was shut down; create a new one");
     if (!failure_.empty()) throw communicator_error("this communicator is dead: " + failure_);
     if (!started_)
       throw usage_error(what + ": the local stage has not started (the communicator starts it "
@@ -195,13 +212,13 @@ class local_stage {
     for (;;) {
       const auto seen = bell.value();
       std::string failure;
-      bool stopped;
+      bool stopped, closing;
       {
         std::lock_guard lock(mu_);
         for (auto& op : incoming_) active.push_back(std::move(op));
         incoming_.clear();
         stopped = stopped_;
-        // A clean shutdown with nothing in flight leaves the other local ranks alone.
+        closing = closing_;
         if (stopped && active.empty()) return;
         failure = failure_;
       }
@@ -216,8 +233,11 @@ class local_stage {
           continue;
         }
       } else {
-        if (!aborted) local_.abort(failure);
-        aborted = true;
+        // A clean shutdown with nothing in flight leaves the other local ranks alone.
+        if (!aborted && !(closing && active.empty())) {
+          local_.abort(failure);
+          aborted = true;
+        }
         fail_all(active, failure);
         if (stopped) return;
         // Dead: submit throws from now on; fail what was on its way in until shutdown.
@@ -328,6 +348,7 @@ class local_stage {
   // `op` alone failed: a step threw something other than communicator_error.
   void fail_one(operation& op, std::exception_ptr e, const std::string& why) {
     wait_for_network(op);
+    local_.abandon(op.w, op.t->local, op.step);
     {
       std::lock_guard lock(mu_);
       op.t->broken = why;
@@ -338,6 +359,7 @@ class local_stage {
   void fail_all(std::vector<operation_ptr>& active, const std::string& why) {
     for (auto& op : active) {
       wait_for_network(*op);
+      local_.abandon(op->w, op->t->local, op->step);
       auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
       finish(*op, std::make_exception_ptr(communicator_error(text)));
     }
@@ -372,6 +394,7 @@ class local_stage {
   std::unordered_map<std::string, tensor> tensors_;  // node-based: operations point into it
   std::deque<operation_ptr> incoming_;
   std::string failure_;
+  bool closing_ = false;
   bool started_ = false;
   bool stopped_ = false;
   std::thread stage_;
