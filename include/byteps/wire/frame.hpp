@@ -85,6 +85,9 @@ constexpr std::string_view msg_name(msg m) noexcept {
 /// Flags of an `error` frame.
 inline constexpr std::uint32_t flag_fatal = 1;  ///< the cluster is broken (a peer died)
 inline constexpr std::uint32_t flag_usage = 2;  ///< the request was wrong (shape mismatch, ...)
+/// Flag of a `push` frame: the worker records this push in its timeline (detail/trace.hpp), so
+/// the server records its side too. Servers that do not trace ignore it.
+inline constexpr std::uint32_t flag_traced = 4;
 
 struct header {
   msg type = msg::hello;
