@@ -67,6 +67,17 @@ TEST_CASE("trace: the step window holds rounds START .. END-1 of the first tenso
   CHECK(other_in == std::vector<bool>{false, false, true, true, false, false});
 }
 
+TEST_CASE("trace: broadcasts do not set the step; the first push_pulled tensor does", "[trace]") {
+  temp_dir dir;
+  bps::detail::trace_recorder rec(trace_config(dir.path, 0, 2), bps::role::worker);
+  CHECK_FALSE(rec.in_window(9, 0, false));  // a broadcast before any push_pull: no step yet
+  CHECK(rec.in_window(5, 0));               // the first push_pulled tensor: step 0
+  CHECK(rec.in_window(9, 1, false));        // still step 0
+  CHECK(rec.in_window(5, 1));
+  CHECK_FALSE(rec.in_window(5, 2));
+  CHECK_FALSE(rec.in_window(9, 0, false));  // step 2: outside
+}
+
 TEST_CASE("trace: an empty window (START == END) records nothing", "[trace]") {
   temp_dir dir;
   bps::detail::trace_recorder rec(trace_config(dir.path, 3, 3), bps::role::worker);

@@ -87,8 +87,8 @@ struct Config {
   int io_threads = 1;                            ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
   bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
 
-  // The timeline (detail/trace.hpp). A step is a round of the first tensor a worker pushes, as
-  // in BytePS; steps start_step .. end_step-1 are recorded, and written at shutdown.
+  // The timeline (detail/trace.hpp). A step is a round of the first tensor a worker push_pulls,
+  // as in BytePS; steps start_step .. end_step-1 are recorded, and written at shutdown.
   bool trace_on = false;                         ///< BYTEPS_TRACE_ON
   int trace_start_step = 10;                     ///< BYTEPS_TRACE_START_STEP
   int trace_end_step = 20;                       ///< BYTEPS_TRACE_END_STEP (first step not recorded)

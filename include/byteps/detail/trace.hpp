@@ -18,7 +18,8 @@
 /// - `otherData`: the role, rank, step window and the node's clock offset to the scheduler,
 ///   which `byteps-trace merge` adds to every timestamp to put all nodes on one clock.
 ///
-/// A step is a round of the first tensor the worker pushed (BytePS's definition); operations
+/// A step is a round of the first tensor the worker push_pulled (BytePS's definition; broadcasts
+/// do not count, as they run once, before training); operations
 /// that begin while that tensor is in steps BYTEPS_TRACE_START_STEP .. BYTEPS_TRACE_END_STEP-1
 /// are recorded. Workers mark the pushes they trace (`wire::flag_traced`), and servers trace
 /// exactly those, so both ends of every flow are in the files.
@@ -96,11 +97,12 @@ class trace_recorder {
     return wire_rank_;
   }
 
-  /// Whether an operation on tensor `key` in its round `round` is in the step window: the first
-  /// tensor ever seen sets the step.
-  bool in_window(std::uint64_t key, std::uint64_t round) {
+  /// Whether an operation on tensor `key` in its round `round` is in the step window. The first
+  /// tensor seen that `counts_steps` sets the step (a broadcast, done once at the start, does
+  /// not: the step would never advance); before it, no step is in the window.
+  bool in_window(std::uint64_t key, std::uint64_t round, bool counts_steps = true) {
     std::lock_guard lock(mu_);
-    if (!have_first_) {
+    if (!have_first_ && counts_steps) {
       have_first_ = true;
       first_key_ = key;
     }

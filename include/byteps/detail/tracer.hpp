@@ -53,7 +53,7 @@ class tracer {
   /// Operation `op` on tensor `tensor` (round `round`, `parts` partitions) starts. Traced (it
   /// gets `op.trace`) when it is in the step window.
   void begin(op_state& op, const std::string& tensor, std::uint64_t round, std::size_t parts) {
-    if (!rec_ || !rec_->in_window(op.key, round)) return;
+    if (!rec_ || !rec_->in_window(op.key, round, !tensor.starts_with("broadcast:"))) return;
     auto t = std::make_shared<op_trace>();
     t->begun_ns = steady_ns();
     t->round = round;
