@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trace/plot.hpp"
 #include "trace/trace_job.hpp"
 
 namespace {
@@ -25,6 +26,8 @@ void usage(std::FILE* out) {
                "  byteps-trace summary DIR|FILE [--top N]\n"
                "                                       time per stage, the N (default 5) slowest\n"
                "                                       tensors and servers\n"
+               "  byteps-trace plot DIR|FILE -o PNG    a picture of the trace, a row per lane\n"
+               "                                       (needs gnuplot: gnuplot-nox)\n"
                "  byteps-trace --help\n\n"
                "DIR is the job's BYTEPS_TRACE_DIR, holding worker-<rank>.json and\n"
                "server-<rank>.json (written when each node shuts down). Record a trace with\n"
@@ -95,6 +98,29 @@ int summary(const std::vector<std::string_view>& args) {
   return 0;
 }
 
+int plot(const std::vector<std::string_view>& args) {
+  std::string what, out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "-o" || args[i] == "--output") {
+      if (i + 1 >= args.size()) return usage_error("-o needs a file name");
+      out = args[++i];
+    } else if (what.empty() && !args[i].starts_with("-")) {
+      what = args[i];
+    } else {
+      return usage_error(fmt::format("plot: unexpected argument '{}'", args[i]));
+    }
+  }
+  if (what.empty() || out.empty())
+    return usage_error("plot needs a folder of timeline files or a merged file, and -o PNG");
+  if (out.find('\'') != std::string::npos)
+    return usage_error("plot: the PNG's name must not contain a single quote (gnuplot's quote)");
+  const auto job = std::filesystem::is_directory(what) ? tool::merge(tool::read_dir(what))
+                                                       : tool::read_json_file(what);
+  tool::plot(job, out);
+  std::printf("byteps-trace: drew %s\n", out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,9 +137,11 @@ int main(int argc, char** argv) {
   try {
     if (args[0] == "merge") return merge(rest);
     if (args[0] == "summary") return summary(rest);
+    if (args[0] == "plot") return plot(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "byteps-trace: %s\n", e.what());
     return 1;
   }
-  return usage_error(fmt::format("unknown command '{}': expected merge or summary", args[0]));
+  return usage_error(
+      fmt::format("unknown command '{}': expected merge, summary or plot", args[0]));
 }

@@ -31,6 +31,14 @@ tensors=${BASH_REMATCH[2]} started=${BASH_REMATCH[3]} finished=${BASH_REMATCH[4]
 [[ $("$tool" summary "$dir/trace" | head -n 1) == "$first" ]] ||
   fail "summary of the folder differs from summary of the merged file"
 
+# The picture: a PNG when gnuplot is there, else an error that says what to install.
+if command -v gnuplot >/dev/null; then
+  "$tool" plot "$dir/job.json" -o "$dir/job.png"
+  [[ $(head -c 8 "$dir/job.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+    fail "byteps-trace plot did not write a PNG"
+  [[ ! -e $dir/job.png.dat && ! -e $dir/job.png.gp ]] || fail "plot left its gnuplot files behind"
+fi
+
 expect_status() {  # expect_status STATUS TEXT COMMAND...
   local want=$1 text=$2 status=0 err
   shift 2
@@ -40,6 +48,7 @@ expect_status() {  # expect_status STATUS TEXT COMMAND...
 }
 "$tool" --help | grep -q "byteps-trace merge DIR" || fail "--help does not show merge"
 expect_status 2 "unknown command 'mergee'" "$tool" mergee "$dir/trace"
+expect_status 2 "plot needs a folder of timeline files or a merged file, and -o PNG" "$tool" plot "$dir/trace"
 expect_status 2 "--top 'x' is not a whole number" "$tool" summary "$dir/trace" --top x
 expect_status 1 "is not a folder" "$tool" merge "$dir/none"
 mkdir "$dir/empty"
