@@ -2,7 +2,6 @@
 // worker and server, in BYTEPS_TRACE_DIR), merges them onto the scheduler's clock, and says where
 // the time went.
 #include <byteps/version.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -16,25 +15,26 @@
 namespace {
 
 void usage(std::FILE* out) {
-  std::fprintf(out,
-               "byteps-trace %s: the timeline of a byteps job.\n\n"
-               "Usage:\n"
-               "  byteps-trace merge DIR [-o FILE]     one Chrome trace for the job, every node's\n"
-               "                                       spans on the scheduler's clock (FILE\n"
-               "                                       defaults to DIR/job.json); open it in\n"
-               "                                       https://ui.perfetto.dev or chrome://tracing\n"
-               "  byteps-trace summary DIR|FILE [--top N]\n"
-               "                                       time per stage, the N (default 5) slowest\n"
-               "                                       tensors and servers\n"
-               "  byteps-trace plot DIR|FILE -o PNG    a picture of the trace, a row per lane\n"
-               "                                       (needs gnuplot: gnuplot-nox)\n"
-               "  byteps-trace --help\n\n"
-               "DIR is the job's BYTEPS_TRACE_DIR, holding worker-<rank>.json and\n"
-               "server-<rank>.json (written when each node shuts down). Record a trace with\n"
-               "BYTEPS_TRACE_ON=1 on every node; BYTEPS_TRACE_START_STEP and\n"
-               "BYTEPS_TRACE_END_STEP choose the steps (docs/env.md).\n\n"
-               "Exit status: 0 done, 1 the files could not be read or written, 2 usage error.\n",
-               bps::version);
+  std::fprintf(
+      out,
+      "byteps-trace %s: the timeline of a byteps job.\n\n"
+      "Usage:\n"
+      "  byteps-trace merge DIR [-o FILE]     one Chrome trace for the job, every node's\n"
+      "                                       spans on the scheduler's clock (FILE\n"
+      "                                       defaults to DIR/job.json); open it in\n"
+      "                                       https://ui.perfetto.dev or chrome://tracing\n"
+      "  byteps-trace summary DIR|FILE [--top N]\n"
+      "                                       time per stage, the N (default 5) slowest\n"
+      "                                       tensors and servers\n"
+      "  byteps-trace plot DIR|FILE -o PNG    a picture of the trace, a row per lane\n"
+      "                                       (needs gnuplot: gnuplot-nox)\n"
+      "  byteps-trace --help\n\n"
+      "DIR is the job's BYTEPS_TRACE_DIR, holding worker-<rank>.json and\n"
+      "server-<rank>.json (written when each node shuts down). Record a trace with\n"
+      "BYTEPS_TRACE_ON=1 on every node; BYTEPS_TRACE_START_STEP and\n"
+      "BYTEPS_TRACE_END_STEP choose the steps (docs/env.md).\n\n"
+      "Exit status: 0 done, 1 the files could not be read or written, 2 usage error.\n",
+      bps::version);
 }
 
 int usage_error(const std::string& what) {
@@ -69,9 +69,8 @@ int merge(const std::vector<std::string_view>& args) {
   std::printf("byteps-trace: merged %zu nodes (%zu events) into %s\n", nodes.size(), events,
               out.c_str());
   for (const auto& n : nodes)
-    std::printf("  %-12s clock offset %+.3f ms (round trip %.3f ms, %d samples)\n",
-                n.name.c_str(), n.clock_offset_us / 1000, n.clock_rtt_us / 1000,
-                n.clock_samples);
+    std::printf("  %-12s clock offset %+.3f ms (round trip %.3f ms, %d samples)\n", n.name.c_str(),
+                n.clock_offset_us / 1000, n.clock_rtt_us / 1000, n.clock_samples);
   return 0;
 }
 
@@ -142,6 +141,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "byteps-trace: %s\n", e.what());
     return 1;
   }
-  return usage_error(
-      fmt::format("unknown command '{}': expected merge, summary or plot", args[0]));
+  return usage_error(fmt::format("unknown command '{}': expected merge, summary or plot", args[0]));
 }

@@ -1,18 +1,16 @@
 // The timeline of a whole job: 2 workers and 2 servers record steps 1 and 2 of 5; every file is
 // parsed and its spans, lanes and flows checked against what the job did, then merged and
 // summarised as byteps-trace does.
-#include "cluster.hpp"
-
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cluster.hpp"
 #include "trace/trace_job.hpp"
 
 using namespace bps;
@@ -69,9 +67,10 @@ void check_sequence(const std::vector<span>& spans, const std::vector<std::strin
 
 }  // namespace
 
-TEST_CASE("timeline: 2 workers x 2 servers trace steps 1-2; spans nest, flows pair, merge and "
-          "summary count them",
-          "[cluster][trace]") {
+TEST_CASE(
+    "timeline: 2 workers x 2 servers trace steps 1-2 - spans nest, flows pair, merge and "
+    "summary count them",
+    "[cluster][trace]") {
   const fs::path dir = fs::temp_directory_path() / ("bps-trace-job-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   auto cfg = test::base_config(2, 2);
@@ -105,15 +104,15 @@ TEST_CASE("timeline: 2 workers x 2 servers trace steps 1-2; spans nest, flows pa
 
   std::set<std::string> files;
   for (const auto& f : fs::directory_iterator(dir)) files.insert(f.path().filename().string());
-  CHECK(files == std::set<std::string>{"server-0.json", "server-1.json", "worker-0.json",
-                                       "worker-1.json"});
+  CHECK(files ==
+        std::set<std::string>{"server-0.json", "server-1.json", "worker-0.json", "worker-1.json"});
   const auto nodes = trace_tool::read_dir(dir.string());
   REQUIRE(nodes.size() == 4);
 
   std::map<std::string, std::size_t> server_stage_spans;
   for (const auto& n : nodes) {
     INFO(n.path);
-    CHECK(n.clock_samples >= 3);                       // the probes at connect, at least
+    CHECK(n.clock_samples >= 3);  // the probes at connect, at least
     CHECK(std::abs(n.clock_offset_us) <= n.clock_rtt_us / 2 + 1000);  // one steady clock here
     const auto spans = spans_of(n.doc);
     if (n.name.starts_with("server")) {
@@ -127,8 +126,10 @@ TEST_CASE("timeline: 2 workers x 2 servers trace steps 1-2; spans nest, flows pa
     std::map<std::string, std::size_t> stage_count;
     for (const auto& s : spans) {
       CHECK((s.round == 1 || s.round == 2));
-      if (s.name == s.lane) tensor_spans[{s.name, s.round}] = s;
-      else ++stage_count[s.name];
+      if (s.name == s.lane)
+        tensor_spans[{s.name, s.round}] = s;
+      else
+        ++stage_count[s.name];
     }
     CHECK(tensor_spans.size() == 2 * traced_rounds);
     CHECK(stage_count == std::map<std::string, std::size_t>{{"queue", traced_rounds * parts},
@@ -200,8 +201,9 @@ TEST_CASE("timeline: 2 workers x 2 servers trace steps 1-2; spans nest, flows pa
   REQUIRE(s.servers.size() == 2);
   CHECK(s.servers[0].partitions + s.servers[1].partitions == per_stage);
   const auto report = trace_tool::format_summary(s, 5);
-  CHECK(report.starts_with(fmt::format("4 nodes, {} spans ({} tensor operations), {} flows "
-                                       "started, {} finished, {} paired",
-                                       s.spans, s.tensor_spans, flows, flows, flows)));
+  CHECK(
+      report.starts_with(fmt::format("4 nodes, {} spans ({} tensor operations), {} flows "
+                                     "started, {} finished, {} paired",
+                                     s.spans, s.tensor_spans, flows, flows, flows)));
   fs::remove_all(dir);
 }

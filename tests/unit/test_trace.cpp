@@ -1,10 +1,8 @@
-#include <byteps/detail/tracer.hpp>
-
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <atomic>
+#include <byteps/detail/tracer.hpp>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,16 +16,16 @@
 namespace {
 
 namespace fs = std::filesystem;
-using bps_test::contains;
 using bps::trace_tool::json;
+using bps_test::contains;
 
 // A fresh folder under TMPDIR (the test sandbox under CTest), removed at the end.
 struct temp_dir {
   fs::path path;
   temp_dir() {
     static std::atomic<int> n{0};
-    path = fs::temp_directory_path() / ("bps-trace-unit-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(n++));
+    path = fs::temp_directory_path() /
+           ("bps-trace-unit-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
     fs::remove_all(path);
   }
   ~temp_dir() { fs::remove_all(path); }
@@ -52,8 +50,7 @@ std::vector<const json*> events_named(const json& doc, const std::string& ph,
 
 }  // namespace
 
-TEST_CASE("trace: the step window holds rounds START .. END-1 of the first tensor",
-          "[trace]") {
+TEST_CASE("trace: the step window holds rounds START .. END-1 of the first tensor", "[trace]") {
   temp_dir dir;
   bps::detail::trace_recorder rec(trace_config(dir.path, 2, 4), bps::role::worker);
   const std::uint64_t first = 111, other = 222;
@@ -67,7 +64,7 @@ TEST_CASE("trace: the step window holds rounds START .. END-1 of the first tenso
   CHECK(other_in == std::vector<bool>{false, false, true, true, false, false});
 }
 
-TEST_CASE("trace: broadcasts do not set the step; the first push_pulled tensor does", "[trace]") {
+TEST_CASE("trace: broadcasts do not set the step, the first push_pulled tensor does", "[trace]") {
   temp_dir dir;
   bps::detail::trace_recorder rec(trace_config(dir.path, 0, 2), bps::role::worker);
   CHECK_FALSE(rec.in_window(9, 0, false));  // a broadcast before any push_pull: no step yet
@@ -164,14 +161,14 @@ TEST_CASE("trace: one worker operation becomes nested spans and flow starts in C
   std::map<double, std::string> lanes;
   for (const auto* m : events_named(doc, "M", "thread_name"))
     lanes[m->number_or("tid", 0)] = m->find("args")->string_or("name", "");
-  CHECK(lanes == std::map<double, std::string>{{1, "w\"eird"}, {2, "w\"eird part 0"},
-                                               {3, "w\"eird part 1"}});
+  CHECK(lanes == std::map<double, std::string>{
+                     {1, "w\"eird"}, {2, "w\"eird part 0"}, {3, "w\"eird part 1"}});
 }
 
 TEST_CASE("trace: clock_sync keeps the sample with the shortest round trip", "[trace]") {
   bps::detail::clock_sync c;
   CHECK(c.best().samples == 0);
-  c.sample(1000, 51000, 3000);   // rtt 2000: offset 51000 - 2000 = 49000
+  c.sample(1000, 51000, 3000);    // rtt 2000: offset 51000 - 2000 = 49000
   c.sample(10000, 60400, 10800);  // rtt 800: offset 60400 - 10400 = 50000
   c.sample(20000, 70000, 29000);  // rtt 9000
   c.sample(5000, 0, 4000);        // answer before the probe left: ignored

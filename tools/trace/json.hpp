@@ -4,6 +4,8 @@
 // The library's headers write their trace files without it (detail/trace.hpp); only the tool
 // and its tests read JSON, so byteps takes no JSON dependency.
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -11,8 +13,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace bps::trace_tool {
 
@@ -74,8 +74,8 @@ class json_parser {
   [[noreturn]] void fail(std::string_view why) const {
     std::size_t line = 1;
     for (std::size_t i = 0; i < p_ && i < s_.size(); ++i) line += s_[i] == '\n';
-    throw std::runtime_error(fmt::format("{}: not valid JSON at line {} (byte {}): {}", what_,
-                                         line, p_, why));
+    throw std::runtime_error(
+        fmt::format("{}: not valid JSON at line {} (byte {}): {}", what_, line, p_, why));
   }
   void skip_space() {
     while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\n' || s_[p_] == '\r' || s_[p_] == '\t'))
@@ -136,7 +136,8 @@ class json_parser {
     } else {
       v.type = json::kind::number;
       const std::size_t start = p_;
-      while (p_ < s_.size() && std::string_view("+-0123456789.eE").find(s_[p_]) != std::string_view::npos)
+      while (p_ < s_.size() &&
+             std::string_view("+-0123456789.eE").find(s_[p_]) != std::string_view::npos)
         ++p_;
       v.text = std::string(s_.substr(start, p_ - start));
       char* end = nullptr;
@@ -158,11 +159,21 @@ class json_parser {
       if (p_ >= s_.size()) break;
       c = s_[p_++];
       switch (c) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
         case 'u': {
           if (p_ + 4 > s_.size()) fail("a \\u escape needs 4 hex digits");
           const auto code = std::strtoul(std::string(s_.substr(p_, 4)).c_str(), nullptr, 16);
@@ -179,7 +190,8 @@ class json_parser {
           }
           break;
         }
-        default: out += c;  // \" \\ \/
+        default:
+          out += c;  // \" \\ \/
       }
     }
     if (p_ >= s_.size()) fail("a string is not closed");
@@ -198,16 +210,24 @@ inline json parse_json(std::string_view text, std::string what) {
 
 inline void write_json(const json& v, std::string& out) {
   switch (v.type) {
-    case json::kind::null: out += "null"; return;
-    case json::kind::boolean: out += v.boolean ? "true" : "false"; return;
-    case json::kind::number: out += v.text; return;
+    case json::kind::null:
+      out += "null";
+      return;
+    case json::kind::boolean:
+      out += v.boolean ? "true" : "false";
+      return;
+    case json::kind::number:
+      out += v.text;
+      return;
     case json::kind::string:
       out += '"';
       for (char c : v.text) {
-        if (c == '"' || c == '\\') out += {'\\', c};
+        if (c == '"' || c == '\\')
+          out += {'\\', c};
         else if (static_cast<unsigned char>(c) < 0x20)
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        else out += c;
+        else
+          out += c;
       }
       out += '"';
       return;

@@ -3,6 +3,8 @@
 // (Debian's gnuplot-nox, which the benchmarks' plots use too): one row per lane, top to bottom
 // in the order of the files (workers, then servers), a bar per span coloured by its stage.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "json.hpp"
 
 namespace bps::trace_tool {
@@ -24,8 +24,8 @@ namespace bps::trace_tool {
 /// The colour of each stage (and of a tensor's whole span), in the legend's order.
 inline const std::vector<std::pair<std::string, unsigned>>& stage_colours() {
   static const std::vector<std::pair<std::string, unsigned>> colours = {
-      {"tensor", 0xb0b0b0}, {"queue", 0xe6c300}, {"push", 0x1f77b4}, {"pull", 0x2ca02c},
-      {"receive", 0x17becf}, {"sum", 0xd62728}, {"wait", 0xe0e0e0}, {"answer", 0x9467bd}};
+      {"tensor", 0xb0b0b0},  {"queue", 0xe6c300}, {"push", 0x1f77b4}, {"pull", 0x2ca02c},
+      {"receive", 0x17becf}, {"sum", 0xd62728},   {"wait", 0xe0e0e0}, {"answer", 0x9467bd}};
   return colours;
 }
 
@@ -36,7 +36,8 @@ inline void plot(const json& job, const std::string& png, int width = 1600) {
   std::map<std::pair<int, int>, std::string> lane_names;
   for (const auto& e : job.find("traceEvents")->items) {
     if (e.string_or("ph", "") != "M") continue;
-    const int pid = static_cast<int>(e.number_or("pid", 0)), tid = static_cast<int>(e.number_or("tid", 0));
+    const int pid = static_cast<int>(e.number_or("pid", 0)),
+              tid = static_cast<int>(e.number_or("tid", 0));
     const auto name = e.find("args") ? e.find("args")->string_or("name", "") : std::string();
     if (e.string_or("name", "") == "process_name") processes[pid] = name;
     if (e.string_or("name", "") == "thread_name") lane_names[{pid, tid}] = name;
@@ -55,15 +56,19 @@ inline void plot(const json& job, const std::string& png, int width = 1600) {
     for (const auto& [s, c] : stage_colours())
       if (s == stage) colour = c;
     const double ts = e.number_or("ts", 0), dur = e.number_or("dur", 0);
-    bars.push_back({{static_cast<int>(e.number_or("pid", 0)), static_cast<int>(e.number_or("tid", 0))},
-                    ts, ts + dur, colour});
+    bars.push_back(
+        {{static_cast<int>(e.number_or("pid", 0)), static_cast<int>(e.number_or("tid", 0))},
+         ts,
+         ts + dur,
+         colour});
     first = std::min(first, ts);
     last = std::max(last, ts + dur);
   }
   if (bars.empty()) throw std::runtime_error("the trace holds no spans to draw");
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-    throw std::runtime_error("gnuplot is not on PATH: install gnuplot-nox (apt-get install "
-                             "gnuplot-nox, or scripts/install-bench-deps.sh) to draw a picture");
+    throw std::runtime_error(
+        "gnuplot is not on PATH: install gnuplot-nox (apt-get install "
+        "gnuplot-nox, or scripts/install-bench-deps.sh) to draw a picture");
   std::map<std::pair<int, int>, int> row;  // lane -> row, top (highest) first
   for (const auto& b : bars) row[b.lane] = 0;
   int next = static_cast<int>(row.size());

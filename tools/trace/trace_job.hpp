@@ -3,6 +3,8 @@
 // timeline files of a job's nodes (detail/trace.hpp writes them), merge them onto the
 // scheduler's clock, and summarise where the time went.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -15,8 +17,6 @@
 #include <tuple>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "json.hpp"
 
 namespace bps::trace_tool {
@@ -24,8 +24,8 @@ namespace bps::trace_tool {
 /// One node's file.
 struct node_file {
   std::string path;
-  std::string name;             ///< "worker 0"
-  double clock_offset_us = 0;   ///< scheduler clock = this node's clock + offset
+  std::string name;            ///< "worker 0"
+  double clock_offset_us = 0;  ///< scheduler clock = this node's clock + offset
   double clock_rtt_us = 0;
   int clock_samples = 0;
   json doc;
@@ -39,8 +39,8 @@ inline json read_json_file(const std::string& path) {
   json doc = parse_json(text.str(), path);
   const json* events = doc.find("traceEvents");
   if (doc.type != json::kind::object || events == nullptr || events->type != json::kind::array)
-    throw std::runtime_error(fmt::format("{} is not a Chrome trace: no \"traceEvents\" array",
-                                         path));
+    throw std::runtime_error(
+        fmt::format("{} is not a Chrome trace: no \"traceEvents\" array", path));
   return doc;
 }
 
@@ -50,9 +50,10 @@ inline node_file read_node_file(const std::string& path) {
   n.doc = read_json_file(path);
   const json* other = n.doc.find("otherData");
   if (other == nullptr || other->find("clock_offset_us") == nullptr)
-    throw std::runtime_error(fmt::format("{} holds no clock offset (otherData.clock_offset_us): "
-                                         "is it a byteps node's timeline?",
-                                         path));
+    throw std::runtime_error(
+        fmt::format("{} holds no clock offset (otherData.clock_offset_us): "
+                    "is it a byteps node's timeline?",
+                    path));
   n.name = other->string_or("byteps_node", std::filesystem::path(path).stem().string());
   n.clock_offset_us = other->number_or("clock_offset_us", 0);
   n.clock_rtt_us = other->number_or("clock_rtt_us", 0);
@@ -64,9 +65,10 @@ inline node_file read_node_file(const std::string& path) {
 inline std::vector<node_file> read_dir(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("{} is not a folder (give the BYTEPS_TRACE_DIR of the "
-                                         "job)",
-                                         dir));
+    throw std::runtime_error(
+        fmt::format("{} is not a folder (give the BYTEPS_TRACE_DIR of the "
+                    "job)",
+                    dir));
   static const std::regex node_name(R"((worker|server)-(\d+)\.json)");
   std::vector<std::tuple<int, int, std::string>> found;  // (role, rank, path)
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -76,11 +78,12 @@ inline std::vector<node_file> read_dir(const std::string& dir) {
       found.emplace_back(m[1] == "worker" ? 0 : 1, std::stoi(m[2]), entry.path().string());
   }
   if (found.empty())
-    throw std::runtime_error(fmt::format("{} holds no worker-<rank>.json or server-<rank>.json; "
-                                         "did the job run with BYTEPS_TRACE_ON=1 and this "
-                                         "BYTEPS_TRACE_DIR, and end (files are written at "
-                                         "shutdown)?",
-                                         dir));
+    throw std::runtime_error(
+        fmt::format("{} holds no worker-<rank>.json or server-<rank>.json; "
+                    "did the job run with BYTEPS_TRACE_ON=1 and this "
+                    "BYTEPS_TRACE_DIR, and end (files are written at "
+                    "shutdown)?",
+                    dir));
   std::sort(found.begin(), found.end());
   std::vector<node_file> nodes;
   for (const auto& [r, rank, path] : found) nodes.push_back(read_node_file(path));
@@ -103,7 +106,8 @@ inline json merge(const std::vector<node_file>& nodes) {
     }
     json a;
     a.type = json::kind::object;
-    a.members = {{"node", json::of(n.name)}, {"file", json::of(n.path)},
+    a.members = {{"node", json::of(n.name)},
+                 {"file", json::of(n.path)},
                  {"clock_offset_us", json::of(n.clock_offset_us)},
                  {"clock_rtt_us", json::of(n.clock_rtt_us)},
                  {"clock_samples", json::of(n.clock_samples, 0)}};
@@ -138,9 +142,9 @@ struct server_stats {
 struct summary {
   std::size_t nodes = 0, spans = 0, tensor_spans = 0, flows_started = 0, flows_finished = 0,
               flows_paired = 0;
-  std::vector<stage_stats> stages;     // workers' stages, then servers'
-  std::vector<tensor_stats> tensors;   // slowest (mean) first
-  std::vector<server_stats> servers;   // slowest round trip first
+  std::vector<stage_stats> stages;    // workers' stages, then servers'
+  std::vector<tensor_stats> tensors;  // slowest (mean) first
+  std::vector<server_stats> servers;  // slowest round trip first
 };
 
 /// Where the time went in a job's trace (`merge`'s output, or a single node's file).
@@ -150,13 +154,18 @@ inline summary summarize(const json& job) {
   std::map<std::pair<std::string, std::string>, stage_stats> stages;
   std::map<std::string, tensor_stats> tensors;
   std::map<int, server_stats> servers;
-  std::map<std::pair<int, int>, int> lane_server;  // worker lane -> its partition's server
+  std::map<std::pair<int, int>, int> lane_server;    // worker lane -> its partition's server
   std::map<std::string, std::pair<int, int>> flows;  // id -> (starts, finishes)
-  struct span { int pid, tid; std::string name; double dur; };
+  struct span {
+    int pid, tid;
+    std::string name;
+    double dur;
+  };
   std::vector<span> worker_stage_spans;
   for (const auto& e : job.find("traceEvents")->items) {
     const auto ph = e.string_or("ph", "");
-    const int pid = static_cast<int>(e.number_or("pid", 0)), tid = static_cast<int>(e.number_or("tid", 0));
+    const int pid = static_cast<int>(e.number_or("pid", 0)),
+              tid = static_cast<int>(e.number_or("tid", 0));
     if (ph == "s" || ph == "f") {
       auto& [starts, finishes] = flows[e.string_or("id", "")];
       (ph == "s" ? starts : finishes) += 1;
@@ -186,8 +195,10 @@ inline summary summarize(const json& job) {
     if (server) {
       auto& sv = servers[pid - 2000];
       sv.server = pid - 2000;
-      if (name == "wait") sv.wait_us += dur;
-      else sv.busy_us += dur;
+      if (name == "wait")
+        sv.wait_us += dur;
+      else
+        sv.busy_us += dur;
     } else if (name == "queue" && args != nullptr && args->find("server") != nullptr) {
       lane_server[{pid, tid}] = static_cast<int>(args->number_or("server", 0));
     } else if (name == "push" || name == "pull") {
@@ -196,7 +207,8 @@ inline summary summarize(const json& job) {
   }
   std::map<int, std::size_t> pushes_summed;  // server -> sum spans, for the per-push means
   for (const auto& e : job.find("traceEvents")->items)
-    if (e.string_or("ph", "") == "X" && e.number_or("pid", 0) >= 2000 && e.string_or("name", "") == "sum")
+    if (e.string_or("ph", "") == "X" && e.number_or("pid", 0) >= 2000 &&
+        e.string_or("name", "") == "sum")
       ++pushes_summed[static_cast<int>(e.number_or("pid", 0)) - 2000];
   for (const auto& w : worker_stage_spans) {
     auto it = lane_server.find({w.pid, w.tid});
@@ -250,14 +262,15 @@ inline std::string format_summary(const summary& s, std::size_t top) {
     out += fmt::format("  {:<7} {:<8} {:>7} {:>11.3f} {:>6.1f}% {:>10.1f}\n", st.role, st.stage,
                        st.spans, st.total_us / 1000, st.share * 100,
                        st.total_us / static_cast<double>(std::max<std::size_t>(st.spans, 1)));
-  out += fmt::format("\nSlowest tensors (call to done)\n  {:<32} {:>5} {:>10} {:>10}\n",
-                     "tensor", "ops", "mean ms", "max ms");
+  out += fmt::format("\nSlowest tensors (call to done)\n  {:<32} {:>5} {:>10} {:>10}\n", "tensor",
+                     "ops", "mean ms", "max ms");
   for (std::size_t i = 0; i < s.tensors.size() && i < top; ++i)
     out += fmt::format("  {:<32} {:>5} {:>10.3f} {:>10.3f}\n", s.tensors[i].name,
                        s.tensors[i].spans, s.tensors[i].mean_us / 1000, s.tensors[i].max_us / 1000);
-  out += fmt::format("\nSlowest servers (per partition round)\n  {:<7} {:>10} {:>22} {:>13} "
-                     "{:>13}\n",
-                     "server", "partitions", "push+pull us (workers)", "busy us", "wait us");
+  out += fmt::format(
+      "\nSlowest servers (per partition round)\n  {:<7} {:>10} {:>22} {:>13} "
+      "{:>13}\n",
+      "server", "partitions", "push+pull us (workers)", "busy us", "wait us");
   for (std::size_t i = 0; i < s.servers.size() && i < top; ++i)
     out += fmt::format("  {:<7} {:>10} {:>22.1f} {:>13.1f} {:>13.1f}\n", s.servers[i].server,
                        s.servers[i].partitions, s.servers[i].round_trip_us, s.servers[i].busy_us,

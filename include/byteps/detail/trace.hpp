@@ -28,6 +28,8 @@
 /// Every member of `trace_recorder` may be called from any thread (one mutex, taken only when
 /// tracing is on).
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -37,8 +39,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
@@ -52,8 +52,9 @@ namespace bps::detail {
 /// in round `round`, going to the server (`to_server`) or coming back.
 constexpr std::uint64_t trace_flow_id(int worker, std::uint64_t key, std::uint32_t part,
                                       std::uint64_t round, bool to_server) noexcept {
-  std::uint64_t x = key ^ (round * 0x9e3779b97f4a7c15ull) ^
-                    (std::uint64_t{part} << 32 | static_cast<std::uint32_t>(worker)) * 0xbf58476d1ce4e5b9ull;
+  std::uint64_t x =
+      key ^ (round * 0x9e3779b97f4a7c15ull) ^
+      (std::uint64_t{part} << 32 | static_cast<std::uint32_t>(worker)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 31)) * 0x94d049bb133111ebull;  // splitmix64's finaliser
   return ((x ^ (x >> 29)) << 1) | (to_server ? 1u : 0u);
 }
@@ -61,9 +62,9 @@ constexpr std::uint64_t trace_flow_id(int worker, std::uint64_t key, std::uint32
 class trace_recorder {
  public:
   struct event {
-    char phase = 'X';             ///< 'X' span, 's' flow start, 'f' flow finish
+    char phase = 'X';  ///< 'X' span, 's' flow start, 'f' flow finish
     std::uint32_t lane = 0;
-    const char* name = nullptr;   ///< a stage; nullptr: the lane's tensor name
+    const char* name = nullptr;  ///< a stage; nullptr: the lane's tensor name
     std::int64_t ts_ns = 0, dur_ns = 0;
     std::uint64_t flow = 0;
     std::int64_t round = -1;
@@ -78,9 +79,10 @@ class trace_recorder {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec || !std::filesystem::is_directory(dir_))
-      throw usage_error(fmt::format("BYTEPS_TRACE_DIR='{}' cannot be made a folder ({}); set it "
-                                    "to a writable folder or set BYTEPS_TRACE_ON=0",
-                                    dir_, ec ? ec.message() : "a file is in the way"));
+      throw usage_error(
+          fmt::format("BYTEPS_TRACE_DIR='{}' cannot be made a folder ({}); set it "
+                      "to a writable folder or set BYTEPS_TRACE_ON=0",
+                      dir_, ec ? ec.message() : "a file is in the way"));
   }
 
   /// After rendezvous: the node's rank (its file's number), what the timeline calls it
@@ -172,54 +174,64 @@ class trace_recorder {
   static std::string quoted(std::string_view s) {
     std::string q = "\"";
     for (char c : s) {
-      if (c == '"' || c == '\\') q += {'\\', c};
+      if (c == '"' || c == '\\')
+        q += {'\\', c};
       else if (static_cast<unsigned char>(c) < 0x20)
         q += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      else q += c;
+      else
+        q += c;
     }
     return q + "\"";
   }
   static std::string micros(std::int64_t ns) {
     const char* sign = ns < 0 ? "-" : "";
-    const std::uint64_t a = ns < 0 ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+    const std::uint64_t a =
+        ns < 0 ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
     return fmt::format("{}{}.{:03}", sign, a / 1000, a % 1000);
   }
 
   void write_json_locked(std::ofstream& out, const clock_offset& clock) const {
     const int pid = pid_locked();
     out << "{\"traceEvents\":[\n";
-    out << fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_name\","
-                       "\"args\":{{\"name\":{}}}}},\n",
-                       pid, quoted(node_name_));
-    out << fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_sort_index\","
-                       "\"args\":{{\"sort_index\":{}}}}}",
-                       pid, pid);
+    out << fmt::format(
+        "{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_name\","
+        "\"args\":{{\"name\":{}}}}},\n",
+        pid, quoted(node_name_));
+    out << fmt::format(
+        "{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_sort_index\","
+        "\"args\":{{\"sort_index\":{}}}}}",
+        pid, pid);
     for (std::size_t i = 0; i < lane_names_.size(); ++i) {
-      out << fmt::format(",\n{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_name\","
-                         "\"args\":{{\"name\":{}}}}}",
-                         pid, i + 1, quoted(lane_names_[i]));
-      out << fmt::format(",\n{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_sort_index\","
-                         "\"args\":{{\"sort_index\":{}}}}}",
-                         pid, i + 1, i + 1);
+      out << fmt::format(
+          ",\n{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_name\","
+          "\"args\":{{\"name\":{}}}}}",
+          pid, i + 1, quoted(lane_names_[i]));
+      out << fmt::format(
+          ",\n{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_sort_index\","
+          "\"args\":{{\"sort_index\":{}}}}}",
+          pid, i + 1, i + 1);
     }
     for (const auto& e : events_) {
       const std::string name = e.name ? quoted(e.name) : quoted(lane_names_[e.lane - 1]);
       if (e.phase != 'X') {
-        out << fmt::format(",\n{{\"ph\":\"{}\",{}\"pid\":{},\"tid\":{},\"name\":{},\"cat\":"
-                           "\"flow\",\"id\":\"{:#x}\",\"ts\":{}}}",
-                           e.phase, e.phase == 'f' ? "\"bp\":\"e\"," : "", pid, e.lane, name,
-                           e.flow, micros(e.ts_ns));
+        out << fmt::format(
+            ",\n{{\"ph\":\"{}\",{}\"pid\":{},\"tid\":{},\"name\":{},\"cat\":"
+            "\"flow\",\"id\":\"{:#x}\",\"ts\":{}}}",
+            e.phase, e.phase == 'f' ? "\"bp\":\"e\"," : "", pid, e.lane, name, e.flow,
+            micros(e.ts_ns));
         continue;
       }
       std::string args = fmt::format("\"round\":{}", e.round);
       if (e.part >= 0) args += fmt::format(",\"part\":{}", e.part);
-      if (e.peer >= 0) args += fmt::format(",\"{}\":{}", role_ == role::server ? "worker" : "server", e.peer);
+      if (e.peer >= 0)
+        args += fmt::format(",\"{}\":{}", role_ == role::server ? "worker" : "server", e.peer);
       if (e.bytes > 0) args += fmt::format(",\"bytes\":{}", e.bytes);
       if (e.failed) args += ",\"failed\":true";
-      out << fmt::format(",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\","
-                         "\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
-                         pid, e.lane, name, e.name ? "stage" : "tensor", micros(e.ts_ns),
-                         micros(std::max<std::int64_t>(e.dur_ns, 0)), args);
+      out << fmt::format(
+          ",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{}\","
+          "\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
+          pid, e.lane, name, e.name ? "stage" : "tensor", micros(e.ts_ns),
+          micros(std::max<std::int64_t>(e.dur_ns, 0)), args);
     }
     out << fmt::format(
         "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"byteps_role\":\"{}\","

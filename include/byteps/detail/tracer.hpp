@@ -17,13 +17,13 @@
 /// @par Thread Safety
 /// All hooks may be called from any thread.
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
@@ -65,9 +65,13 @@ class tracer {
                  [&] { return fmt::format("{} part {}", tensor, i); });
     t->on_finish = [rec = rec_.get(), lane](const op_state& o) {
       const auto end = std::max(steady_ns(), o.trace->begun_ns + 2);
-      rec->add({.phase = 'X', .lane = lane, .ts_ns = o.trace->begun_ns,
-                .dur_ns = end - o.trace->begun_ns, .round = static_cast<std::int64_t>(o.trace->round),
-                .bytes = o.data.size(), .failed = o.failure != nullptr});
+      rec->add({.phase = 'X',
+                .lane = lane,
+                .ts_ns = o.trace->begun_ns,
+                .dur_ns = end - o.trace->begun_ns,
+                .round = static_cast<std::int64_t>(o.trace->round),
+                .bytes = o.data.size(),
+                .failed = o.failure != nullptr});
     };
     op.trace = std::move(t);
   }
@@ -77,23 +81,36 @@ class tracer {
     if (!op.trace) return;
     const auto now = std::max(steady_ns(), op.trace->begun_ns);
     op.trace->dispatched_ns[part] = now;
-    rec_->add({.phase = 'X', .lane = part_lane(op, part), .name = "queue",
-               .ts_ns = op.trace->begun_ns, .dur_ns = now - op.trace->begun_ns,
+    rec_->add({.phase = 'X',
+               .lane = part_lane(op, part),
+               .name = "queue",
+               .ts_ns = op.trace->begun_ns,
+               .dur_ns = now - op.trace->begun_ns,
                .round = static_cast<std::int64_t>(op.trace->round),
-               .part = static_cast<std::int32_t>(part), .peer = server});
+               .part = static_cast<std::int32_t>(part),
+               .peer = server});
   }
 
   /// The transport is done with partition `part`'s payload: its `push` span ends, and the
   /// `push` flow to the server starts in it.
   void sent(op_state& op, std::uint32_t part) {
     if (!op.trace) return;
-    const std::int64_t began = op.trace->dispatched_ns[part], end = std::max(steady_ns(), began + 2);
+    const std::int64_t began = op.trace->dispatched_ns[part],
+                       end = std::max(steady_ns(), began + 2);
     op.trace->sent_ns[part] = end;
     const auto lane = part_lane(op, part);
     const auto round = static_cast<std::int64_t>(op.trace->round);
-    rec_->add({.phase = 'X', .lane = lane, .name = "push", .ts_ns = began, .dur_ns = end - began,
-               .round = round, .part = static_cast<std::int32_t>(part)});
-    rec_->add({.phase = 's', .lane = lane, .name = "push", .ts_ns = began + 1,
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = began,
+               .dur_ns = end - began,
+               .round = round,
+               .part = static_cast<std::int32_t>(part)});
+    rec_->add({.phase = 's',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = began + 1,
                .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, true)});
   }
 
@@ -104,10 +121,17 @@ class tracer {
     const std::int64_t now = steady_ns(), sent = op.trace->sent_ns[part];
     const std::int64_t began = sent != 0 && sent <= now ? sent : now;  // the answer beat on_sent
     const auto lane = part_lane(op, part);
-    rec_->add({.phase = 'X', .lane = lane, .name = "pull", .ts_ns = began,
-               .dur_ns = now + 2 - began, .round = static_cast<std::int64_t>(op.trace->round),
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = began,
+               .dur_ns = now + 2 - began,
+               .round = static_cast<std::int64_t>(op.trace->round),
                .part = static_cast<std::int32_t>(part)});
-    rec_->add({.phase = 'f', .lane = lane, .name = "pull", .ts_ns = now + 1,
+    rec_->add({.phase = 'f',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = now + 1,
                .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, false)});
   }
 
@@ -125,12 +149,27 @@ class tracer {
     const auto r = static_cast<std::int64_t>(round);
     const auto p = static_cast<std::int32_t>(part);
     summed_ns = std::max(summed_ns, sum_ns + 2);
-    rec_->add({.phase = 'X', .lane = lane, .name = "receive", .ts_ns = received_ns,
-               .dur_ns = arrived_ns - received_ns, .round = r, .part = p, .peer = worker,
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "receive",
+               .ts_ns = received_ns,
+               .dur_ns = arrived_ns - received_ns,
+               .round = r,
+               .part = p,
+               .peer = worker,
                .bytes = bytes});
-    rec_->add({.phase = 'X', .lane = lane, .name = "sum", .ts_ns = sum_ns,
-               .dur_ns = summed_ns - sum_ns, .round = r, .part = p, .peer = worker});
-    rec_->add({.phase = 'f', .lane = lane, .name = "push", .ts_ns = sum_ns + 1,
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "sum",
+               .ts_ns = sum_ns,
+               .dur_ns = summed_ns - sum_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 'f',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = sum_ns + 1,
                .flow = trace_flow_id(worker, key, part, round, true)});
     return summed_ns;
   }
@@ -147,11 +186,26 @@ class tracer {
     const auto p = static_cast<std::int32_t>(part);
     complete_ns = std::max(complete_ns, summed_ns);
     const auto end = std::max(steady_ns(), complete_ns + 2);
-    rec_->add({.phase = 'X', .lane = lane, .name = "wait", .ts_ns = summed_ns,
-               .dur_ns = complete_ns - summed_ns, .round = r, .part = p, .peer = worker});
-    rec_->add({.phase = 'X', .lane = lane, .name = "answer", .ts_ns = complete_ns,
-               .dur_ns = end - complete_ns, .round = r, .part = p, .peer = worker});
-    rec_->add({.phase = 's', .lane = lane, .name = "pull", .ts_ns = complete_ns + 1,
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "wait",
+               .ts_ns = summed_ns,
+               .dur_ns = complete_ns - summed_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "answer",
+               .ts_ns = complete_ns,
+               .dur_ns = end - complete_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 's',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = complete_ns + 1,
                .flow = trace_flow_id(worker, key, part, round, false)});
   }
 
@@ -159,7 +213,8 @@ class tracer {
   void write(const clock_offset& clock, const logger& log) {
     if (!rec_ || rec_->written()) return;
     const auto events = rec_->size();
-    if (auto problem = rec_->write(clock); !problem.empty()) log.warn("timeline: {}", problem);
+    if (auto problem = rec_->write(clock); !problem.empty())
+      log.warn("timeline: {}", problem);
     else if (auto path = rec_->path(); !path.empty())
       log.info("timeline: {} events in {} (clock offset to the scheduler {} us, from {} samples)",
                events, path, clock.offset_ns / 1000, clock.samples);

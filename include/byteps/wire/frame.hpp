@@ -42,7 +42,7 @@ enum class msg : std::uint16_t {
   pull_response = 11,   ///< server -> worker: the partition's sum for `round`
   error = 12,           ///< server -> worker or scheduler -> node: payload is the message text
   node_failed = 13,     ///< scheduler -> node: a node died (payload: text)
-  heartbeat = 14,       ///< node <-> scheduler: I am alive
+  heartbeat = 14,       ///< node <-> scheduler: I am alive (round != 0: a clock probe)
   sum_offer = 15,       ///< worker -> replacement server: the sum of `round` it received (failover)
   server_replaced = 16, ///< scheduler -> worker: server `rank` now lives elsewhere (failover)
 };
