@@ -12,10 +12,16 @@
 //                                         credit; the counter per_partition is the time
 //                                         per partition
 //   BM_wire_encode, BM_wire_decode        one 64-byte frame header
+//   BM_trace_hooks<on>/<parts>            the timeline's worker hooks for one operation of
+//                                         <parts> partitions (begin; dispatched, sent, answered
+//                                         per partition; finish): off (BYTEPS_TRACE_ON=0) they
+//                                         must cost a few branches; on, a clock read and an
+//                                         append each; the counter per_partition as above
 //
 // Targets (issue 4): fp32 sum >= 0.8x memcpy, fp16/bf16 >= 0.5x; < 2 us per partition.
 // Pin to one core for stable figures, e.g. `taskset -c 1 bps-micro`.
 #include <byteps/byteps.hpp>
+#include <byteps/detail/tracer.hpp>  // BM_trace_hooks: not part of the public API
 
 #include <benchmark/benchmark.h>
 
@@ -23,8 +29,10 @@
 #include <ctime>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace {
@@ -201,6 +209,41 @@ void BM_wire_decode(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_wire_decode);
+
+// The hooks the communicator calls for one traced (or untraced) operation, without the network.
+template <bool On>
+void BM_trace_hooks(benchmark::State& state) {
+  const auto parts = static_cast<std::uint32_t>(state.range(0));
+  bps::Config cfg;
+  cfg.trace_on = On;
+  cfg.trace_start_step = 0;
+  cfg.trace_end_step = 1 << 30;
+  cfg.trace_dir = (std::filesystem::temp_directory_path() / "bps-micro-trace").string();
+  bps::detail::tracer trace(cfg, bps::role::worker);
+  trace.name_node(0, "worker 0", 0);
+  std::vector<float> data(1024);
+  bps::detail::op_state op;
+  op.key = bps::tensor_key("layer.weight");
+  op.data = std::as_writable_bytes(std::span(data));
+  std::uint64_t round = 0;
+  for (auto _ : state) {
+    trace.begin(op, "layer.weight", round++, parts);
+    for (std::uint32_t i = 0; i < parts; ++i) {
+      trace.dispatched(op, i, static_cast<int>(i % 4));
+      trace.sent(op, i);
+      trace.answered(op, i);
+    }
+    op.finish(nullptr);
+    benchmark::DoNotOptimize(op.trace);
+  }
+  const double n = static_cast<double>(state.iterations()) * static_cast<double>(parts);
+  state.counters["per_partition"] =
+      benchmark::Counter(n, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  std::filesystem::remove_all(cfg.trace_dir);
+}
+BENCHMARK(BM_trace_hooks<false>)->Arg(1)->Arg(16);
+// On, every operation's events stay in memory until the end: a bounded number of operations.
+BENCHMARK(BM_trace_hooks<true>)->Arg(1)->Arg(16)->Iterations(20000);
 
 }  // namespace
 

@@ -43,6 +43,10 @@ constexpr const char* all_variables[] = {
     "BYTEPS_LOG_LEVEL",
     "BYTEPS_FAILOVER_TIMEOUT_MS",
     "BYTEPS_SERVER_STANDBY",
+    "BYTEPS_TRACE_ON",
+    "BYTEPS_TRACE_START_STEP",
+    "BYTEPS_TRACE_END_STEP",
+    "BYTEPS_TRACE_DIR",
 };
 
 void clear_env() {
@@ -438,4 +442,58 @@ TEST_CASE("usage_error is a bps::error", "[config]") {
   } catch (const bps::error& e) {
     CHECK(contains(e.what(), "DMLC_ROLE"));
   }
+}
+
+TEST_CASE("Config::from_env reads the timeline variables, with BytePS's defaults", "[config][trace]") {
+  clean_env guard;
+  set_required();
+  auto c = bps::Config::from_env();
+  CHECK_FALSE(c.trace_on);
+  CHECK(c.trace_start_step == 10);
+  CHECK(c.trace_end_step == 20);
+  CHECK(c.trace_dir == "./trace");
+
+  set("BYTEPS_TRACE_ON", "1");
+  set("BYTEPS_TRACE_START_STEP", "3");
+  set("BYTEPS_TRACE_END_STEP", "3");  // an empty window is allowed: nothing is recorded
+  set("BYTEPS_TRACE_DIR", "/tmp/job-7/trace");
+  c = bps::Config::from_env();
+  CHECK(c.trace_on);
+  CHECK(c.trace_start_step == 3);
+  CHECK(c.trace_end_step == 3);
+  CHECK(c.trace_dir == "/tmp/job-7/trace");
+}
+
+TEST_CASE("Config::from_env refuses bad timeline variables, naming each", "[config][trace]") {
+  clean_env guard;
+  set_required();
+  set("BYTEPS_TRACE_ON", "yes");
+  CHECK(from_env_error() ==
+        "BYTEPS_TRACE_ON='yes' is not valid: expected a whole number from 0 to 1");
+  set("BYTEPS_TRACE_ON", "1");
+  set("BYTEPS_TRACE_START_STEP", "-1");
+  CHECK(contains(from_env_error(), "BYTEPS_TRACE_START_STEP='-1' is not valid"));
+  set("BYTEPS_TRACE_START_STEP", "12");
+  set("BYTEPS_TRACE_END_STEP", "x");
+  CHECK(contains(from_env_error(), "BYTEPS_TRACE_END_STEP='x' is not valid"));
+  set("BYTEPS_TRACE_END_STEP", "11");
+  CHECK(from_env_error() ==
+        "BYTEPS_TRACE_END_STEP=11 is not valid: expected at least BYTEPS_TRACE_START_STEP=12 "
+        "(steps START .. END-1 are traced)");
+}
+
+TEST_CASE("Config::validate names bad timeline fields", "[config][trace]") {
+  bps::Config c;
+  c.trace_start_step = -2;
+  CHECK(contains(validate_error(c), "trace_start_step (BYTEPS_TRACE_START_STEP) = -2"));
+  c.trace_start_step = 5;
+  c.trace_end_step = 4;
+  CHECK(contains(validate_error(c), "trace_end_step (BYTEPS_TRACE_END_STEP) = 4 is not valid: "
+                                    "expected at least trace_start_step"));
+  c.trace_end_step = 5;
+  c.trace_on = true;
+  c.trace_dir.clear();
+  CHECK(contains(validate_error(c), "trace_dir (BYTEPS_TRACE_DIR)"));
+  c.trace_dir = "t";
+  CHECK_NOTHROW(c.validate());
 }

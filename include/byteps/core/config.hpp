@@ -87,6 +87,13 @@ struct Config {
   int io_threads = 1;                            ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
   bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
 
+  // The timeline (detail/trace.hpp). A step is a round of the first tensor a worker push_pulls,
+  // as in BytePS; steps start_step .. end_step-1 are recorded, and written at shutdown.
+  bool trace_on = false;                         ///< BYTEPS_TRACE_ON
+  int trace_start_step = 10;                     ///< BYTEPS_TRACE_START_STEP
+  int trace_end_step = 20;                       ///< BYTEPS_TRACE_END_STEP (first step not recorded)
+  std::string trace_dir = "./trace";             ///< BYTEPS_TRACE_DIR: one JSON file per node
+
   /// Server failover is on (`failover_timeout` > 0).
   bool failover() const noexcept { return failover_timeout.count() > 0; }
 
@@ -178,6 +185,13 @@ inline void Config::validate() const {
   if (failover_timeout.count() < 0)
     fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
          "0 (off) or more");
+  if (trace_start_step < 0)
+    fail("trace_start_step (BYTEPS_TRACE_START_STEP)", trace_start_step, ">= 0");
+  if (trace_end_step < trace_start_step)
+    fail("trace_end_step (BYTEPS_TRACE_END_STEP)", trace_end_step,
+         fmt::format("at least trace_start_step (BYTEPS_TRACE_START_STEP) = {}", trace_start_step));
+  if (trace_on && trace_dir.empty())
+    fail("trace_dir (BYTEPS_TRACE_DIR)", "\"\"", "a folder for the timeline's files");
   if (node_role == role::server && server_standby && !failover())
     fail("server_standby (BYTEPS_SERVER_STANDBY)", 1,
          "0 unless failover is on: set failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) > 0 on every "
@@ -232,6 +246,14 @@ inline Config Config::from_env() {
   c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
   c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
+  c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;
+  c.trace_start_step = static_cast<int>(env_integer("BYTEPS_TRACE_START_STEP", 10, 0, 1 << 30));
+  c.trace_end_step = static_cast<int>(env_integer("BYTEPS_TRACE_END_STEP", 20, 0, 1 << 30));
+  if (c.trace_end_step < c.trace_start_step)
+    throw usage_error(fmt::format("BYTEPS_TRACE_END_STEP={} is not valid: expected at least "
+                                  "BYTEPS_TRACE_START_STEP={} (steps START .. END-1 are traced)",
+                                  c.trace_end_step, c.trace_start_step));
+  if (const char* d = env_or_null("BYTEPS_TRACE_DIR")) c.trace_dir = d;
 
   if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
     std::string_view v = h;

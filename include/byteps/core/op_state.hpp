@@ -5,6 +5,7 @@
 /// every `bps::handle` of the operation waits on it. In core/ because both the local
 /// collectives and the worker make them.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -15,10 +16,23 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "byteps/core/dtype.hpp"
 
 namespace bps::detail {
+
+struct op_state;
+
+/// What the timeline (detail/trace.hpp) keeps of one traced operation: when it began and, by
+/// partition, when it was handed to the transport and when the transport was done with it (ns
+/// of `steady_clock`). Atomics, because the I/O threads read what the caller's thread wrote.
+struct op_trace {
+  std::int64_t begun_ns = 0;
+  std::uint64_t round = 0;  ///< the tensor's round: the flow ids that join worker and server
+  std::vector<std::atomic<std::int64_t>> dispatched_ns, sent_ns;
+  std::function<void(const op_state&)> on_finish;  ///< records the tensor's span
+};
 
 /// One push_pull or broadcast; its handles wait on it.
 struct op_state {
@@ -35,6 +49,8 @@ struct op_state {
   /// GPU local collectives only: owns the `cudaEvent_t` that completes when the result is in
   /// the caller's device buffer (the deleter destroys it); null for host policies.
   std::shared_ptr<void> device_event;
+  /// Set when the timeline records this operation; null otherwise (always with tracing off).
+  std::shared_ptr<op_trace> trace;
 
   // Guarded by the communicator's mutex.
   std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
@@ -55,6 +71,7 @@ struct op_state {
 
   /// Called once, by the communicator, when nothing will touch `data` any more.
   void finish(std::exception_ptr e) {
+    if (trace && trace->on_finish) trace->on_finish(*this);  // before any waiter wakes
     std::function<void()> then;
     {
       std::lock_guard lock(mu);

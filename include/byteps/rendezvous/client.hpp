@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
+#include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/inbox.hpp"
 #include "byteps/rendezvous/messages.hpp"
@@ -34,6 +35,8 @@ class client {
           cfg.scheduler_host, cfg.scheduler_port, e.what()));
     }
     link_->start(inbox_);
+    if (cfg.trace_on)  // the timeline needs this node's clock offset from its start on
+      for (int i = 0; i < 3; ++i) probe_clock();
     // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
     // and this node learns when the scheduler does.
     heartbeat_.start(cfg.heartbeat_interval, [this] { beat(); });
@@ -43,6 +46,9 @@ class client {
 
   std::string local_host() const { return link_->local_host(); }
   std::string scheduler() const { return link_->peer(); }
+  /// This node's clock offset to the scheduler (the timeline's, detail/trace.hpp): measured at
+  /// connect and with every heartbeat when BYTEPS_TRACE_ON=1; `samples` is 0 otherwise.
+  detail::clock_offset clock_offset() const { return inbox_->clock_offset(); }
   /// `f` learns, once, why the cluster failed: the scheduler's report of a dead node, or the
   /// loss of the scheduler itself.
   void on_failure(std::function<void(const std::string&)> f) {
@@ -157,10 +163,23 @@ class client {
   }
 
 
-  void beat() {
+  // A heartbeat that carries our clock in `round` is a clock probe: the scheduler answers it
+  // with its own clock (NTP's exchange; detail/clock_sync.hpp). 0 asks for no answer.
+  void probe_clock() {
     wire::header h;
     h.type = wire::msg::heartbeat;
+    h.round = static_cast<std::uint64_t>(detail::steady_ns());
     link_->send(h, {}, {});
+  }
+
+  void beat() {
+    if (cfg_.trace_on) {
+      probe_clock();
+    } else {
+      wire::header h;
+      h.type = wire::msg::heartbeat;
+      link_->send(h, {}, {});
+    }
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() -
                                                                         inbox_->last_heard());
     if (silent > cfg_.heartbeat_timeout) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/detail/clock_sync.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -76,7 +77,14 @@ class inbox final : public transport::receiver {
     {
       std::lock_guard lock(mu_);
       last_heard_ = clock::now();
-      if (h.type == wire::msg::heartbeat) return;
+    }
+    if (h.type == wire::msg::heartbeat) {
+      // The scheduler's answer to a clock probe (client::probe_clock) echoes our time in
+      // `round` and carries its own in `offset`; its own heartbeats have round 0.
+      if (h.round != 0)
+        clock_.sample(static_cast<std::int64_t>(h.round), static_cast<std::int64_t>(h.offset),
+                      detail::steady_ns());
+      return;
     }
     frame f{h, {payload.begin(), payload.end()}};
     std::function<void(const frame&)> notice;
@@ -102,6 +110,9 @@ class inbox final : public transport::receiver {
   }
 
   void on_close(const std::string& reason) override { fail_now(reason); }
+
+  /// This node's clock against the scheduler's, from the answered clock probes.
+  detail::clock_offset clock_offset() const { return clock_.best(); }
 
   /// When the peer was last heard from (any frame).
   clock::time_point last_heard() const {
@@ -167,6 +178,7 @@ class inbox final : public transport::receiver {
   std::string close_reason_;
   std::function<void(const std::string&)> on_failure_;
   std::vector<std::pair<wire::msg, std::function<void(const frame&)>>> notices_;
+  detail::clock_sync clock_;
 };
 
 }  // namespace bps::rendezvous

@@ -27,6 +27,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/rendezvous/vacancies.hpp"
@@ -209,7 +210,10 @@ class SchedulerNode {
   void handle(session& s, const wire::header& h, std::span<std::byte> payload) {
     std::lock_guard lock(mu_);
     if (s.node_index >= 0) nodes_[static_cast<std::size_t>(s.node_index)].last_heard = clock::now();
-    if (h.type == wire::msg::heartbeat) return;  // nodes beat from their first moment on
+    if (h.type == wire::msg::heartbeat) {  // nodes beat from their first moment on
+      if (h.round != 0) answer_clock_probe(s, h.round);
+      return;
+    }
     if (h.type == wire::msg::hello) return hello_locked(s, payload);
     if (s.node_index < 0) throw std::runtime_error("a node must say hello first");
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
@@ -231,6 +235,16 @@ class SchedulerNode {
       default:
         throw std::runtime_error(fmt::format("unexpected {} frame", wire::msg_name(h.type)));
     }
+  }
+
+  // A heartbeat with the node's clock in `round` (BYTEPS_TRACE_ON): echo it with ours in
+  // `offset`, read as late as possible (rendezvous/client.hpp, detail/clock_sync.hpp).
+  static void answer_clock_probe(session& s, std::uint64_t node_time) {
+    wire::header r;
+    r.type = wire::msg::heartbeat;
+    r.round = node_time;
+    r.offset = static_cast<std::uint64_t>(detail::steady_ns());
+    s.link_->send(r, {}, {});
   }
 
   // Why a node with these settings cannot join now, if it cannot.

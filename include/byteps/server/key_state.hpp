@@ -164,6 +164,7 @@ class key_state {
   void next_round() {
     stall_reported = false;
     waiting.clear();
+    std::fill(trace_summed_ns.begin(), trace_summed_ns.end(), 0);
     std::fill(pushed_by_.begin(), pushed_by_.end(), false);
     for (auto& b : held_) pool_->give_back(std::move(b));
     previous_valid_ = round_error.empty() && initialized_;
@@ -182,6 +183,8 @@ class key_state {
   std::string round_error;
   std::vector<std::shared_ptr<Waiter>> waiting;  // pushed this round, in arrival order
   std::chrono::steady_clock::time_point round_started;  // first push of the current round
+  /// Timeline: by worker, when its traced push of this round was summed (0: not traced).
+  std::vector<std::int64_t> trace_summed_ns;
   bool stall_reported = false;
 
  private:

@@ -40,6 +40,7 @@
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/task_queue.hpp"
+#include "byteps/detail/tracer.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/server/key_state.hpp"
@@ -65,7 +66,8 @@ class Server {
       : cfg_(cfg),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
-        log_(cfg.log, "server") {
+        log_(cfg.log, "server"),
+        trace_(cfg, role::server) {
     try {
       start();
     } catch (...) {
@@ -133,6 +135,7 @@ class Server {
     }
     rank_ = welcome->rank;
     log_.rename(fmt::format("server {}", rank_));
+    trace_.name_node(rank_, log_.who(), rank_);
     log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
               cfg_.server_engine_threads, cfg_.num_workers);
     const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
@@ -175,6 +178,7 @@ class Server {
             reason = "push before peer_hello";
             return {};
           }
+          received_ns_ = owner_->trace_.now();
           incoming_ = owner_->pool_.take(h.payload_bytes);
           return incoming_.span();
         case wire::msg::sum_offer:
@@ -219,7 +223,8 @@ class Server {
           if (h.sender != static_cast<std::uint32_t>(worker))
             throw std::runtime_error(
                 fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
-          return owner_->post_push(this->shared_from_this(), h, std::move(incoming_));
+          return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
+                                   {received_ns_, owner_->trace_.now()});
         case wire::msg::bye:
           said_bye = true;
           return;
@@ -247,6 +252,7 @@ class Server {
    private:
     Server* owner_;
     detail::buffer_pool::buffer incoming_;  // I/O thread only
+    std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
     std::vector<std::byte> small_;
   };
 
@@ -284,21 +290,26 @@ class Server {
     }
   }
 
+  /// Timeline: when a push's frame began to arrive and when it was in (0 with tracing off).
+  struct receive_times {
+    std::int64_t began_ns = 0, arrived_ns = 0;
+  };
+
   void post_push(std::shared_ptr<session> s, const wire::header& h,
-                 detail::buffer_pool::buffer payload) {
+                 detail::buffer_pool::buffer payload, receive_times received) {
     key_id id{h.key, h.part};
     auto& e = engine_for(id);
     if (payload.size <= inline_sum_bytes) {
       {
         std::lock_guard lock(e.mu);
-        on_push(e, s, h, payload);
+        on_push(e, s, h, payload, received);
       }
       pool_.give_back(std::move(payload));
       return;
     }
-    e.post([this, &e, s = std::move(s), h,
+    e.post([this, &e, s = std::move(s), h, received,
             payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
-      on_push(e, s, h, *payload);
+      on_push(e, s, h, *payload, received);
       pool_.give_back(std::move(*payload));
     });
   }
@@ -306,7 +317,7 @@ class Server {
   // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
   // failover, a sum_offer.
   void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
-               detail::buffer_pool::buffer& payload) {
+               detail::buffer_pool::buffer& payload, receive_times received) {
     if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
     auto& k = e.keys.try_emplace(key_id{h.key, h.part}, pool_, cfg_.failover()).first->second;
     auto name = [&] { return tensor_name(h.key); };
@@ -327,20 +338,47 @@ class Server {
         return answer(k, h.round, h, *previous, {s});
       }
     }
+    const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0;
+    const auto sum_ns = traced ? trace_.now() : 0;
     auto problem = k.accept(h, payload, s->worker, cfg_.num_workers, name);
     if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
+    if (traced) trace_pushed(k, h, s->worker, received, sum_ns);
     k.waiting.push_back(s);
     if (static_cast<int>(k.waiting.size()) < cfg_.num_workers) return;
     finish_round(k, h);
   }
 
   void finish_round(key_state& k, const wire::header& h) {
+    const auto complete_ns = trace_.now();
     if (!k.round_error.empty()) {
       for (auto& w : k.waiting) reply_error(*w, h, k.round_error, wire::flag_usage);
     } else {
       answer(k, k.round, h, k.finish_round(), k.waiting);
     }
+    if (trace_.on()) trace_answered(k, h, complete_ns);
     k.next_round();
+  }
+
+  // Timeline: the spans of worker `worker`'s traced push (receive, sum), and of the round's
+  // answer to each traced worker (wait, answer), with the flows to and from the workers.
+  void trace_pushed(key_state& k, const wire::header& h, int worker, receive_times received,
+                    std::int64_t sum_ns) {
+    k.trace_summed_ns.resize(static_cast<std::size_t>(cfg_.num_workers), 0);
+    k.trace_summed_ns[static_cast<std::size_t>(worker)] =
+        trace_.pushed(h.key, h.part, h.round, worker, h.payload_bytes, received.began_ns,
+                      received.arrived_ns, sum_ns, trace_.now(), [&] { return plain_name(h.key); });
+  }
+  void trace_answered(const key_state& k, const wire::header& h, std::int64_t complete_ns) {
+    for (const auto& w : k.waiting)
+      if (static_cast<std::size_t>(w->worker) < k.trace_summed_ns.size())
+        trace_.answered(h.key, h.part, k.round, w->worker,
+                        k.trace_summed_ns[static_cast<std::size_t>(w->worker)], complete_ns,
+                        [&] { return plain_name(h.key); });
+  }
+  std::string plain_name(std::uint64_t key) {
+    std::lock_guard lock(mu_);
+    auto it = names_.find(key);
+    return it != names_.end() ? it->second : fmt::format("key {:#x}", key);
   }
 
   // Sends round `round`'s sum of `h`'s partition to each of `to`.
@@ -424,12 +462,14 @@ class Server {
     stall_check_.stop();
     for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
     transport_.stop();
+    trace_.write(control_.clock_offset(), log_);
   }
 
   Config cfg_;
   T transport_;  // first: the links below need its I/O context
   rendezvous::client<T> control_;
   logger log_;
+  detail::tracer trace_;  // the timeline: null when BYTEPS_TRACE_ON=0
   detail::buffer_pool pool_;
   std::mutex mu_;
   std::unordered_map<std::uint64_t, std::string> names_;

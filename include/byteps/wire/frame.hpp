@@ -42,7 +42,7 @@ enum class msg : std::uint16_t {
   pull_response = 11,   ///< server -> worker: the partition's sum for `round`
   error = 12,           ///< server -> worker or scheduler -> node: payload is the message text
   node_failed = 13,     ///< scheduler -> node: a node died (payload: text)
-  heartbeat = 14,       ///< node <-> scheduler: I am alive
+  heartbeat = 14,       ///< node <-> scheduler: I am alive (round != 0: a clock probe)
   sum_offer = 15,       ///< worker -> replacement server: the sum of `round` it received (failover)
   server_replaced = 16, ///< scheduler -> worker: server `rank` now lives elsewhere (failover)
 };
@@ -85,6 +85,9 @@ constexpr std::string_view msg_name(msg m) noexcept {
 /// Flags of an `error` frame.
 inline constexpr std::uint32_t flag_fatal = 1;  ///< the cluster is broken (a peer died)
 inline constexpr std::uint32_t flag_usage = 2;  ///< the request was wrong (shape mismatch, ...)
+/// Flag of a `push` frame: the worker records this push in its timeline (detail/trace.hpp), so
+/// the server records its side too. Servers that do not trace ignore it.
+inline constexpr std::uint32_t flag_traced = 4;
 
 struct header {
   msg type = msg::hello;

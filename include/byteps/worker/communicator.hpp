@@ -42,6 +42,7 @@
 #include "byteps/core/op_state.hpp"
 #include "byteps/core/push_pull_options.hpp"
 #include "byteps/detail/timer_thread.hpp"
+#include "byteps/detail/tracer.hpp"  // timeline
 #include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
@@ -78,7 +79,8 @@ class Communicator {
                [this](const std::string& why) {
                  std::lock_guard lock(mu_);
                  die_locked(why);
-               }) {
+               }),
+        trace_(cfg, role::worker) {
     try {
       join();
     } catch (...) {
@@ -101,6 +103,7 @@ class Communicator {
   void shutdown() {
     leave();
     stop_local();
+    trace_.write(control_.clock_offset(), log_);  // timeline
   }
 
   /// This process among all worker processes (machine-major), and their number.
@@ -242,6 +245,7 @@ class Communicator {
     log_.rename(local_.local_size() > 1
                     ? fmt::format("worker {}.{}", rank_, local_.local_rank())
                     : fmt::format("worker {}", rank_));
+    trace_.name_node(global_rank_, log_.who(), rank_);  // timeline
     if (L::is_identity && welcome.slices > 1)
       throw usage_error(fmt::format(
           "this job runs {} local ranks on some machine, so every machine must run a local "
@@ -369,6 +373,7 @@ class Communicator {
       return handle(op);
     }
     t.active = op;
+    trace_.begin(*op, t.name, t.round, t.parts.size());  // timeline
     op->unanswered = t.parts.size();
     const std::uint64_t order = order_++;
     for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
@@ -427,9 +432,13 @@ class Communicator {
       }
       declare_locked(t, task->key, p.server);
       ++p.op->in_transport;
+      trace_.dispatched(*p.op, task->part, p.server);  // timeline
       servers_[static_cast<std::size_t>(p.server)].link->send(
           push_header(t, task->key, task->part, p), p.op->data.subspan(p.offset, p.bytes),
-          [this, op = p.op, bytes = p.bytes] { sent(op, bytes); });
+          [this, op = p.op, bytes = p.bytes, part = task->part] {
+            trace_.sent(*op, part);  // timeline
+            sent(op, bytes);
+          });
     }
   }
 
@@ -456,6 +465,7 @@ class Communicator {
     h.round = p.round;
     h.tensor_bytes = t.bytes;
     h.offset = p.offset;
+    if (p.op->trace) h.flags = wire::flag_traced;  // timeline: the server traces it too
     return h;
   }
 
@@ -490,6 +500,7 @@ class Communicator {
   }
 
   void answered(const wire::header& h, op_ptr op, std::span<std::byte> payload) {
+    trace_.answered(*op, h.part);  // timeline
     if (cfg_.failover()) return answered_kept(h, std::move(op), payload);
     if (op->average && !op->failure)
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
@@ -595,6 +606,7 @@ class Communicator {
   worker::local_stage_for<L> stage_;  // after the members its callbacks use
   std::condition_variable links_cv_;  // a server link reported on_close (with mu_)
   std::uint64_t replacement_notices_ = 0;  // server_replaced notices so far
+  detail::tracer trace_;  // timeline: null when BYTEPS_TRACE_ON=0
   // Failover only: runs reconnects and the replacement deadlines. Last: stops first.
   std::unique_ptr<detail::timer_thread> failover_;
 

@@ -1,0 +1,236 @@
+#pragma once
+/// @file
+/// `detail::tracer`: a node's handle on the timeline (detail/trace.hpp). It owns a
+/// `trace_recorder` when BYTEPS_TRACE_ON=1 and nothing otherwise. Every hook first tests that
+/// pointer (a worker's per-partition hooks test the operation's `op_state::trace` instead), so
+/// with tracing off a hook costs one branch: no allocation, no clock read, no lock.
+///
+/// Hooks (one call each where the work happens):
+/// - worker: `begin` when an operation starts, `dispatched` when a partition is handed to the
+///   transport, `sent` when the transport is done with it, `answered` when its sum is in; the
+///   tensor's span ends in `op_state::finish`.
+/// - server: `pushed` after a traced push was summed, `answered` when its round's sum was sent.
+///
+/// Timestamps: `detail::steady_ns()`. Spans are at least 2 ns long, so a flow's end can sit
+/// strictly inside its span (Chrome binds a flow event to the span enclosing its time).
+///
+/// @par Thread Safety
+/// All hooks may be called from any thread.
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/detail/clock_sync.hpp"
+#include "byteps/detail/trace.hpp"
+
+namespace bps::detail {
+
+class tracer {
+ public:
+  tracer(const Config& cfg, role r)
+      : rec_(cfg.trace_on ? std::make_unique<trace_recorder>(cfg, r) : nullptr) {}
+
+  bool on() const noexcept { return rec_ != nullptr; }
+  /// The time for a hook to come; 0 (and no clock read) when tracing is off.
+  std::int64_t now() const noexcept { return rec_ ? steady_ns() : 0; }
+  trace_recorder* recorder() const noexcept { return rec_.get(); }
+
+  /// See `trace_recorder::name_node`.
+  void name_node(int rank, std::string name, int wire_rank) {
+    if (rec_) rec_->name_node(rank, std::move(name), wire_rank);
+  }
+
+  // ---- worker ----
+
+  /// Operation `op` on tensor `tensor` (round `round`, `parts` partitions) starts. Traced (it
+  /// gets `op.trace`) when it is in the step window.
+  void begin(op_state& op, const std::string& tensor, std::uint64_t round, std::size_t parts) {
+    if (!rec_ || !rec_->in_window(op.key, round, !tensor.starts_with("broadcast:"))) return;
+    auto t = std::make_shared<op_trace>();
+    t->begun_ns = steady_ns();
+    t->round = round;
+    t->dispatched_ns = std::vector<std::atomic<std::int64_t>>(parts);
+    t->sent_ns = std::vector<std::atomic<std::int64_t>>(parts);
+    const auto lane = rec_->lane(op.key, -1, -1, [&] { return tensor; });
+    for (std::size_t i = 0; i < parts; ++i)  // lanes of a tensor's partitions follow its own
+      rec_->lane(op.key, static_cast<std::int64_t>(i), -1,
+                 [&] { return fmt::format("{} part {}", tensor, i); });
+    t->on_finish = [rec = rec_.get(), lane](const op_state& o) {
+      const auto end = std::max(steady_ns(), o.trace->begun_ns + 2);
+      rec->add({.phase = 'X',
+                .lane = lane,
+                .ts_ns = o.trace->begun_ns,
+                .dur_ns = end - o.trace->begun_ns,
+                .round = static_cast<std::int64_t>(o.trace->round),
+                .bytes = o.data.size(),
+                .failed = o.failure != nullptr});
+    };
+    op.trace = std::move(t);
+  }
+
+  /// Partition `part` of `op` goes to the transport, to server `server`: its `queue` span ends.
+  void dispatched(op_state& op, std::uint32_t part, int server) {
+    if (!op.trace) return;
+    const auto now = std::max(steady_ns(), op.trace->begun_ns);
+    op.trace->dispatched_ns[part] = now;
+    rec_->add({.phase = 'X',
+               .lane = part_lane(op, part),
+               .name = "queue",
+               .ts_ns = op.trace->begun_ns,
+               .dur_ns = now - op.trace->begun_ns,
+               .round = static_cast<std::int64_t>(op.trace->round),
+               .part = static_cast<std::int32_t>(part),
+               .peer = server});
+  }
+
+  /// The transport is done with partition `part`'s payload: its `push` span ends, and the
+  /// `push` flow to the server starts in it.
+  void sent(op_state& op, std::uint32_t part) {
+    if (!op.trace) return;
+    const std::int64_t began = op.trace->dispatched_ns[part],
+                       end = std::max(steady_ns(), began + 2);
+    op.trace->sent_ns[part] = end;
+    const auto lane = part_lane(op, part);
+    const auto round = static_cast<std::int64_t>(op.trace->round);
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = began,
+               .dur_ns = end - began,
+               .round = round,
+               .part = static_cast<std::int32_t>(part)});
+    rec_->add({.phase = 's',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = began + 1,
+               .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, true)});
+  }
+
+  /// Partition `part`'s sum is in: its `pull` span (from `sent`) ends, with the `pull` flow
+  /// from the server.
+  void answered(op_state& op, std::uint32_t part) {
+    if (!op.trace) return;
+    const std::int64_t now = steady_ns(), sent = op.trace->sent_ns[part];
+    const std::int64_t began = sent != 0 && sent <= now ? sent : now;  // the answer beat on_sent
+    const auto lane = part_lane(op, part);
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = began,
+               .dur_ns = now + 2 - began,
+               .round = static_cast<std::int64_t>(op.trace->round),
+               .part = static_cast<std::int32_t>(part)});
+    rec_->add({.phase = 'f',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = now + 1,
+               .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, false)});
+  }
+
+  // ---- server ----
+
+  /// Worker `worker`'s traced push of partition (`key`, `part`) in `round`: read from
+  /// `received_ns` to `arrived_ns`, summed from `sum_ns` to `summed_ns`. Returns when the
+  /// `sum` span ended (for `answered`'s `wait`). `tensor_name()` names the lane.
+  template <class NameFn>
+  std::int64_t pushed(std::uint64_t key, std::uint32_t part, std::uint64_t round, int worker,
+                      std::uint64_t bytes, std::int64_t received_ns, std::int64_t arrived_ns,
+                      std::int64_t sum_ns, std::int64_t summed_ns, NameFn&& tensor_name) {
+    if (!rec_) return 0;
+    const auto lane = server_lane(key, part, worker, tensor_name);
+    const auto r = static_cast<std::int64_t>(round);
+    const auto p = static_cast<std::int32_t>(part);
+    summed_ns = std::max(summed_ns, sum_ns + 2);
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "receive",
+               .ts_ns = received_ns,
+               .dur_ns = arrived_ns - received_ns,
+               .round = r,
+               .part = p,
+               .peer = worker,
+               .bytes = bytes});
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "sum",
+               .ts_ns = sum_ns,
+               .dur_ns = summed_ns - sum_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 'f',
+               .lane = lane,
+               .name = "push",
+               .ts_ns = sum_ns + 1,
+               .flow = trace_flow_id(worker, key, part, round, true)});
+    return summed_ns;
+  }
+
+  /// The round's sum went out to worker `worker` (whose push was summed by `summed_ns`): its
+  /// `wait` for the other workers (until `complete_ns`) and the `answer` (until now), where the
+  /// `pull` flow to the worker starts.
+  template <class NameFn>
+  void answered(std::uint64_t key, std::uint32_t part, std::uint64_t round, int worker,
+                std::int64_t summed_ns, std::int64_t complete_ns, NameFn&& tensor_name) {
+    if (!rec_ || summed_ns == 0) return;
+    const auto lane = server_lane(key, part, worker, tensor_name);
+    const auto r = static_cast<std::int64_t>(round);
+    const auto p = static_cast<std::int32_t>(part);
+    complete_ns = std::max(complete_ns, summed_ns);
+    const auto end = std::max(steady_ns(), complete_ns + 2);
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "wait",
+               .ts_ns = summed_ns,
+               .dur_ns = complete_ns - summed_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 'X',
+               .lane = lane,
+               .name = "answer",
+               .ts_ns = complete_ns,
+               .dur_ns = end - complete_ns,
+               .round = r,
+               .part = p,
+               .peer = worker});
+    rec_->add({.phase = 's',
+               .lane = lane,
+               .name = "pull",
+               .ts_ns = complete_ns + 1,
+               .flow = trace_flow_id(worker, key, part, round, false)});
+  }
+
+  /// Writes the node's file (once), logging where, or at WARNING why not.
+  void write(const clock_offset& clock, const logger& log) {
+    if (!rec_ || rec_->written()) return;
+    const auto events = rec_->size();
+    if (auto problem = rec_->write(clock); !problem.empty())
+      log.warn("timeline: {}", problem);
+    else if (auto path = rec_->path(); !path.empty())
+      log.info("timeline: {} events in {} (clock offset to the scheduler {} us, from {} samples)",
+               events, path, clock.offset_ns / 1000, clock.samples);
+  }
+
+ private:
+  std::uint32_t part_lane(const op_state& op, std::uint32_t part) {
+    return rec_->lane(op.key, part, -1, [] { return std::string("?"); });  // made in begin
+  }
+  template <class NameFn>
+  std::uint32_t server_lane(std::uint64_t key, std::uint32_t part, int worker, NameFn& name) {
+    return rec_->lane(key, part, worker,
+                      [&] { return fmt::format("{} part {} / worker {}", name(), part, worker); });
+  }
+
+  std::unique_ptr<trace_recorder> rec_;
+};
+
+}  // namespace bps::detail
