@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// What a worker keeps so that it can survive the loss of a server (failover on:
-/// `Config::failover_timeout` > 0), and the protocol it follows. The communicator's failover
-/// code is in worker/impl/failover.hpp.
+/// `bps::worker::failover<Node>`: how a worker survives the loss of a server (failover on:
+/// `Config::failover_timeout` > 0). A strategy that owns its state (the kept sums, the notices,
+/// its timer thread); the worker node calls it only where failover changes what happens: where
+/// an answer lands, when a server link drops. With failover off there is no such object.
 ///
 /// The protocol, from the worker's side:
 /// 1. Answers are received into a per-partition `kept_sum`, not into the caller's buffer, and
@@ -25,33 +26,291 @@
 ///    when no worker had received the round in flight, the re-pushes are summed afresh. Sums are
 ///    taken in worker-rank order, so the bits equal those the dead server would have sent.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/detail/timer_thread.hpp"
+#include "byteps/reduce/reducer.hpp"
+#include "byteps/rendezvous/messages.hpp"
+#include "byteps/wire/frame.hpp"
+#include "byteps/worker/dispatcher.hpp"
+#include "byteps/worker/op_table.hpp"
 
 namespace bps::worker {
 
-/// Failover: a partition's last sum as its server sent it (before averaging).
+/// A partition's last sum as its server sent it (before averaging).
 struct kept_sum {
   std::vector<std::byte> bytes;
   std::uint64_t round = 0;
   bool valid = false;  ///< false until the first answer, and while one is being written
 };
 
-/// A worker's view of one server.
-template <class Link>
-struct server_slot {
-  std::shared_ptr<Link> link;
-  std::string address;           ///< "host:port", for messages
-  std::uint64_t generation = 0;  ///< which link to this rank (a replacement's is the next)
-  bool link_closed = false;      ///< the current generation's link has reported on_close
-  bool up = true;                ///< false from a loss until the replacement is connected
-  std::uint64_t latest_notice = 0;  ///< the newest server_replaced for this rank (a count)
-  std::chrono::steady_clock::time_point down_since;
-  std::string down_reason;
+/// `Node` is worker::node, whose mutex guards everything here but the timer thread; this class
+/// is its friend.
+template <class Node>
+class failover {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit failover(Node& node) : node_(node) {}
+  failover(const failover&) = delete;
+  failover& operator=(const failover&) = delete;
+
+  /// After the server table is complete: a notice that came earlier waits in the client.
+  void listen() {
+    node_.control_.on_notice(wire::msg::server_replaced,
+                             [this](const rendezvous::frame& f) { on_server_replaced(f); });
+  }
+
+  /// Ends a reconnect in progress (the node is closing) and the replacement deadlines.
+  void stop() { timer_.stop(); }
+
+  /// Under the node's mutex: the answer for `p` is read into the partition's kept sum, not the
+  /// caller's buffer, so an answer cut off by a dying server never spoils the buffer, which still
+  /// holds this worker's contribution for a re-push.
+  std::span<std::byte> answer_destination(const wire::header& h, pending_part& p,
+                                          op_ptr& receiving) {
+    if (p.receiving) return {};  // an old link still writes it (cannot happen: we wait for it)
+    kept_sum& kept = kept_[key_id{h.key, h.part}];
+    p.receiving = true;
+    kept.valid = false;
+    kept.bytes.resize(p.bytes);
+    ++p.op->receiving;
+    receiving = p.op;
+    return kept.bytes;
+  }
+
+  /// I/O thread: the answer for `h` is complete in its kept sum; the caller's buffer gets a copy
+  /// (averaged if asked). Nothing else touches the kept bytes meanwhile: they are not `valid`
+  /// while being written, and a replacement's link starts only after this one closed.
+  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
+    const key_id id{h.key, h.part};
+    std::span<std::byte> dest;
+    {
+      std::lock_guard lock(node_.mu_);
+      auto* p = node_.ops().awaiting(id);
+      if (p == nullptr || p->op != op || op->failure) {
+        if (p != nullptr && p->op == op) p->receiving = false;
+        --op->receiving;
+        node_.ops().release_if_done(op);
+        return;
+      }
+      dest = op->data.subspan(p->offset, p->bytes);
+    }
+    std::memcpy(dest.data(), payload.data(), dest.size());
+    if (op->average)
+      reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type,
+                    1.0 / node_.global_size_);
+    std::lock_guard lock(node_.mu_);
+    kept_sum& kept = kept_[id];
+    kept.round = h.round;
+    kept.valid = true;
+    if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+    --op->receiving;
+    node_.ops().answered(id, op);
+  }
+
+  /// Under the node's mutex. The link to `server` dropped: wait for the scheduler's
+  /// `server_replaced`, bounded.
+  void server_down_locked(int server, const std::string& reason) {
+    auto& slot = node_.links_[server];
+    slot.up = false;
+    slot.down_since = clock::now();
+    slot.down_reason = reason;
+    const auto& cfg = node_.cfg_;
+    node_.log_.warn("lost server {} at {}: {}; waiting up to {} ms for its replacement "
+                    "(BYTEPS_FAILOVER_TIMEOUT_MS)",
+                    server, slot.address, reason, cfg.failover_timeout.count());
+    timer_.post_at(slot.down_since + cfg.failover_timeout + cfg.heartbeat_timeout,
+                   [this, server, generation = slot.generation](bool cancelled) {
+                     if (!cancelled) replacement_overdue(server, generation);
+                   });
+  }
+
+ private:
+  // Timer thread. The scheduler fails the job itself when no replacement comes; this is the
+  // worker's own bound, for when its link to a server dropped but the scheduler saw nothing.
+  void replacement_overdue(int server, std::uint64_t generation) {
+    std::lock_guard lock(node_.mu_);
+    const auto& slot = node_.links_[server];
+    if (slot.up || slot.generation != generation || node_.closing_) return;
+    const auto& cfg = node_.cfg_;
+    node_.die_locked(fmt::format("lost server {} at {} ({}), and no replacement came within {} "
+                                 "ms (BYTEPS_FAILOVER_TIMEOUT_MS={} plus "
+                                 "BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                                 server, slot.address, slot.down_reason,
+                                 (cfg.failover_timeout + cfg.heartbeat_timeout).count(),
+                                 cfg.failover_timeout.count(), cfg.heartbeat_timeout.count()));
+  }
+
+  // The scheduler's I/O thread: hand the reconnect to the timer thread (connecting blocks).
+  void on_server_replaced(const rendezvous::frame& f) {
+    rendezvous::server_replaced m;
+    try {
+      m = rendezvous::decode_server_replaced(f.payload);
+    } catch (const wire::decode_error& e) {
+      std::lock_guard lock(node_.mu_);
+      return node_.die_locked(
+          fmt::format("malformed server_replaced from the scheduler: {}", e.what()));
+    }
+    std::uint64_t notice = 0;
+    {
+      std::lock_guard lock(node_.mu_);
+      notice = ++notices_;
+      if (node_.links_.known(m.rank)) node_.links_[m.rank].latest_notice = notice;
+    }
+    timer_.post_at(clock::now(), [this, m, notice](bool cancelled) {
+      if (!cancelled) reconnect(m.rank, m.where, notice);
+    });
+  }
+
+  bool gone_locked() const { return node_.closing_ || !node_.dead_.empty(); }
+
+  // Timer thread: server `server` now listens at `where`. Drop the old link (waiting, bounded,
+  // until it reported its close, so no answer is still being written), connect, and re-send.
+  void reconnect(int server, const rendezvous::address& where, std::uint64_t notice) {
+    const auto address = fmt::format("{}:{}", where.host, where.port);
+    typename Node::link_ptr old;
+    std::uint64_t generation = 0;
+    {
+      std::lock_guard lock(node_.mu_);
+      if (gone_locked()) return;
+      if (!node_.links_.known(server))
+        return node_.die_locked(fmt::format("the scheduler replaced server {}, but this job has "
+                                            "{} servers",
+                                            server, node_.links_.size()));
+      auto& slot = node_.links_[server];
+      if (slot.latest_notice != notice) return;  // replaced again since: go to the newest
+      if (slot.up) {  // the scheduler saw it die first (it stopped responding); drop it now
+        slot.up = false;
+        slot.down_since = clock::now();
+        slot.down_reason = "replaced by the scheduler";
+      }
+      old = slot.link;
+      generation = slot.generation;
+    }
+    old->close();
+    {
+      std::unique_lock lock(node_.mu_);
+      if (!node_.links_.wait_closed(lock, server, std::chrono::seconds(5)))
+        node_.log_.warn("the old link to server {} did not report its close within 5 s", server);
+    }
+    auto fresh = connect(server, where, address, notice);
+    if (!fresh) return;
+    std::pair<std::size_t, std::size_t> sent;
+    {
+      std::lock_guard lock(node_.mu_);
+      auto& slot = node_.links_[server];
+      if (gone_locked() || slot.latest_notice != notice) return fresh->close();
+      slot.generation = generation + 1;
+      slot.link = fresh;
+      slot.link_closed = false;
+      slot.address = address;
+      slot.up = true;
+      node_.start_link(fresh, server, slot.generation);
+      sent = resend_locked(server);
+      node_.dispatch_locked();
+    }
+    node_.log_.warn("server {} replaced by {}: re-sent {} sum(s) this worker had received and "
+                    "{} partition(s) in flight",
+                    server, address, sent.first, sent.second);
+  }
+
+  // Connects in short tries, so that a newer notice (this replacement died too) or a shutdown
+  // ends the attempt early; BYTEPS_CONNECT_TIMEOUT_MS bounds them all. Null when given up.
+  typename Node::link_ptr connect(int server, const rendezvous::address& where,
+                                  const std::string& address, std::uint64_t notice) {
+    const auto limit = node_.cfg_.connect_timeout;
+    const auto deadline = clock::now() + limit;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      try {
+        return node_.transport_.connect(
+            where.host, where.port,
+            std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
+      } catch (const communicator_error& e) {
+        std::lock_guard lock(node_.mu_);
+        if (gone_locked() || node_.links_[server].latest_notice != notice) return nullptr;
+        if (clock::now() >= deadline) {
+          node_.die_locked(fmt::format("cannot reach the replacement of server {} at {}: {} "
+                                       "(BYTEPS_CONNECT_TIMEOUT_MS={})",
+                                       server, address, e.what(), limit.count()));
+          return nullptr;
+        }
+      }
+    }
+  }
+
+  // For every partition that `server` owns: the tensor's name, the kept sum, and the pending
+  // push (if it already left the scheduler's queue; the queue sends the others). Returns
+  // (sums, pushes).
+  std::pair<std::size_t, std::size_t> resend_locked(int server) {
+    std::size_t sums = 0, pushes = 0;
+    const auto& link = node_.links_[server].link;
+    auto& ops = node_.ops();
+    ops.for_each_tensor([&](std::uint64_t key, tensor& t) {
+      t.declared[static_cast<std::size_t>(server)] = false;
+      for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
+        if (node_.dispatcher_.server_for(key, i) != server) continue;
+        auto kept = kept_.find(key_id{key, i});
+        const bool offer = kept != kept_.end() && kept->second.valid;
+        auto* p = ops.awaiting(key_id{key, i});
+        const bool push = p != nullptr && p->dispatched && !p->op->failure;
+        if (!offer && !push) continue;
+        declare_once(t, key, server, *link, node_.rank_);
+        if (offer) {
+          wire::header h;
+          h.type = wire::msg::sum_offer;
+          h.sender = static_cast<std::uint32_t>(node_.rank_);
+          h.key = key;
+          h.part = i;
+          h.dtype = static_cast<std::uint32_t>(t.type);
+          h.round = kept->second.round;
+          h.tensor_bytes = t.bytes;
+          h.offset = t.parts[i].offset;
+          // A copy: the kept bytes may be overwritten by the next answer while this is queued.
+          auto copy = std::make_shared<std::vector<std::byte>>(kept->second.bytes);
+          link->send(h, *copy, [copy] {});
+          ++sums;
+        }
+        if (push) {
+          ++p->op->in_transport;
+          link->send(push_frame(t, key, i, *p, node_.rank_),
+                     p->op->data.subspan(p->offset, p->bytes),
+                     [this, op = p->op] { repushed(op); });
+          ++pushes;
+        }
+      }
+    });
+    return {sums, pushes};
+  }
+
+  // A re-push left (or was dropped): it took no scheduling credit, so it returns none.
+  void repushed(const op_ptr& op) {
+    std::lock_guard lock(node_.mu_);
+    --op->in_transport;
+    node_.ops().release_if_done(op);
+  }
+
+  Node& node_;
+  std::unordered_map<key_id, kept_sum, key_id_hash> kept_;  // by partition: the last sum
+  std::uint64_t notices_ = 0;                               // server_replaced notices so far
+  detail::timer_thread timer_;  // reconnects and replacement deadlines; last: stops first
 };
 
 }  // namespace bps::worker

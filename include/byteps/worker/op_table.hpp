@@ -5,7 +5,7 @@
 /// released (its handle completes) only when nothing will touch the caller's buffer again: no
 /// payload in the transport, no answer being written, and every answer in or the op failed.
 ///
-/// Not thread-safe: the communicator's mutex guards it.
+/// Not thread-safe: the worker's mutex guards it.
 
 #include <cstdint>
 #include <exception>
@@ -21,7 +21,6 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
-#include "byteps/worker/failover.hpp"
 
 namespace bps::worker {
 
@@ -34,7 +33,6 @@ struct tensor {
   std::uint64_t round = 0;
   std::vector<partition_range> parts;
   std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
-  std::vector<kept_sum> kept;  ///< failover only: by partition, the last sum received
   op_ptr active;
 };
 

@@ -1,0 +1,409 @@
+#pragma once
+/// @file
+/// `bps::worker::node<Transport, LocalCollective, Partitioner, Scheduler>`: the worker behind
+/// `bps::Communicator`. It joins the cluster, owns the parts that each do one job (the links to
+/// the servers, the dispatcher, the local stage, failover when it is on, the timeline) and the
+/// one failure path: whatever goes wrong, `die_locked` fails every operation in flight with the
+/// reason and closes the links, once.
+///
+/// An operation's way: the local stage's reduce-scatter (with several processes per machine),
+/// then `start`: the dispatcher queues its partitions and sends them as the scheduler allows; each
+/// server's answer is read into the caller's buffer (with failover, into a kept copy first);
+/// then the local stage's all-gather.
+///
+/// @par Thread Safety
+/// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
+/// failover timer and the callers' threads all take it briefly. Sends never block under it.
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/core/push_pull_options.hpp"
+#include "byteps/detail/tracer.hpp"
+#include "byteps/local/local_collective.hpp"
+#include "byteps/partition/partitioner.hpp"
+#include "byteps/reduce/reducer.hpp"
+#include "byteps/rendezvous/client.hpp"
+#include "byteps/schedule/scheduler.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/worker/dispatcher.hpp"
+#include "byteps/worker/failover.hpp"
+#include "byteps/worker/local_stage.hpp"
+#include "byteps/worker/op_table.hpp"
+#include "byteps/worker/request_checks.hpp"
+#include "byteps/worker/server_links.hpp"
+#include "byteps/worker/server_receiver.hpp"
+
+namespace bps::worker {
+
+template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+class node {
+ public:
+  using link_ptr = std::shared_ptr<typename T::link>;
+  using clock = std::chrono::steady_clock;
+
+  node(const Config& cfg, const typename T::options& transport_options)
+      : cfg_(cfg),
+        transport_(cfg, transport_options),
+        control_(transport_, cfg),
+        log_(cfg.log, "worker"),
+        local_(cfg),
+        dispatcher_(cfg),
+        stage_(local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
+               [this](const std::string& why) {
+                 std::lock_guard lock(mu_);
+                 die_locked(why);
+               }),
+        trace_(cfg, role::worker) {
+    try {
+      join();
+    } catch (...) {
+      {
+        std::lock_guard lock(mu_);
+        closing_ = true;
+      }
+      transport_.stop();
+      stop_local();
+      throw;
+    }
+  }
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+  ~node() { shutdown(); }
+
+  /// Fails what is in flight, says bye, stops the local stage; idempotent.
+  void shutdown() {
+    leave();
+    stop_local();
+    trace_.write(control_.clock_offset(), log_);
+  }
+
+  int rank() const noexcept { return global_rank_; }
+  int size() const noexcept { return global_size_; }
+  int machine() const noexcept { return rank_; }
+  int machines() const noexcept { return num_workers_; }
+  std::uint64_t job_id() const noexcept { return job_id_; }
+  int local_rank() const noexcept { return local_.local_rank(); }
+  int local_size() const noexcept { return local_.local_size(); }
+
+  /// A push_pull or broadcast: through the local stage when the policy has one, else straight
+  /// to the dispatcher. A broadcast's non-roots do not `contribute`.
+  handle submit(std::string name, std::string what, void* data, std::size_t count, dtype type,
+                push_pull_options opts, bool contributes) {
+    check_request(what, data, count, type, opts);
+    const auto deadline = clock::now() + cfg_.op_timeout;
+    if constexpr (!L::is_identity) {
+      {
+        std::lock_guard lock(mu_);
+        throw_if_dead_locked();
+      }
+      local::work w;
+      w.name = std::move(name);
+      w.what = std::move(what);
+      w.data = data;
+      w.count = count;
+      w.type = type;
+      w.opts = opts;
+      w.contributes = contributes;
+      w.deadline = deadline;
+      return stage_.submit(std::move(w));
+    } else {
+      // Non-contributors push zeros, so the servers' sum is the root's data bit for bit: -0.0
+      // for floating dtypes, since x + (-0.0) is x for every x, -0.0 and NaN included.
+      if (!contributes && data != nullptr) reduce::fill_negative_zero(data, count, type);
+      return start(std::move(name), std::move(what), data, count, type, opts, deadline);
+    }
+  }
+
+  void throw_if_failed() const {
+    std::lock_guard lock(mu_);
+    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
+  }
+
+  void barrier() {
+    std::uint64_t n;
+    {
+      std::lock_guard lock(mu_);
+      throw_if_dead_locked();
+      n = barriers_++;
+    }
+    try {
+      control_.barrier(n, cfg_.op_timeout);
+    } catch (const communicator_error& e) {
+      std::lock_guard lock(mu_);
+      die_locked(e.what());
+      throw;
+    }
+  }
+
+ private:
+  friend class server_receiver<node>;
+  friend class failover<node>;
+
+  op_table& ops() noexcept { return dispatcher_.ops(); }
+
+  void join() {
+    cfg_.validate();
+    auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
+    rank_ = welcome.rank;
+    num_workers_ = welcome.num_workers;
+    global_rank_ = welcome.global_rank;
+    global_size_ = welcome.global_size;
+    job_id_ = welcome.job_id;
+    log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", rank_, local_.local_rank())
+                                        : fmt::format("worker {}", rank_));
+    trace_.name_node(global_rank_, log_.who(), rank_);
+    if (L::is_identity && welcome.slices > 1)
+      throw usage_error(fmt::format(
+          "this job runs {} local ranks on some machine, so every machine must run a local "
+          "collective (bps::local::host) to cut tensors into the same slices; this worker uses "
+          "bps::local::none",
+          welcome.slices));
+    control_.on_failure([this](const std::string& why) {
+      std::lock_guard lock(mu_);
+      die_locked(why);
+    });
+    if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
+    for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
+      const auto& a = welcome.servers[i];
+      typename server_links<T>::slot s;
+      s.address = fmt::format("{}:{}", a.host, a.port);
+      try {
+        s.link = transport_.connect(a.host, a.port, cfg_.connect_timeout);
+      } catch (const communicator_error& e) {
+        throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
+      }
+      std::lock_guard lock(mu_);
+      start_link(s.link, static_cast<int>(i), 0);
+      links_.add(std::move(s));
+    }
+    if (failover_) failover_->listen();
+    const local::cluster machine{rank_,        num_workers_,   global_rank_,
+                                 global_size_, welcome.slices, welcome.job_id};
+    local_.attach(machine);
+    if constexpr (!L::is_identity) stage_.start(machine);
+    log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
+              global_size_, num_workers_, links_.size());
+  }
+
+  void start_link(const link_ptr& link, int server, std::uint64_t generation) {
+    server_links<T>::hello(link, std::make_shared<server_receiver<node>>(this, server, generation),
+                           rank_, cfg_.job_token);
+  }
+
+  void leave() {
+    std::vector<link_ptr> links;
+    {
+      std::lock_guard lock(mu_);
+      if (closing_) return;
+      closing_ = true;
+      if constexpr (!L::is_identity) stage_.close();
+      for (auto& op : ops().active())
+        ops().fail(op, std::make_exception_ptr(communicator_error(
+                           op->what + ": the communicator was shut down before it finished")));
+      if (dead_.empty()) links = links_.live();
+    }
+    if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
+    // Say bye so that servers and the scheduler know this exit is no failure; bounded wait.
+    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
+    auto done = std::make_shared<std::promise<void>>();
+    auto one_left = [left, done] {
+      if (left->fetch_sub(1) == 1) done->set_value();
+    };
+    wire::header bye;
+    bye.type = wire::msg::bye;
+    for (auto& l : links) l->send(bye, {}, one_left);
+    control_.bye(one_left);
+    done->get_future().wait_for(std::chrono::seconds(5));
+    transport_.stop();
+  }
+
+  // Ends the local stage's thread (failing what it still runs), then frees the policy's
+  // resources.
+  void stop_local() {
+    if constexpr (!L::is_identity) stage_.stop();
+    local_.shutdown();
+  }
+
+  void throw_if_dead_locked() const {
+    if (closing_) throw usage_error("this communicator was shut down; create a new one");
+    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
+  }
+
+  // The push and pull of `data` (the caller's buffer, or the local stage's slice in host
+  // memory), bounded by `deadline`.
+  handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
+               push_pull_options opts, clock::time_point deadline) {
+    check_request(what, data, count, type, opts);
+    auto op = std::make_shared<detail::op_state>();
+    op->what = std::move(what);
+    op->data = {static_cast<std::byte*>(data), count * dtype_size(type)};
+    op->type = type;
+    op->average = opts.average && global_size_ > 1;
+    op->key = tensor_key(name);
+    op->deadline = deadline;
+    op->on_deadline = [this](detail::op_state& o) { expire(o); };
+
+    std::lock_guard lock(mu_);
+    throw_if_dead_locked();
+    tensor& t = dispatcher_.enqueue(op, std::move(name), count, links_.size(), opts.priority);
+    if (t.parts.empty()) {
+      op->released = true;
+      op->finish(nullptr);
+      return handle(op);
+    }
+    trace_.begin(*op, t.name, t.round, t.parts.size());
+    dispatch_locked();
+    return handle(op);
+  }
+
+  void dispatch_locked() {
+    dispatcher_.dispatch(
+        !dead_.empty(), [this](int server) { return links_[server].up; },
+        [this](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
+          auto& link = *links_[p.server].link;
+          declare_once(t, key, p.server, link, rank_);
+          ++p.op->in_transport;
+          trace_.dispatched(*p.op, part, p.server);
+          link.send(push_frame(t, key, part, p, rank_), p.op->data.subspan(p.offset, p.bytes),
+                    [this, op = p.op, bytes = p.bytes, part] {
+                      trace_.sent(*op, part);
+                      sent(op, bytes);
+                    });
+        });
+  }
+
+  void sent(const op_ptr& op, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    dispatcher_.sent(bytes);
+    --op->in_transport;
+    ops().release_if_done(op);
+    if (!closing_) dispatch_locked();
+  }
+
+  // I/O thread: where an answer lands. Marks the operation as being written into.
+  std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
+    std::lock_guard lock(mu_);
+    auto* p = ops().awaiting(key_id{h.key, h.part});
+    if (p == nullptr) return {};
+    if (p->round != h.round || p->bytes != h.payload_bytes || p->op->failure) return {};
+    if (failover_) return failover_->answer_destination(h, *p, receiving);
+    ++p->op->receiving;
+    receiving = p->op;
+    return p->op->data.subspan(p->offset, p->bytes);
+  }
+
+  // I/O thread: the answer for `h` is in.
+  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
+    trace_.answered(*op, h.part);
+    if (failover_) return failover_->answered(h, op, payload);
+    if (op->average && !op->failure)
+      reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
+                    1.0 / global_size_);
+    std::lock_guard lock(mu_);
+    --op->receiving;
+    ops().answered(key_id{h.key, h.part}, op);
+  }
+
+  void server_error(int server, std::uint64_t generation, const wire::header& h,
+                    const std::string& text) {
+    std::lock_guard lock(mu_);
+    auto& slot = links_[server];
+    if (generation != slot.generation) return;  // from a server already replaced
+    if (h.flags & wire::flag_fatal) {
+      if (!failover_)
+        return die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
+      // Failover: a server that gave up (it lost the scheduler, or a worker) is lost to us; the
+      // scheduler either replaces it or fails the job (naming the real cause).
+      if (slot.up && dead_.empty() && !closing_) {
+        failover_->server_down_locked(server, "it reported: " + text);
+        slot.link->close();
+      }
+      return;
+    }
+    auto* t = ops().find_tensor(h.key);
+    if (t == nullptr || !t->active) return;
+    ops().fail(t->active,
+               std::make_exception_ptr(usage_error(fmt::format("{}: {}", t->active->what, text))));
+  }
+
+  void server_closed(int server, std::uint64_t generation, const op_ptr& receiving, key_id id,
+                     const std::string& reason) {
+    std::lock_guard lock(mu_);
+    if (receiving) {
+      if (auto* p = ops().awaiting(id); p != nullptr && p->op == receiving) p->receiving = false;
+      --receiving->receiving;
+      ops().release_if_done(receiving);
+    }
+    links_.closed(server, generation);
+    if (closing_ || !dead_.empty()) return;
+    auto& slot = links_[server];
+    if (!failover_)
+      return die_locked(fmt::format("lost server {} at {}: {}", server, slot.address, reason));
+    if (generation == slot.generation && slot.up) failover_->server_down_locked(server, reason);
+  }
+
+  // A handle's deadline passed: name what the operation still waits for, then give up on the
+  // whole communicator (its servers' state for that round is unknown).
+  void expire(detail::op_state& o) {
+    std::lock_guard lock(mu_);
+    if (o.released || !dead_.empty()) return;
+    auto detail = links_.describe_waiting(ops().unanswered_by_server(o, links_.size()));
+    die_locked(fmt::format("{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
+                           "for {}. A worker may not have called it, or a node is stuck.",
+                           o.what, cfg_.op_timeout.count(),
+                           detail.empty() ? std::string("its sends") : detail));
+  }
+
+  // The one failure path: every operation in flight fails with `why`, once.
+  void die_locked(const std::string& why) {
+    if (!dead_.empty() || closing_) return;
+    dead_ = why;
+    log_.error("{}", why);
+    for (auto& op : ops().active()) {
+      // The operation whose deadline passed is named at the start of `why` already.
+      auto text = why.starts_with(op->what) ? why : op->what + ": " + why;
+      ops().fail(op, std::make_exception_ptr(communicator_error(text)));
+    }
+    links_.close_all();
+    if constexpr (!L::is_identity) stage_.fail(why);
+  }
+
+  Config cfg_;
+  T transport_;  // first: the links below need its I/O context
+  rendezvous::client<T> control_;
+  logger log_;
+  L local_;
+  mutable std::mutex mu_;
+  dispatcher<P, S> dispatcher_;
+  server_links<T> links_;
+  std::string dead_;
+  bool closing_ = false;
+  std::uint64_t barriers_ = 0;
+  int rank_ = 0;  // the machine
+  int num_workers_ = 1;
+  int global_rank_ = 0;
+  int global_size_ = 1;
+  std::uint64_t job_id_ = 0;
+  local_stage_for<L> stage_;  // after the members its callbacks use
+  detail::tracer trace_;      // timeline: null when BYTEPS_TRACE_ON=0
+  std::unique_ptr<failover<node>> failover_;  // null with failover off; last: stops first
+};
+
+}  // namespace bps::worker

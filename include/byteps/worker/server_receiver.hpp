@@ -1,0 +1,75 @@
+#pragma once
+/// @file
+/// `bps::worker::server_receiver<Owner>`: reads one server link for a worker. An answer is read
+/// straight into the place its owner names (the caller's buffer, or failover's kept sum); an
+/// error frame and the link's close go to the owner, tagged with the server's rank and the
+/// link's generation so that reports from a replaced link are recognised. The owner provides
+/// `answer_destination`, `answered`, `server_error` and `server_closed` (worker/node.hpp), all
+/// called on the link's I/O thread.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/keys.hpp"
+#include "byteps/core/op_state.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::worker {
+
+using op_ptr = std::shared_ptr<detail::op_state>;
+
+template <class Owner>
+class server_receiver final : public transport::receiver {
+ public:
+  server_receiver(Owner* owner, int server, std::uint64_t generation)
+      : owner_(owner), server_(server), generation_(generation) {}
+
+  std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+    if (h.type == wire::msg::pull_response) {
+      receiving_id_ = key_id{h.key, h.part};
+      if (auto dest = owner_->answer_destination(h, receiving_); !dest.empty()) return dest;
+      discard_.resize(h.payload_bytes);  // an answer for an operation that already failed
+      return discard_;
+    }
+    if (h.type == wire::msg::error && h.payload_bytes <= 65536) {
+      discard_.resize(h.payload_bytes);
+      return discard_;
+    }
+    reason = fmt::format("unexpected {} frame from a server", wire::msg_name(h.type));
+    return {};
+  }
+
+  void on_message(const wire::header& h, std::span<std::byte> payload) override {
+    if (h.type == wire::msg::pull_response) {
+      if (receiving_) {
+        op_ptr op = std::move(receiving_);
+        owner_->answered(h, op, payload);
+      }
+      return;
+    }
+    owner_->server_error(server_, generation_, h,
+                         std::string(reinterpret_cast<const char*>(payload.data()),
+                                     payload.size()));
+  }
+
+  void on_close(const std::string& reason) override {
+    op_ptr op = std::move(receiving_);
+    owner_->server_closed(server_, generation_, op, receiving_id_, reason);
+  }
+
+ private:
+  Owner* owner_;
+  int server_;
+  std::uint64_t generation_;
+  op_ptr receiving_;  // I/O thread only: the operation the answer in progress is written into
+  key_id receiving_id_;
+  std::vector<std::byte> discard_;
+};
+
+}  // namespace bps::worker
