@@ -198,7 +198,8 @@ inline void backward(const Params& p, const Forward& f, std::vector<float> delta
       }
       for (int j = 0; j < r; ++j) {
         float* gw = &grad[l].w[std::size_t(o0 + j) * L.in];
-        for (int i = 0; i < L.in; ++i) gw[i] = static_cast<float>(acc[std::size_t(j) * L.in + i] / n);
+        for (int i = 0; i < L.in; ++i)
+          gw[i] = static_cast<float>(acc[std::size_t(j) * L.in + i] / n);
         grad[l].b[o0 + j] = static_cast<float>(gb[j] / n);
       }
     }

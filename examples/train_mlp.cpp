@@ -7,23 +7,26 @@
 // can be compared bit for bit (tests/process/failover_main_job.sh does, with a server killed).
 //
 // Two models (--model): `large`, the default and the main job's, has 3 hidden layers of 1024
-// (2.1 M parameters, 8.5 MB of gradients a step), so that the exchange costs about as much as
-// the compute it hides behind; `small` (2 hidden layers of 64, 7 K parameters) is what the
-// tests train, where only correctness matters. --hidden sets any widths.
+// (2.1 M parameters, 8.5 MB of gradients a step, most of it in two 4 MB weight gradients pushed
+// while backward still computes the layers before them); `small` (2 hidden layers of 64, 7 K
+// parameters) is what the tests train, where only correctness matters. --hidden sets any
+// widths. Rank 0 alone runs the single-process reference at the end.
 //
 // Rank 0 prints one line per epoch, measured on rank 0:
 //   samples/s       global samples of the epoch (every worker's) / the epoch's wall time
 //   push_pull MB/s  gradient bytes of a step (counted once, as nccl-tests' algbw does) / the
-//                   step's communication span: from the first push_pull call of the step to
-//                   the moment the last one was done; summed over the epoch's steps
+//                   step's in-flight time: how long at least one of its push_pulls was between
+//                   its call and its result being in the buffer; summed over the epoch's steps
 //   hidden          1 - (time the trainer was blocked waiting for push_pull results after its
-//                   backward pass had finished) / (the communication spans), summed over the
-//                   epoch's steps: the share of the exchange that overlapped the backward pass
+//                   backward pass had finished) / (the step's communication span: from its
+//                   first push_pull call to its last one done), both summed over the epoch's
+//                   steps: the share of the exchange that overlapped the backward pass
 //
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--model large|small] [--epochs N] ...
 //   byteps-launch --workers 2 --local-size 2 -- train_mlp   (2 processes per machine)
 
 #include <byteps/byteps.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,11 +38,11 @@
 #include <exception>
 #include <iterator>
 #include <memory>
-#include <utility>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlp.hpp"
@@ -89,7 +92,8 @@ struct Args {
 };
 
 // A whole number in [lo, hi], or bad_args naming the option and what it expects.
-long long whole_number(const std::string& option, const std::string& v, long long lo, long long hi) {
+long long whole_number(const std::string& option, const std::string& v, long long lo,
+                       long long hi) {
   std::size_t used = 0;
   long long x = 0;
   try {
@@ -117,31 +121,36 @@ Args parse_args(int argc, char** argv) {
       std::fputs(usage, stdout);
       std::exit(0);
     }
-    static const char* const known[] = {"--model", "--hidden", "--samples", "--epochs", "--batch",
-                                        "--lr",    "--seed",   "--local-stage"};
+    static const char* const known[] = {"--model", "--hidden", "--samples", "--epochs",
+                                        "--batch", "--lr",     "--seed",    "--local-stage"};
     if (std::find(std::begin(known), std::end(known), arg) == std::end(known))
       throw bad_args("unknown option '" + arg + "'");
     if (i + 1 >= argc) throw bad_args(arg + " needs a value");
     const std::string v = argv[++i];
     if (arg == "--model") {
-      if (v != "large" && v != "small") throw bad_args("--model '" + v + "': expected large or small");
+      if (v != "large" && v != "small")
+        throw bad_args("--model '" + v + "': expected large or small");
       model = v;
     } else if (arg == "--hidden") {
       std::vector<int> widths;
       std::size_t begin = 0;
       while (true) {
         const std::size_t comma = v.find(',', begin);
-        const std::string item = v.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+        const std::string item =
+            v.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
         try {
           widths.push_back(static_cast<int>(whole_number("--hidden", item, 1, 8192)));
         } catch (const bad_args&) {
-          throw bad_args("--hidden '" + v + "': expected 1 to 8 widths separated by commas, each a whole number from 1 to 8192, e.g. 1024,1024");
+          throw bad_args("--hidden '" + v +
+                         "': expected 1 to 8 widths separated by commas, each a whole number from "
+                         "1 to 8192, e.g. 1024,1024");
         }
         if (comma == std::string::npos) break;
         begin = comma + 1;
       }
       if (widths.size() > 8)
-        throw bad_args("--hidden '" + v + "': at most 8 hidden layers, got " + std::to_string(widths.size()));
+        throw bad_args("--hidden '" + v + "': at most 8 hidden layers, got " +
+                       std::to_string(widths.size()));
       hidden = widths;
     } else if (arg == "--samples") {
       samples = static_cast<int>(whole_number(arg, v, 1, 1 << 20));
@@ -186,7 +195,8 @@ Args parse_args(int argc, char** argv) {
     parameters += in * out + out;
   }
   if (parameters > 64e6)
-    throw bad_args("--hidden: the model would have " + std::to_string(static_cast<long long>(parameters)) +
+    throw bad_args("--hidden: the model would have " +
+                   std::to_string(static_cast<long long>(parameters)) +
                    " parameters; at most 64000000");
   return a;
 }
@@ -236,7 +246,8 @@ class StepTimes {
   void track(const bps::handle& h, clock_type::time_point called) {
     const std::size_t k = called_.size();
     called_.push_back(called);
-    h.when_done([done = done_, k] { (*done)[k].store(clock_type::now().time_since_epoch().count()); });
+    h.when_done(
+        [done = done_, k] { (*done)[k].store(clock_type::now().time_since_epoch().count()); });
   }
 
   /// After every operation was waited for, until `waited`: the [called, done] interval of each.
@@ -262,14 +273,16 @@ double span_seconds(
     const std::vector<std::pair<clock_type::time_point, clock_type::time_point>>& ops) {
   if (ops.empty()) return 0;
   clock_type::time_point first = ops[0].first, last = ops[0].second;
-  for (const auto& [called, done] : ops) first = std::min(first, called), last = std::max(last, done);
+  for (const auto& [called, done] : ops)
+    first = std::min(first, called), last = std::max(last, done);
   return std::chrono::duration<double>(last - first).count();
 }
 
 // In-flight time of a step: how long at least one push_pull was in flight (between its call and
 // its end), the union of the operations' intervals. Shorter than the span when backward has
 // computed the next gradient only after the previous ones were done.
-double in_flight_seconds(std::vector<std::pair<clock_type::time_point, clock_type::time_point>> ops) {
+double in_flight_seconds(
+    std::vector<std::pair<clock_type::time_point, clock_type::time_point>> ops) {
   std::sort(ops.begin(), ops.end());
   double total = 0;
   clock_type::time_point covered{};  // end of the union so far
@@ -317,10 +330,11 @@ int run(const bps::Config& cfg, const Args& args) {
   for (const auto& L : params) parameters += static_cast<double>(L.w.size() + L.b.size());
   const double step_bytes = parameters * sizeof(float);  // gradient bytes push_pulled per step
   if (rank == 0)
-    std::printf("training a %s MLP (%.0f parameters, %.1f MB of gradients per step) on %d "
-                "workers (%d machines): %d samples, global batch %d, %d steps/epoch, lr %g\n",
-                join_widths(sizes).c_str(), parameters, step_bytes / 1e6, n, comm.machines(),
-                data.size(), hp.batch, steps, hp.lr);
+    std::printf(
+        "training a %s MLP (%.0f parameters, %.1f MB of gradients per step) on %d "
+        "workers (%d machines): %d samples, global batch %d, %d steps/epoch, lr %g\n",
+        join_widths(sizes).c_str(), parameters, step_bytes / 1e6, n, comm.machines(), data.size(),
+        hp.batch, steps, hp.lr);
 
   broadcast_params(comm, params);  // all start from the same seed anyway; shows the API
   mlp::Params grad = mlp::zeros_like(params);
@@ -362,11 +376,12 @@ int run(const bps::Config& cfg, const Args& args) {
     epoch_loss.push_back(loss[0]);
     const double seconds = std::chrono::duration<double>(clock_type::now() - epoch_start).count();
     if (rank == 0)
-      std::printf("epoch %d/%d loss %.4f | %.0f samples/s | push_pull %.0f MB/s over in-flight "
-                  "time | %.0f%% of communication hidden behind backward\n",
-                  epoch, hp.epochs, loss[0], double(steps) * hp.batch / seconds,
-                  push_pull_mb_per_s_over_in_flight_time(bytes, in_flight),
-                  span > 0 ? 100.0 * std::max(0.0, 1.0 - blocked / span) : 0.0);
+      std::printf(
+          "epoch %d/%d loss %.4f | %.0f samples/s | push_pull %.0f MB/s over in-flight "
+          "time | %.0f%% of communication hidden behind backward\n",
+          epoch, hp.epochs, loss[0], double(steps) * hp.batch / seconds,
+          push_pull_mb_per_s_over_in_flight_time(bytes, in_flight),
+          span > 0 ? 100.0 * std::max(0.0, 1.0 - blocked / span) : 0.0);
     std::fflush(stdout);
   }
 
@@ -380,12 +395,18 @@ int run(const bps::Config& cfg, const Args& args) {
   bool same = true;
   for (int l = 0; l < layers; ++l) same = same && bit_equal(root[l], params[l]);
   std::vector<double> rel{0.0};
-  if (rank == 0) rel[0] = mlp::max_rel_diff(params, mlp::train_reference(data, hp, n).params);
+  if (rank == 0) {
+    const clock_type::time_point start = clock_type::now();
+    rel[0] = mlp::max_rel_diff(params, mlp::train_reference(data, hp, n).params);
+    std::printf("single-process reference run: %d steps in %.1f s\n", steps * hp.epochs,
+                std::chrono::duration<double>(clock_type::now() - start).count());
+  }
   comm.broadcast("reference.max_rel_diff", std::span<double>(rel), 0).wait();
   comm.barrier();  // every worker is done with the cluster before any of them leaves
 
   if (rank == 0)
-    std::printf("final parameters: digest %016llx\n", static_cast<unsigned long long>(digest(params)));
+    std::printf("final parameters: digest %016llx\n",
+                static_cast<unsigned long long>(digest(params)));
   int failures = 0;
   auto report = [&](bool ok, const std::string& what) {
     std::printf("%s %s\n", ok ? "OK" : "FAILED:", what.c_str());
@@ -410,7 +431,8 @@ int main(int argc, char** argv) {
   try {
     const Args args = parse_args(argc, argv);
     const bps::Config cfg = bps::Config::from_env();
-    const bool host = args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
+    const bool host =
+        args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
     return host ? run<HostComm>(cfg, args) : run<DirectComm>(cfg, args);
   } catch (const bad_args& e) {
     std::fprintf(stderr, "train_mlp: %s\n%s", e.what(), usage);
