@@ -235,6 +235,9 @@ void broadcast_params(Comm& comm, mlp::Params& p) {
   for (auto& h : hs) h.wait();
 }
 
+// When one push_pull was called, and when it was done.
+using Interval = std::pair<clock_type::time_point, clock_type::time_point>;
+
 // The push_pulls of one step: when each was called and when it was done. The done times are
 // written by the handles' when_done callbacks, on the communicator's threads.
 class StepTimes {
@@ -245,6 +248,7 @@ class StepTimes {
   /// Operation `h`, called at `called`: remembers when it was called and when it is done.
   void track(const bps::handle& h, clock_type::time_point called) {
     const std::size_t k = called_.size();
+    if (k == done_->size()) throw std::logic_error("StepTimes: more operations than declared");
     called_.push_back(called);
     h.when_done(
         [done = done_, k] { (*done)[k].store(clock_type::now().time_since_epoch().count()); });
@@ -253,9 +257,8 @@ class StepTimes {
   /// After every operation was waited for, until `waited`: the [called, done] interval of each.
   /// wait() may return just before the finishing thread has run the callback; then the
   /// operation was done by `waited` at the latest.
-  std::vector<std::pair<clock_type::time_point, clock_type::time_point>> intervals(
-      clock_type::time_point waited) const {
-    std::vector<std::pair<clock_type::time_point, clock_type::time_point>> v;
+  std::vector<Interval> intervals(clock_type::time_point waited) const {
+    std::vector<Interval> v;
     for (std::size_t k = 0; k < called_.size(); ++k) {
       const clock_type::rep d = (*done_)[k].load();
       v.emplace_back(called_[k], d != 0 ? clock_type::time_point(clock_type::duration(d)) : waited);
@@ -269,8 +272,7 @@ class StepTimes {
 };
 
 // The communication span of a step: from the first push_pull call to the last one done.
-double span_seconds(
-    const std::vector<std::pair<clock_type::time_point, clock_type::time_point>>& ops) {
+double span_seconds(const std::vector<Interval>& ops) {
   if (ops.empty()) return 0;
   clock_type::time_point first = ops[0].first, last = ops[0].second;
   for (const auto& [called, done] : ops)
@@ -281,8 +283,7 @@ double span_seconds(
 // In-flight time of a step: how long at least one push_pull was in flight (between its call and
 // its end), the union of the operations' intervals. Shorter than the span when backward has
 // computed the next gradient only after the previous ones were done.
-double in_flight_seconds(
-    std::vector<std::pair<clock_type::time_point, clock_type::time_point>> ops) {
+double in_flight_seconds(std::vector<Interval> ops) {
   std::sort(ops.begin(), ops.end());
   double total = 0;
   clock_type::time_point covered{};  // end of the union so far
