@@ -1,7 +1,7 @@
-// The main job's model (examples/mlp.hpp, as in train_mlp) trained on the GPU: parameters,
-// activations and gradients live in device memory, the kernels run on the trainer's stream,
-// and each layer's gradient is push_pulled through bps::local::nccl as soon as backward has
-// computed it. The SGD kernels wait for the summed gradients on the stream
+// The main job's small model (examples/mlp.hpp, as train_mlp --model small) trained on the GPU:
+// parameters, activations and gradients live in device memory, the kernels run on the trainer's
+// stream, and each layer's gradient is push_pulled through bps::local::nccl as soon as backward
+// has computed it. The SGD kernels wait for the summed gradients on the stream
 // (handle::device_event), not on the host. At the end it checks, as train_mlp does, that the
 // loss fell, that all workers hold the same parameters bit for bit, and that they match the
 // single-process reference run on the host.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Server failover on the main job (examples/train_mlp, 2 worker machines x 2 servers, each
-# machine with LOCAL_SIZE worker processes), in real processes started by byteps-launch:
+# Server failover on the main job (examples/train_mlp --model small, 2 worker machines x 2
+# servers, each machine with LOCAL_SIZE worker processes), in real processes started by
+# byteps-launch:
 #   1. the plain main job, no fault, failover off;
 #   2. the same job with BYTEPS_FAILOVER_TIMEOUT_MS set and a standby server, and one server
 #      SIGKILLed (with its whole process group) in the middle of training.
@@ -50,7 +51,7 @@ export BYTEPS_LOG_LEVEL=INFO
 unset BYTEPS_FAILOVER_TIMEOUT_MS BYTEPS_SERVER_STANDBY
 
 # 1. No fault, failover off: the plain main job.
-"$launch" --workers 2 --local-size "$local_size" --servers 2 --timeout 240 -- "$train" --epochs "$epochs" --batch "$batch" >"$work/clean.log" 2>&1 ||
+"$launch" --workers 2 --local-size "$local_size" --servers 2 --timeout 240 -- "$train" --model small --epochs "$epochs" --batch "$batch" >"$work/clean.log" 2>&1 ||
   fail "the main job with no fault exited $?"
 clean=$(digest_of "$work/clean.log")
 [[ -n $clean ]] || fail "the run with no fault printed no parameter digest"
@@ -58,7 +59,7 @@ clean=$(digest_of "$work/clean.log")
 # 2. Failover on, one standby; server 0 is killed once epoch $kill_after_epoch is reported.
 mkdir "$work/pids"
 BYTEPS_FAILOVER_TIMEOUT_MS=20000 "$launch" --workers 2 --local-size "$local_size" --servers 2 --standby-servers 1 \
-  --pid-dir "$work/pids" --timeout 240 -- "$train" --epochs "$epochs" --batch "$batch" >"$work/killed.log" 2>&1 &
+  --pid-dir "$work/pids" --timeout 240 -- "$train" --model small --epochs "$epochs" --batch "$batch" >"$work/killed.log" 2>&1 &
 launcher=$!
 for _ in $(seq 3000); do
   grep -q "epoch $kill_after_epoch/" "$work/killed.log" && break
