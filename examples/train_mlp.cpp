@@ -14,9 +14,11 @@
 //
 // Rank 0 prints one line per epoch, measured on rank 0:
 //   samples/s       global samples of the epoch (every worker's) / the epoch's wall time
-//   push_pull MB/s  gradient bytes of a step (counted once, as nccl-tests' algbw does) / the
-//                   step's in-flight time: how long at least one of its push_pulls was between
-//                   its call and its result being in the buffer; summed over the epoch's steps
+//   push_pull MB/s  comm.stats() at the epoch's end: the bytes this process push_pulled in the
+//                   last 10 s (counted once, as nccl-tests' algbw does) / the time at least one
+//                   of its transfers was in flight then: the speed of the exchange itself,
+//                   whatever the trainer did in between (with several local ranks, this
+//                   process's share of the bytes, over its own transfers)
 //   hidden          1 - (time the trainer was blocked waiting for push_pull results after its
 //                   backward pass had finished) / (the step's communication span: from its
 //                   first push_pull call to its last one done), both summed over the epoch's
@@ -77,8 +79,8 @@ constexpr const char* usage =
     "                  BYTEPS_LOCAL_SIZE > 1 (default auto). Every machine of a job where some\n"
     "                  machine runs several processes needs host.\n"
     "Rank 0 prints per epoch: the mean loss, samples/s (global samples per second of wall\n"
-    "time), push_pull MB/s (gradient bytes of a step over the time from its first push_pull to\n"
-    "its last one done) and the share of that time hidden behind the backward pass.\n"
+    "time), push_pull MB/s (comm.stats(): bytes push_pulled in the last 10 s over the time\n"
+    "transfers were in flight) and the share of communication hidden behind backward.\n"
     "Run it as every worker of a cluster, e.g. byteps-launch --workers 2 -- train_mlp\n";
 
 struct bad_args : std::runtime_error {
@@ -280,29 +282,6 @@ double span_seconds(const std::vector<Interval>& ops) {
   return std::chrono::duration<double>(last - first).count();
 }
 
-// In-flight time of a step: how long at least one push_pull was in flight (between its call and
-// its end), the union of the operations' intervals. Shorter than the span when backward has
-// computed the next gradient only after the previous ones were done.
-double in_flight_seconds(std::vector<Interval> ops) {
-  std::sort(ops.begin(), ops.end());
-  double total = 0;
-  clock_type::time_point covered{};  // end of the union so far
-  for (const auto& [called, done] : ops) {
-    const clock_type::time_point from = std::max(called, covered);
-    if (done > from) total += std::chrono::duration<double>(done - from).count();
-    covered = std::max(covered, done);
-  }
-  return total;
-}
-
-// push_pull throughput: gradient bytes over the time push_pulls were in flight. Bytes are
-// counted once per step, as nccl-tests' algbw does, not once pushed and once pulled. To be
-// replaced by the library's comm.stats() (bytes and in-flight time over a sliding window) once
-// that exists.
-double push_pull_mb_per_s_over_in_flight_time(double gradient_bytes, double in_flight_s) {
-  return in_flight_s > 0 ? gradient_bytes / in_flight_s / 1e6 : 0.0;
-}
-
 std::string join_widths(const std::vector<int>& sizes) {
   std::string s;
   for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -344,7 +323,7 @@ int run(const bps::Config& cfg, const Args& args) {
 
   for (int epoch = 1; epoch <= hp.epochs; ++epoch) {
     const clock_type::time_point epoch_start = clock_type::now();
-    double loss_sum = 0, span = 0, in_flight = 0, blocked = 0, bytes = 0;
+    double loss_sum = 0, span = 0, blocked = 0;
     for (int step = 0; step < steps; ++step) {
       const std::vector<int> idx = mlp::worker_batch(data.size(), n, hp.batch, rank, step);
       std::vector<bps::handle> pending;
@@ -360,7 +339,6 @@ int run(const bps::Config& cfg, const Args& args) {
         pending.push_back(
             comm.push_pull(tensor_name("grad", l, "bias"), std::span<float>(grad[l].b), opt));
         times.track(pending.back(), called);
-        bytes += static_cast<double>(grad[l].w.size() + grad[l].b.size()) * sizeof(float);
       });
       const clock_type::time_point backward_end = clock_type::now();
       for (auto& h : pending) h.wait();
@@ -368,7 +346,6 @@ int run(const bps::Config& cfg, const Args& args) {
       const auto ops = times.intervals(waited);
       blocked += std::chrono::duration<double>(waited - backward_end).count();
       span += span_seconds(ops);
-      in_flight += in_flight_seconds(ops);
       mlp::sgd(params, grad, hp.lr);
     }
     std::vector<float> loss{static_cast<float>(loss_sum / steps)};
@@ -381,7 +358,7 @@ int run(const bps::Config& cfg, const Args& args) {
           "epoch %d/%d loss %.4f | %.0f samples/s | push_pull %.0f MB/s over in-flight "
           "time | %.0f%% of communication hidden behind backward\n",
           epoch, hp.epochs, loss[0], double(steps) * hp.batch / seconds,
-          push_pull_mb_per_s_over_in_flight_time(bytes, in_flight),
+          comm.stats().bytes_per_second() / 1e6,
           span > 0 ? 100.0 * std::max(0.0, 1.0 - blocked / span) : 0.0);
     std::fflush(stdout);
   }

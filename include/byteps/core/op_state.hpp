@@ -43,6 +43,7 @@ struct op_state {
   std::span<std::byte> data;
   dtype type = dtype::float32;
   bool average = false;
+  bool compressed = false;  ///< its partitions pass through its tensor's compressors
   std::uint64_t key = 0;
   clock::time_point deadline;
   std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead

@@ -4,7 +4,13 @@
 /// communicator because the local collectives carry it too (`local::work`), and they sit
 /// above the worker in the layer order.
 
+#include <memory>
+
 namespace bps {
+
+namespace compress {
+class spec;  // compress/compressor.hpp, above core in the layer order
+}  // namespace compress
 
 struct push_pull_options {
   int priority = 0;      ///< higher is sent first (give the first layers the highest)
@@ -14,6 +20,10 @@ struct push_pull_options {
   /// before the call; nullptr is the legacy default stream of the current device. Host
   /// policies ignore it. (A `void*` so that this header needs no CUDA.)
   void* stream = nullptr;
+  /// How the tensor's partitions are encoded before the push and decoded after the pull:
+  /// `bps::compress::use<C>(args...)` (compress/compressor.hpp). Null: sent as they are. A
+  /// tensor keeps the compressor of its first use.
+  std::shared_ptr<const compress::spec> compressor = nullptr;
 };
 
 }  // namespace bps

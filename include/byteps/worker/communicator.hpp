@@ -77,7 +77,8 @@ class Communicator {
   /// Sums `data` over all workers, in place. Returns at once.
   template <element_type E>
   handle push_pull(std::string_view name, std::span<E> data, push_pull_options opts = {}) {
-    static_assert(!std::is_const_v<E>, "push_pull writes the sum into the span: it cannot be const");
+    static_assert(!std::is_const_v<E>,
+                  "push_pull writes the sum into the span: it cannot be const");
     return push_pull(name, data.data(), data.size(), dtype_v<E>, opts);
   }
 
@@ -99,9 +100,10 @@ class Communicator {
   handle broadcast(std::string_view name, void* data, std::size_t count, dtype type, int root) {
     worker::check_name("broadcast", name);
     if (root < 0 || root >= size())
-      throw usage_error(fmt::format("broadcast of '{}': root {} is outside the group of {} "
-                                    "workers (0 .. {})",
-                                    name, root, size(), size() - 1));
+      throw usage_error(
+          fmt::format("broadcast of '{}': root {} is outside the group of {} "
+                      "workers (0 .. {})",
+                      name, root, size(), size() - 1));
     return node_.submit("broadcast:" + std::string(name),
                         fmt::format("broadcast of '{}' from rank {}", name, root), data, count,
                         type, {}, rank() == root);
@@ -110,6 +112,11 @@ class Communicator {
   /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
   /// with no operation in flight: a trainer can call it between steps.
   void throw_if_failed() const { node_.throw_if_failed(); }
+
+  /// This worker's communication over the last 10 s: throughput over the time operations were
+  /// in flight, in total and per tensor; mean time per stage; bytes per server; operations in
+  /// flight now (worker/stats.hpp).
+  comm_stats stats() { return node_.stats(); }
 
   /// Blocks until every worker called barrier, at most `Config::op_timeout`.
   void barrier() { node_.barrier(); }

@@ -15,6 +15,7 @@
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/core/push_pull_options.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
 #include "byteps/schedule/scheduler.hpp"
@@ -68,22 +69,25 @@ class dispatcher {
     return placement_.server_for(key, part);
   }
 
-  /// Makes `op` its tensor's operation and queues its partitions at `priority`. Returns the
-  /// tensor; with no partitions (an empty tensor) nothing is queued and `op` is not made active.
-  /// Throws what `op_table::begin` throws.
+  /// Makes `op` its tensor's operation and queues its partitions at `opts.priority`. Returns
+  /// the tensor; with no partitions (an empty tensor) nothing is queued and `op` is not made
+  /// active. Throws what `op_table::begin` throws.
   tensor& enqueue(const op_ptr& op, std::string name, std::size_t count, std::size_t servers,
-                  int priority) {
-    tensor& t = ops_.begin(op, std::move(name), count, partitioner_, servers);
+                  const push_pull_options& opts) {
+    tensor& t =
+        ops_.begin(op, std::move(name), count, partitioner_, servers, opts.compressor.get());
+    op->compressed = !t.codecs.empty();
     if (t.parts.empty()) return t;
     t.active = op;
+    t.timing = op_timing{};
+    t.timing.started = op_table::clock::now();
     op->unanswered = t.parts.size();
     const std::uint64_t order = order_++;
     for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
       const auto& range = t.parts[i];
       const int server = server_for(op->key, i);
-      ops_.await(key_id{op->key, i},
-                 pending_part{op, range.offset, range.bytes, server, t.round});
-      scheduler_.push(send_task{op->key, i, priority, order, range.bytes, nullptr});
+      ops_.await(key_id{op->key, i}, pending_part{op, range.offset, range.bytes, server, t.round});
+      scheduler_.push(send_task{op->key, i, opts.priority, order, range.bytes, nullptr});
     }
     return t;
   }
@@ -105,8 +109,26 @@ class dispatcher {
         scheduler_.sent(task->bytes);
         continue;
       }
-      send(ops_.at(task->key), task->key, task->part, *p);
+      tensor& t = ops_.at(task->key);
+      p->dispatched_at = op_table::clock::now();
+      t.timing.queued += stats_recorder::seconds(p->dispatched_at - t.timing.started);
+      send(t, task->key, task->part, *p);
     }
+  }
+
+  /// What partition `part` pushes: the caller's bytes, or with a compressor their encoding
+  /// (made now if `encode`, else the one made at dispatch, for a re-push).
+  std::span<const std::byte> push_payload(tensor& t, std::uint32_t part, const pending_part& p,
+                                          bool encode) {
+    auto raw = p.op->data.subspan(p.offset, p.bytes);
+    if (!p.op->compressed) return raw;
+    auto& out = t.encoded[part];
+    if (encode) {
+      auto& codec = *t.codecs[part];
+      out.resize(codec.max_encoded_bytes(p.bytes, t.type));
+      out.resize(codec.encode(raw, t.type, out));
+    }
+    return out;
   }
 
   /// A dispatched partition's payload left (or was dropped): its credit returns.

@@ -45,6 +45,7 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/detail/timer_thread.hpp"
 #include "byteps/reduce/reducer.hpp"
+#include "byteps/rendezvous/inbox.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/wire/frame.hpp"
 #include "byteps/worker/dispatcher.hpp"
@@ -88,33 +89,24 @@ class failover {
     kept_sum& kept = kept_[key_id{h.key, h.part}];
     p.receiving = true;
     kept.valid = false;
-    kept.bytes.resize(p.bytes);
+    kept.bytes.resize(h.payload_bytes);  // encoded, with a compressor
     ++p.op->receiving;
     receiving = p.op;
     return kept.bytes;
   }
 
   /// I/O thread: the answer for `h` is complete in its kept sum; the caller's buffer gets a copy
-  /// (averaged if asked). Nothing else touches the kept bytes meanwhile: they are not `valid`
-  /// while being written, and a replacement's link starts only after this one closed.
+  /// (decoded, averaged if asked). Nothing else touches the kept bytes meanwhile: they are not
+  /// `valid` while being written, and a replacement's link starts only after this one closed.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
     const key_id id{h.key, h.part};
-    std::span<std::byte> dest;
-    {
+    if (!node_.deliver(h, op, payload)) {
       std::lock_guard lock(node_.mu_);
-      auto* p = node_.ops().awaiting(id);
-      if (p == nullptr || p->op != op || op->failure) {
-        if (p != nullptr && p->op == op) p->receiving = false;
-        --op->receiving;
-        node_.ops().release_if_done(op);
-        return;
-      }
-      dest = op->data.subspan(p->offset, p->bytes);
+      if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+      --op->receiving;
+      node_.ops().release_if_done(op);
+      return;
     }
-    std::memcpy(dest.data(), payload.data(), dest.size());
-    if (op->average)
-      reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type,
-                    1.0 / node_.global_size_);
     std::lock_guard lock(node_.mu_);
     kept_sum& kept = kept_[id];
     kept.round = h.round;
@@ -132,9 +124,10 @@ class failover {
     slot.down_since = clock::now();
     slot.down_reason = reason;
     const auto& cfg = node_.cfg_;
-    node_.log_.warn("lost server {} at {}: {}; waiting up to {} ms for its replacement "
-                    "(BYTEPS_FAILOVER_TIMEOUT_MS)",
-                    server, slot.address, reason, cfg.failover_timeout.count());
+    node_.log_.warn(
+        "lost server {} at {}: {}; waiting up to {} ms for its replacement "
+        "(BYTEPS_FAILOVER_TIMEOUT_MS)",
+        server, slot.address, reason, cfg.failover_timeout.count());
     timer_.post_at(slot.down_since + cfg.failover_timeout + cfg.heartbeat_timeout,
                    [this, server, generation = slot.generation](bool cancelled) {
                      if (!cancelled) replacement_overdue(server, generation);
@@ -149,12 +142,13 @@ class failover {
     const auto& slot = node_.links_[server];
     if (slot.up || slot.generation != generation || node_.closing_) return;
     const auto& cfg = node_.cfg_;
-    node_.die_locked(fmt::format("lost server {} at {} ({}), and no replacement came within {} "
-                                 "ms (BYTEPS_FAILOVER_TIMEOUT_MS={} plus "
-                                 "BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
-                                 server, slot.address, slot.down_reason,
-                                 (cfg.failover_timeout + cfg.heartbeat_timeout).count(),
-                                 cfg.failover_timeout.count(), cfg.heartbeat_timeout.count()));
+    node_.die_locked(
+        fmt::format("lost server {} at {} ({}), and no replacement came within {} "
+                    "ms (BYTEPS_FAILOVER_TIMEOUT_MS={} plus "
+                    "BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                    server, slot.address, slot.down_reason,
+                    (cfg.failover_timeout + cfg.heartbeat_timeout).count(),
+                    cfg.failover_timeout.count(), cfg.heartbeat_timeout.count()));
   }
 
   // The scheduler's I/O thread: hand the reconnect to the timer thread (connecting blocks).
@@ -190,9 +184,10 @@ class failover {
       std::lock_guard lock(node_.mu_);
       if (gone_locked()) return;
       if (!node_.links_.known(server))
-        return node_.die_locked(fmt::format("the scheduler replaced server {}, but this job has "
-                                            "{} servers",
-                                            server, node_.links_.size()));
+        return node_.die_locked(
+            fmt::format("the scheduler replaced server {}, but this job has "
+                        "{} servers",
+                        server, node_.links_.size()));
       auto& slot = node_.links_[server];
       if (slot.latest_notice != notice) return;  // replaced again since: go to the newest
       if (slot.up) {  // the scheduler saw it die first (it stopped responding); drop it now
@@ -225,9 +220,10 @@ class failover {
       sent = resend_locked(server);
       node_.dispatch_locked();
     }
-    node_.log_.warn("server {} replaced by {}: re-sent {} sum(s) this worker had received and "
-                    "{} partition(s) in flight",
-                    server, address, sent.first, sent.second);
+    node_.log_.warn(
+        "server {} replaced by {}: re-sent {} sum(s) this worker had received and "
+        "{} partition(s) in flight",
+        server, address, sent.first, sent.second);
   }
 
   // Connects in short tries, so that a newer notice (this replacement died too) or a shutdown
@@ -247,9 +243,10 @@ class failover {
         std::lock_guard lock(node_.mu_);
         if (gone_locked() || node_.links_[server].latest_notice != notice) return nullptr;
         if (clock::now() >= deadline) {
-          node_.die_locked(fmt::format("cannot reach the replacement of server {} at {}: {} "
-                                       "(BYTEPS_CONNECT_TIMEOUT_MS={})",
-                                       server, address, e.what(), limit.count()));
+          node_.die_locked(
+              fmt::format("cannot reach the replacement of server {} at {}: {} "
+                          "(BYTEPS_CONNECT_TIMEOUT_MS={})",
+                          server, address, e.what(), limit.count()));
           return nullptr;
         }
       }
@@ -290,8 +287,9 @@ class failover {
         }
         if (push) {
           ++p->op->in_transport;
-          link->send(push_frame(t, key, i, *p, node_.rank_),
-                     p->op->data.subspan(p->offset, p->bytes),
+          auto payload = node_.dispatcher_.push_payload(t, i, *p, false);  // encoded already
+          node_.ops().stats().pushed(server, payload.size());
+          link->send(push_frame(t, key, i, *p, node_.rank_), payload,
                      [this, op = p->op] { repushed(op); });
           ++pushes;
         }

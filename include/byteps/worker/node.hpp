@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,7 @@
 #include "byteps/worker/request_checks.hpp"
 #include "byteps/worker/server_links.hpp"
 #include "byteps/worker/server_receiver.hpp"
+#include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
 
@@ -65,11 +67,12 @@ class node {
         log_(cfg.log, "worker"),
         local_(cfg),
         dispatcher_(cfg),
-        stage_(local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
-               [this](const std::string& why) {
-                 std::lock_guard lock(mu_);
-                 die_locked(why);
-               }),
+        stage_(
+            local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
+            [this](const std::string& why) {
+              std::lock_guard lock(mu_);
+              die_locked(why);
+            }),
         trace_(cfg, role::worker) {
     try {
       join();
@@ -129,6 +132,12 @@ class node {
       if (!contributes && data != nullptr) reduce::fill_negative_zero(data, count, type);
       return start(std::move(name), std::move(what), data, count, type, opts, deadline);
     }
+  }
+
+  /// Throughput and stage times over the last 10 s, bytes per server, operations in flight.
+  comm_stats stats() {
+    std::lock_guard lock(mu_);
+    return ops().stats().snapshot(ops().active().size());
   }
 
   void throw_if_failed() const {
@@ -193,6 +202,7 @@ class node {
       start_link(s.link, static_cast<int>(i), 0);
       links_.add(std::move(s));
     }
+    ops().stats().servers(links_.size());
     if (failover_) failover_->listen();
     const local::cluster machine{rank_,        num_workers_,   global_rank_,
                                  global_size_, welcome.slices, welcome.job_id};
@@ -262,7 +272,7 @@ class node {
 
     std::lock_guard lock(mu_);
     throw_if_dead_locked();
-    tensor& t = dispatcher_.enqueue(op, std::move(name), count, links_.size(), opts.priority);
+    tensor& t = dispatcher_.enqueue(op, std::move(name), count, links_.size(), opts);
     if (t.parts.empty()) {
       op->released = true;
       op->finish(nullptr);
@@ -281,16 +291,22 @@ class node {
           declare_once(t, key, p.server, link, rank_);
           ++p.op->in_transport;
           trace_.dispatched(*p.op, part, p.server);
-          link.send(push_frame(t, key, part, p, rank_), p.op->data.subspan(p.offset, p.bytes),
+          auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
+          ops().stats().pushed(p.server, payload.size());
+          link.send(push_frame(t, key, part, p, rank_), payload,
                     [this, op = p.op, bytes = p.bytes, part] {
                       trace_.sent(*op, part);
-                      sent(op, bytes);
+                      sent(op, bytes, part);
                     });
         });
   }
 
-  void sent(const op_ptr& op, std::size_t bytes) {
+  void sent(const op_ptr& op, std::size_t bytes, std::uint32_t part) {
     std::lock_guard lock(mu_);
+    if (auto* p = ops().awaiting(key_id{op->key, part}); p != nullptr && p->op == op) {
+      p->sent_at = clock::now();
+      ops().at(op->key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
+    }
     dispatcher_.sent(bytes);
     --op->in_transport;
     ops().release_if_done(op);
@@ -301,18 +317,54 @@ class node {
   std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
     std::lock_guard lock(mu_);
     auto* p = ops().awaiting(key_id{h.key, h.part});
-    if (p == nullptr) return {};
-    if (p->round != h.round || p->bytes != h.payload_bytes || p->op->failure) return {};
+    if (p == nullptr || p->round != h.round || p->op->failure) return {};
+    tensor* t = p->op->compressed ? &ops().at(h.key) : nullptr;
+    const bool fits =
+        t != nullptr ? h.payload_bytes <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
+                     : h.payload_bytes == p->bytes;
+    if (!fits) return {};
     if (failover_) return failover_->answer_destination(h, *p, receiving);
     ++p->op->receiving;
     receiving = p->op;
-    return p->op->data.subspan(p->offset, p->bytes);
+    if (t == nullptr) return p->op->data.subspan(p->offset, p->bytes);
+    auto& encoded = t->answers[h.part];  // the decode stage writes the caller's buffer
+    encoded.resize(h.payload_bytes);
+    return encoded;
+  }
+
+  // The decode stage, outside the mutex: writes the answer `in` for `h`'s partition into the
+  // caller's buffer (decoded with the partition's compressor, or copied), averaged if asked.
+  // False, writing nothing, when the operation no longer awaits it. Only this partition's answer
+  // uses its compressor now: the next encode comes after the operation is done.
+  bool deliver(const wire::header& h, const op_ptr& op, std::span<const std::byte> in) {
+    std::span<std::byte> dest;
+    compress::any* codec = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto* p = ops().awaiting(key_id{h.key, h.part});
+      if (p == nullptr || p->op != op || op->failure) return false;
+      dest = op->data.subspan(p->offset, p->bytes);
+      if (op->compressed) codec = ops().at(h.key).codecs[h.part].get();
+    }
+    if (codec != nullptr)
+      codec->decode(in, op->type, dest);
+    else if (in.data() != dest.data())
+      std::memcpy(dest.data(), in.data(), dest.size());
+    if (op->average)
+      reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type, 1.0 / global_size_);
+    return true;
   }
 
   // I/O thread: the answer for `h` is in.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
     trace_.answered(*op, h.part);
     if (failover_) return failover_->answered(h, op, payload);
+    if (op->compressed) {
+      deliver(h, op, payload);
+      std::lock_guard lock(mu_);
+      --op->receiving;
+      return ops().answered(key_id{h.key, h.part}, op);
+    }
     if (op->average && !op->failure)
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
                     1.0 / global_size_);
@@ -365,10 +417,10 @@ class node {
     std::lock_guard lock(mu_);
     if (o.released || !dead_.empty()) return;
     auto detail = links_.describe_waiting(ops().unanswered_by_server(o, links_.size()));
-    die_locked(fmt::format("{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
-                           "for {}. A worker may not have called it, or a node is stuck.",
-                           o.what, cfg_.op_timeout.count(),
-                           detail.empty() ? std::string("its sends") : detail));
+    die_locked(fmt::format(
+        "{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
+        "for {}. A worker may not have called it, or a node is stuck.",
+        o.what, cfg_.op_timeout.count(), detail.empty() ? std::string("its sends") : detail));
   }
 
   // The one failure path: every operation in flight fails with `why`, once.
@@ -401,8 +453,8 @@ class node {
   int global_rank_ = 0;
   int global_size_ = 1;
   std::uint64_t job_id_ = 0;
-  local_stage_for<L> stage_;  // after the members its callbacks use
-  detail::tracer trace_;      // timeline: null when BYTEPS_TRACE_ON=0
+  local_stage_for<L> stage_;                  // after the members its callbacks use
+  detail::tracer trace_;                      // timeline: null when BYTEPS_TRACE_ON=0
   std::unique_ptr<failover<node>> failover_;  // null with failover off; last: stops first
 };
 

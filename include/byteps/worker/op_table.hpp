@@ -7,6 +7,7 @@
 ///
 /// Not thread-safe: the worker's mutex guards it.
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -16,11 +17,13 @@
 
 #include <fmt/format.h>
 
+#include "byteps/compress/compressor.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
+#include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
 
@@ -34,6 +37,12 @@ struct tensor {
   std::vector<partition_range> parts;
   std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
   op_ptr active;
+  std::string compressor;  ///< the name of its compressor; empty for none
+  /// With a compressor, by partition: its compressor, its push in flight (encoded), and the
+  /// encoded sum being read. Empty without one.
+  std::vector<std::unique_ptr<compress::any>> codecs;
+  std::vector<std::vector<std::byte>> encoded, answers;
+  op_timing timing;  ///< the operation in flight's stage times, for `stats()`
 };
 
 struct pending_part {
@@ -44,15 +53,22 @@ struct pending_part {
   std::uint64_t round = 0;
   bool dispatched = false;  ///< left the scheduler's queue (sent, or held for a replacement)
   bool receiving = false;   ///< failover: its answer is being written into the kept sum
+  std::chrono::steady_clock::time_point dispatched_at{}, sent_at{};  ///< for `stats()`
 };
 
 class op_table {
  public:
+  using clock = std::chrono::steady_clock;
+
+  /// What finished operations took: `Communicator::stats()`.
+  stats_recorder& stats() noexcept { return stats_; }
+
   /// The tensor `op` runs on, created on first use. Throws `usage_error` when the name's key is
-  /// taken by another name, the shape differs from the first use, or an op is still in flight.
+  /// taken by another name, the shape or compressor differs from the first use, or an op is
+  /// still in flight. `codec` (null for none) makes the tensor's compressors on first use.
   template <Partitioner P>
   tensor& begin(const op_ptr& op, std::string name, std::size_t count, const P& partitioner,
-                std::size_t servers) {
+                std::size_t servers, const compress::spec* codec) {
     const std::size_t bytes = count * dtype_size(op->type);
     auto [it, fresh] = tensors_.try_emplace(op->key);
     tensor& t = it->second;
@@ -62,6 +78,12 @@ class op_table {
       t.bytes = bytes;
       t.parts = partitioner.split(bytes, dtype_size(op->type));
       t.declared.assign(servers, false);
+      if (codec != nullptr) {
+        t.compressor = codec->name();
+        for (std::size_t i = 0; i < t.parts.size(); ++i) t.codecs.push_back(codec->make());
+        t.encoded.resize(t.parts.size());
+        t.answers.resize(t.parts.size());
+      }
     } else if (t.name != name) {
       throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
                                     t.name, name));
@@ -70,6 +92,14 @@ class op_table {
                                     "{} x {}",
                                     op->what, t.bytes / dtype_size(t.type), dtype_name(t.type),
                                     count, dtype_name(op->type)));
+    } else if (auto asked = codec != nullptr ? codec->name() : std::string();
+               asked != t.compressor) {
+      auto describe = [](const std::string& c) {
+        return c.empty() ? std::string("none") : fmt::format("compressor '{}'", c);
+      };
+      throw usage_error(fmt::format("{}: the tensor was first used with {}; this call asks for "
+                                    "{}. A tensor keeps its first compressor",
+                                    op->what, describe(t.compressor), describe(asked)));
     } else if (t.active) {
       throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
                                     "flight; wait on its handle first",
@@ -101,6 +131,10 @@ class op_table {
   void answered(key_id id, const op_ptr& op) {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second.op == op) {
+      if (auto* t = find_tensor(id.key); t != nullptr && it->second.sent_at != clock::time_point{}) {
+        t->timing.answering += stats_recorder::seconds(clock::now() - it->second.sent_at);
+        ++t->timing.partitions;
+      }
       pending_.erase(it);
       --op->unanswered;
     }
@@ -136,6 +170,7 @@ class op_table {
     if (op->unanswered != 0 && !op->failure) return;
     op->released = true;
     if (auto* t = find_tensor(op->key)) {
+      if (!op->failure) stats_.operation(t->name, t->bytes, t->timing);
       if (t->active == op) t->active = nullptr;
       ++t->round;
     }
@@ -145,6 +180,7 @@ class op_table {
  private:
   std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
   std::unordered_map<key_id, pending_part, key_id_hash> pending_;
+  stats_recorder stats_;
 };
 
 }  // namespace bps::worker

@@ -26,10 +26,10 @@ namespace bps::worker {
 template <class Link>
 struct server_slot {
   std::shared_ptr<Link> link;
-  std::string address;           ///< "host:port", for messages
-  std::uint64_t generation = 0;  ///< which link to this rank (a replacement's is the next)
-  bool link_closed = false;      ///< the current generation's link has reported on_close
-  bool up = true;                ///< false from a loss until the replacement is connected
+  std::string address;              ///< "host:port", for messages
+  std::uint64_t generation = 0;     ///< which link to this rank (a replacement's is the next)
+  bool link_closed = false;         ///< the current generation's link has reported on_close
+  bool up = true;                   ///< false from a loss until the replacement is connected
   std::uint64_t latest_notice = 0;  ///< failover: the newest server_replaced for this rank
   std::chrono::steady_clock::time_point down_since;
   std::string down_reason;

@@ -53,9 +53,9 @@ class server_receiver final : public transport::receiver {
       }
       return;
     }
-    owner_->server_error(server_, generation_, h,
-                         std::string(reinterpret_cast<const char*>(payload.data()),
-                                     payload.size()));
+    owner_->server_error(
+        server_, generation_, h,
+        std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
   }
 
   void on_close(const std::string& reason) override {

@@ -1,0 +1,133 @@
+#pragma once
+/// @file
+/// The `bps::Compressor` concept: how a partition's bytes are encoded before the push and the
+/// answer decoded after the pull (the encode and decode stages of the pipeline). A compressor
+/// object belongs to one partition of one tensor on one worker, so it may keep state between
+/// rounds (error feedback keeps the residual). Chosen per tensor in
+/// `push_pull_options::compressor`, made with `compress::use<C>(args...)`.
+///
+/// Servers sum what workers push as values of the tensor's dtype, so a compressor's encoding
+/// must be that dtype's values, summable as they are, until servers decode pushes themselves
+/// (a server request handler, server/handler.hpp, is where that goes).
+///
+/// @code
+/// struct halve {  // sends x/2, gets back the sum of halves, doubles it
+///   std::string name() const { return "halve"; }
+///   std::size_t max_encoded_bytes(std::size_t bytes, bps::dtype) const { return bytes; }
+///   std::size_t encode(std::span<const std::byte> in, bps::dtype t, std::span<std::byte> out);
+///   void decode(std::span<const std::byte> in, bps::dtype t, std::span<std::byte> out);
+/// };
+/// comm.push_pull("w", grad, {.compressor = bps::compress::use<halve>()});
+/// @endcode
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "byteps/core/dtype.hpp"
+
+namespace bps {
+
+template <class C>
+concept Compressor = std::move_constructible<C> &&
+    requires(C& c, const C& cc, std::span<const std::byte> in, std::span<std::byte> out, dtype type,
+             std::size_t bytes) {
+  { cc.name() } -> std::convertible_to<std::string>;
+  /// The most bytes `encode` writes for `bytes` bytes of `type`.
+  { cc.max_encoded_bytes(bytes, type) } -> std::same_as<std::size_t>;
+  /// Encodes `in` (a partition) into `out` (max_encoded_bytes long); returns the bytes written.
+  { c.encode(in, type, out) } -> std::same_as<std::size_t>;
+  /// Decodes `in` (the encoded sum from the server) into `out` (the partition's full size).
+  c.decode(in, type, out);
+};
+
+namespace compress {
+
+/// No encoding: the bytes go as they are. The default; the pipeline skips both stages for it.
+struct identity {
+  static constexpr bool is_identity = true;
+  std::string name() const { return "none"; }
+  std::size_t max_encoded_bytes(std::size_t bytes, dtype) const { return bytes; }
+  std::size_t encode(std::span<const std::byte> in, dtype, std::span<std::byte> out) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return in.size();
+  }
+  void decode(std::span<const std::byte> in, dtype, std::span<std::byte> out) {
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+};
+
+/// A compressor of any type, as the worker holds one per partition.
+class any {
+ public:
+  virtual ~any() = default;
+  virtual std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const = 0;
+  virtual std::size_t encode(std::span<const std::byte> in, dtype type,
+                             std::span<std::byte> out) = 0;
+  virtual void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) = 0;
+};
+
+template <Compressor C>
+class holder final : public any {
+ public:
+  explicit holder(C c) : c_(std::move(c)) {}
+  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const override {
+    return c_.max_encoded_bytes(bytes, type);
+  }
+  std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) override {
+    return c_.encode(in, type, out);
+  }
+  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) override {
+    c_.decode(in, type, out);
+  }
+
+ private:
+  C c_;
+};
+
+/// How to make a tensor's compressors: one per partition, made when the tensor is first used.
+/// Tensors are matched by `name()`: a tensor keeps the compressor it was first used with.
+class spec {
+ public:
+  virtual ~spec() = default;
+  virtual const std::string& name() const = 0;
+  virtual std::unique_ptr<any> make() const = 0;
+};
+
+template <Compressor C, class... Args>
+class spec_of final : public spec {
+ public:
+  explicit spec_of(Args... args)
+      : args_(std::move(args)...), name_(std::make_from_tuple<C>(args_).name()) {}
+  const std::string& name() const override { return name_; }
+  std::unique_ptr<any> make() const override {
+    return std::make_unique<holder<C>>(std::make_from_tuple<C>(args_));
+  }
+
+ private:
+  std::tuple<Args...> args_;
+  std::string name_;
+};
+
+template <class C>
+inline constexpr bool is_identity_v = requires {
+  requires C::is_identity;
+};
+
+/// The value of `push_pull_options::compressor` that compresses with `C(args...)`; null (no
+/// compression) for `identity`.
+template <Compressor C, class... Args>
+std::shared_ptr<const spec> use(Args... args) {
+  if constexpr (is_identity_v<C>)
+    return nullptr;
+  else
+    return std::make_shared<const spec_of<C, Args...>>(std::move(args)...);
+}
+
+}  // namespace compress
+}  // namespace bps

@@ -1,0 +1,75 @@
+// worker::stats_recorder: throughput over the time operations were in flight, in a window.
+
+#include <byteps/worker/stats.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+using namespace bps;
+using worker::stats_recorder;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+TEST_CASE("stats: busy time is the union of overlapping in-flight intervals", "[stats]") {
+  const auto t0 = clock_type::now();
+  auto at = [&](int ms) { return t0 + milliseconds(ms); };
+  std::vector<std::pair<clock_type::time_point, clock_type::time_point>> spans = {
+      {at(100), at(200)},
+      {at(0), at(50)},
+      {at(150), at(300)},
+      {at(400), at(450)},
+      {at(410), at(420)}};
+  // [0 50] + [100 300] + [400 450] = 50 + 200 + 50 ms
+  CHECK(stats_recorder::union_seconds(spans) == Approx(0.300).margin(1e-9));
+  std::vector<std::pair<clock_type::time_point, clock_type::time_point>> none;
+  CHECK(stats_recorder::union_seconds(none) == 0.0);
+}
+
+TEST_CASE("stats: a snapshot sums operations and bytes per tensor - most bytes first", "[stats]") {
+  stats_recorder r(std::chrono::seconds(60));
+  r.servers(2);
+  const std::string a = "a", b = "b";
+  worker::op_timing t;
+  t.started = clock_type::now() - milliseconds(20);
+  t.queued = 0.002;
+  t.sending = 0.004;
+  t.answering = 0.006;
+  t.partitions = 2;
+  r.operation(a, 1000, t);
+  r.operation(b, 5000, t);
+  r.operation(a, 1000, t);
+  r.pushed(0, 700);
+  r.pushed(1, 300);
+  r.pushed(7, 1);  // no such server: ignored
+  auto s = r.snapshot(3);
+  CHECK(s.operations == 3);
+  CHECK(s.bytes == 7000);
+  CHECK(s.partitions == 6);
+  CHECK(s.queued_seconds == Approx(0.001));
+  CHECK(s.sending_seconds == Approx(0.002));
+  CHECK(s.answering_seconds == Approx(0.003));
+  CHECK(s.in_flight == 3);
+  CHECK(s.bytes_per_server == std::vector<std::uint64_t>{700, 300});
+  REQUIRE(s.tensors.size() == 2);
+  CHECK(s.tensors[0].name == "b");
+  CHECK(s.tensors[0].bytes == 5000);
+  CHECK(s.tensors[1].name == "a");
+  CHECK(s.tensors[1].operations == 2);
+  CHECK(s.busy_seconds > 0.0);
+  CHECK(s.bytes_per_second() == Approx(7000 / s.busy_seconds));
+}
+
+TEST_CASE("stats: operations older than the window are forgotten", "[stats]") {
+  stats_recorder r(milliseconds(50));
+  const std::string a = "a";
+  worker::op_timing t;
+  t.started = clock_type::now();
+  r.operation(a, 10, t);
+  std::this_thread::sleep_for(milliseconds(120));
+  auto s = r.snapshot(0);
+  CHECK(s.operations == 0);
+  CHECK(s.bytes == 0);
+  CHECK(s.busy_seconds == 0.0);
+  CHECK(s.bytes_per_second() == 0.0);
+  CHECK(s.window_seconds == Approx(0.05));
+}
