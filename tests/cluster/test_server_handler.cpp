@@ -1,8 +1,4 @@
-#include "cluster.hpp"
-#include "server_access.hpp"
-
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -11,6 +7,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cluster.hpp"
+#include "server_access.hpp"
 
 // A server's request handler in a real in-process cluster: a custom one that answers each push
 // at once (the shape of an async handler), the default one's exact sums, and the server's
@@ -101,7 +100,8 @@ TEST_CASE("a custom handler's refusal reaches the worker as a usage error naming
   basic_cluster<doubling> c(test::base_config(1, 1));
   c.run_workers([](comm_t& comm, int) {
     std::vector<std::int32_t> v(10, 1);
-    const auto msg = test::message_of<usage_error>([&] { comm.push_pull("ints", std::span(v)).wait(); });
+    const auto msg =
+        test::message_of<usage_error>([&] { comm.push_pull("ints", std::span(v)).wait(); });
     BPS_EXPECT(msg.find("doubling takes float32 pushes only") != std::string::npos &&
                    msg.find("'ints'") != std::string::npos,
                "message: {}", msg);

@@ -174,6 +174,8 @@ class Server {
     }
   };
 
+  using waiting_room = typename server::waiting_rooms<session>::room;
+
   /// Pushes up to this size are handled on the I/O thread that read them: a hop to an engine
   /// thread costs more than the sum. Larger ones go to the engine, so I/O goes on meanwhile.
   static constexpr std::size_t inline_sum_bytes = 64 * 1024;
@@ -239,8 +241,9 @@ class Server {
       case kind::taken:
         return;
       case kind::answer_now:
-        log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
-                   h.part, h.round, s->worker, o.answer.round);
+        if (log_.enabled(log_level::debug))  // an async handler's every push: no name lookup
+          log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
+                     h.part, h.round, s->worker, o.answer.round);
         return answer(h, o.answer, std::span(&s, 1));
       default:
         break;
@@ -264,16 +267,15 @@ class Server {
 
   // Timeline: the spans of worker `worker`'s traced push (receive, sum), and of the round's
   // answer to each traced worker (wait, answer), with the flows to and from the workers.
-  using room = typename server::waiting_rooms<session>::room;
-  void trace_pushed(room& r, const wire::header& h, int worker, server::receive_times received,
-                    std::int64_t sum_ns) {
+  void trace_pushed(waiting_room& r, const wire::header& h, int worker,
+                    server::receive_times received, std::int64_t sum_ns) {
     r.trace_summed_ns.resize(static_cast<std::size_t>(cfg_.num_workers), 0);
     r.trace_summed_ns[static_cast<std::size_t>(worker)] =
         trace_.pushed(h.key, h.part, h.round, worker, h.payload_bytes, received.began_ns,
                       received.arrived_ns, sum_ns, trace_.now(),
                       [&] { return names_.plain(h.key); });
   }
-  void trace_answered(const room& r, const wire::header& h, std::int64_t complete_ns) {
+  void trace_answered(const waiting_room& r, const wire::header& h, std::int64_t complete_ns) {
     for (const auto& w : r.workers)
       if (static_cast<std::size_t>(w->worker) < r.trace_summed_ns.size())
         trace_.answered(h.key, h.part, r.round, w->worker,
@@ -303,7 +305,7 @@ class Server {
   void report_stalls(engine& e) {
     const auto now = std::chrono::steady_clock::now();
     int reported = 0, more = 0;
-    e.waiting.for_each_waiting([&](const key_id& id, room& r) {
+    e.waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
       if (r.stall_reported || now - r.started < cfg_.stall_warning) return;
       r.stall_reported = true;
       if (reported++ >= 10) {
@@ -366,7 +368,7 @@ class Server {
     log_.error("{}", why);
     for (auto& e : engines_) {
       e->post([this, ep = e.get(), why] {
-        ep->waiting.for_each_waiting([&](const key_id& id, room& r) {
+        ep->waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
           wire::header h;
           h.key = id.key;
           h.part = id.part;
