@@ -51,7 +51,9 @@ TEST_CASE("the report line names at most 8 workers behind", "[server][stats]") {
   throughput::interval i;
   i.seconds = 1.0;
   std::vector<worker_lag> lag(10, worker_lag{1, 1s});
+  i.rounds = 1;
   const auto line = bps::server::report_line(i, lag);
+  CHECK(line.starts_with("last 1.000 s: 1 round, in 0.000 MB/s"));
   CHECK(line.find("worker 7 ") != std::string::npos);
   CHECK(line.find("worker 8 ") == std::string::npos);
   CHECK(line.ends_with(", 2 more"));

@@ -61,9 +61,10 @@ class throughput {
 /// no missing push are left out, the longest waited-for first, at most 8 named.
 inline std::string report_line(const throughput::interval& i, const std::vector<worker_lag>& lag) {
   const double s = i.seconds > 0 ? i.seconds : 1.0;
-  std::string line = fmt::format("last {:.3f} s: {} rounds, in {:.3f} MB/s, out {:.3f} MB/s",
-                                 i.seconds, i.rounds, static_cast<double>(i.bytes_in) / s / 1e6,
-                                 static_cast<double>(i.bytes_out) / s / 1e6);
+  std::string line =
+      fmt::format("last {:.3f} s: {} round{}, in {:.3f} MB/s, out {:.3f} MB/s", i.seconds, i.rounds,
+                  i.rounds == 1 ? "" : "s", static_cast<double>(i.bytes_in) / s / 1e6,
+                  static_cast<double>(i.bytes_out) / s / 1e6);
   std::vector<int> behind;
   for (std::size_t w = 0; w < lag.size(); ++w)
     if (lag[w].partitions > 0) behind.push_back(static_cast<int>(w));
