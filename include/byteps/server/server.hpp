@@ -200,7 +200,7 @@ class Server {
       wire::header h;
       h.key = key;
       h.part = server::whole_tensor;
-      reply_error(s, h, *clash, wire::flag_usage);
+      s.send_error(h, *clash, wire::flag_usage);
     }
   }
 
@@ -227,7 +227,7 @@ class Server {
   // failover, a sum_offer: the handler decides, the server carries it out.
   void on_push(engine& e, const session_ptr& s, const wire::header& h,
                detail::buffer_pool::buffer& payload, server::receive_times received) {
-    if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
+    if (auto dead = dead_reason(); !dead.empty()) return s->send_error(h, dead, wire::flag_fatal);
     const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0;
     const auto sum_ns = traced ? trace_.now() : 0;
     const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
@@ -237,7 +237,7 @@ class Server {
     const key_id id{h.key, h.part};
     switch (o.what) {
       case kind::refuse:
-        return reply_error(*s, h, o.error, wire::flag_usage);
+        return s->send_error(h, o.error, wire::flag_usage);
       case kind::taken:
         return;
       case kind::answer_now:
@@ -259,7 +259,7 @@ class Server {
       answer(h, o.answer, room.workers);
       stats_.round_done();
     } else {
-      for (auto& w : room.workers) reply_error(*w, h, o.error, wire::flag_usage);
+      for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
     }
     if (trace_.on()) trace_answered(room, h, complete_ns);
     room.workers.clear();
@@ -285,18 +285,7 @@ class Server {
 
   // Sends the handler's answer about `h`'s partition to each of `to`.
   void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to) {
-    wire::header r;
-    r.type = wire::msg::pull_response;
-    r.key = h.key;
-    r.part = h.part;
-    r.round = a.round;
-    r.dtype = static_cast<std::uint32_t>(a.type);
-    r.offset = a.offset;
-    r.tensor_bytes = a.tensor_bytes;
-    for (auto& w : to) {
-      if (a.keep) w->link->send(r, a.bytes, [keep = a.keep] {});
-      else w->link->send(r, a.bytes, {});
-    }
+    for (auto& w : to) w->send_answer(h, a);
     stats_.sent(a.bytes.size() * to.size());
   }
 
@@ -340,18 +329,6 @@ class Server {
     log_.info("{}", server::report_line(i, lag));
   }
 
-  void reply_error(session& s, const wire::header& about, const std::string& text,
-                   std::uint32_t flags) {
-    auto body = std::make_shared<std::string>(text);
-    wire::header r;
-    r.type = wire::msg::error;
-    r.flags = flags;
-    r.key = about.key;
-    r.part = about.part;
-    r.round = about.round;
-    s.link->send(r, wire::as_bytes(*body), [body] {});
-  }
-
   void worker_lost(session& s, const std::string& reason) {
     if (finishing_) return;
     fail(fmt::format("{} disconnected ({})", s.describe(), reason));
@@ -373,7 +350,7 @@ class Server {
           h.key = id.key;
           h.part = id.part;
           h.round = r.round;
-          for (auto& w : r.workers) reply_error(*w, h, why, wire::flag_fatal);
+          for (auto& w : r.workers) w->send_error(h, why, wire::flag_fatal);
           r.workers.clear();
         });
       });

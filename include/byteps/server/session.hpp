@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// `server::session`: a server's receiver for one worker link. It checks who the peer is
+/// `server::session`: a server's end of one worker link. It checks who the peer is
 /// (`peer_hello` with the job's token), reads pushes into pooled buffers and hands each frame to
-/// its server; the server decides what the frame means.
+/// its server, which decides what the frame means and answers through it.
 ///
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `now_ns()` (the timeline's
@@ -25,6 +25,7 @@
 
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/rendezvous/messages.hpp"
+#include "byteps/server/handler.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -111,6 +112,34 @@ class session final : public transport::receiver,
     owner_->recycle(std::move(incoming_));
     // A connection that never said peer_hello is no worker (a stray client, a port scan).
     if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
+  }
+
+  /// Sends `a` as the `pull_response` about `about`'s partition. Any thread.
+  void send_answer(const wire::header& about, const reply& a) {
+    wire::header r;
+    r.type = wire::msg::pull_response;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = a.round;
+    r.dtype = static_cast<std::uint32_t>(a.type);
+    r.offset = a.offset;
+    r.tensor_bytes = a.tensor_bytes;
+    if (a.keep)
+      link->send(r, a.bytes, [keep = a.keep] {});
+    else
+      link->send(r, a.bytes, {});
+  }
+
+  /// Sends `text` as an error about `about`'s partition and round. Any thread.
+  void send_error(const wire::header& about, const std::string& text, std::uint32_t flags) {
+    auto body = std::make_shared<std::string>(text);
+    wire::header r;
+    r.type = wire::msg::error;
+    r.flags = flags;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = about.round;
+    link->send(r, wire::as_bytes(*body), [body] {});
   }
 
   std::string describe() const {
