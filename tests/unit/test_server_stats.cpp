@@ -28,6 +28,12 @@ TEST_CASE("throughput counts what moved since the last take and starts over", "[
   CHECK(j.seconds == Approx(1.0));
   CHECK(j.bytes_in == 0);
   CHECK(j.rounds == 0);
+  // Restarting the clock keeps what was counted.
+  t.received(5);
+  t.restart_clock(start + 10s);
+  const auto k = t.take(start + 12s);
+  CHECK(k.seconds == Approx(2.0));
+  CHECK(k.bytes_in == 5);
 }
 
 TEST_CASE("the report line gives rates per second and names the workers behind",

@@ -151,7 +151,7 @@ class Server {
       for (auto& e : engines_) e->post([this, ep = e.get()] { report_stalls(*ep); });
     });
     if (cfg_.server_log_interval.count() > 0 && log_.enabled(log_level::info)) {
-      stats_.take();  // the first interval starts now, not at construction
+      stats_.restart_clock();  // the first interval starts now; pushes may have come already
       stats_log_.start(cfg_.server_log_interval, [this] { report_throughput(false); });
     }
   }

@@ -40,6 +40,11 @@ class throughput {
   void sent(std::size_t bytes) { out_.fetch_add(bytes, std::memory_order_relaxed); }
   void round_done() { rounds_.fetch_add(1, std::memory_order_relaxed); }
 
+  /// Starts the current interval's clock at `now`, keeping what was counted (a server starts
+  /// reporting once it joined: pushes may already have come, but the wait to join is no part of
+  /// its throughput).
+  void restart_clock(clock::time_point now = clock::now()) { since_ = now; }
+
   /// The numbers since the previous `take` (or construction), which start over.
   interval take(clock::time_point now = clock::now()) {
     interval i;
