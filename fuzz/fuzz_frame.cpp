@@ -5,13 +5,13 @@
 // one of a few payload limits (the first input byte picks it, and whether the server state runs
 // in failover mode: rank-ordered sums, held pushes, sum offers). A refused header ends the
 // stream, as it ends a connection. An accepted one must re-encode to the same 64 bytes, and its
-// frame is handed to what handles that type on a node: pushes and sum offers to a server's per-key summation
-// state (every dtype, shape and round check, the sums themselves), hello and welcome payloads
-// to the rendezvous decoders, texts to the message helpers. Nothing may crash, leak, read out
+// frame is handed to what handles that type on a node: pushes and sum offers to a server's
+// default request handler, sync_sum (every dtype, shape and round check, the sums themselves),
+// hello and welcome payloads to the rendezvous decoders, texts to the message helpers. Nothing may crash, leak, read out
 // of bounds or hit undefined behaviour; only wire::decode_error may be thrown.
 #include <byteps/core/keys.hpp>
 #include <byteps/rendezvous/messages.hpp>
-#include <byteps/server/key_state.hpp>
+#include <byteps/server/sync_sum.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/frame.hpp>
 
@@ -21,17 +21,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 
 namespace {
 
 using namespace bps;
-
-struct waiter {};  // a server's per-worker session, for key_state
 
 constexpr int num_workers = 2;
 
@@ -40,54 +38,40 @@ constexpr int num_workers = 2;
   std::abort();
 }
 
+// Every byte of an answer must be readable.
+void read_all(std::span<const std::byte> bytes) {
+  volatile std::byte sink{};
+  for (auto b : bytes) sink = b;
+  (void)sink;
+}
+
 struct summation_server {
   explicit summation_server(bool failover) : failover(failover) {}
   bool failover;  // failover mode: rank-ordered sums, held pushes, sum offers
   detail::buffer_pool pool;
-  std::unordered_map<key_id, server::key_state<waiter>, key_id_hash> keys;
-  std::shared_ptr<waiter> sessions[num_workers + 1] = {std::make_shared<waiter>(),
-                                                       std::make_shared<waiter>(),
-                                                       std::make_shared<waiter>()};
+  server::sync_sum handler{Config{}, pool};
 
-  // As Server::on_push: accept (or take a failover sum_offer), and when every worker pushed,
-  // finish the round.
+  // As Server::on_push: the server's default handler decides, and what it answers is read.
   void push(const wire::header& h, std::span<const std::byte> payload) {
     detail::buffer_pool::buffer received{std::make_unique_for_overwrite<std::byte[]>(payload.size()),
                                          payload.size()};
     if (!payload.empty()) std::memcpy(received.data.get(), payload.data(), payload.size());
-    // Worker 2 does not exist: the state must refuse it, not index past its tables.
+    // Worker 2 does not exist: the handler must refuse it, not index past its tables.
     const int worker = static_cast<int>(h.sender % (num_workers + 1));
-    auto& k = keys.try_emplace(key_id{h.key, h.part}, pool, failover).first->second;
-    auto name = [&] { return std::string("'t'"); };
-    if (h.type == wire::msg::sum_offer) {
-      bool completes = false;
-      auto problem = k.offer(h, received, worker, num_workers, completes, name);
-      if (problem.empty() && completes) finish(k);
-      return;
+    const std::function<std::string()> name = [] { return std::string("'t'"); };
+    const auto o =
+        handler.handle(server::request{h, received, worker, num_workers, failover, name});
+    using kind = server::outcome::kind;
+    if (o.what == kind::release) {
+      // The round's pushes and offers all had this push's shape, or it would have failed.
+      if (o.answer.bytes.size() != payload.size()) broken("a round's sum has the wrong size");
+      read_all(o.answer.bytes);
+    } else if (o.what == kind::answer_now) {
+      read_all(o.answer.bytes);  // a kept sum
+    } else if ((o.what == kind::refuse || o.what == kind::fail_round) && o.error.empty()) {
+      broken("an error without a message");
     }
-    if (failover && k.initialized())
-      if (auto previous = k.previous_sum(h.round)) {
-        volatile std::byte sink{};
-        for (auto b : *previous) sink = b;  // a kept sum must be readable
-        (void)sink;
-        return;
-      }
-    auto problem = k.accept(h, received, worker, num_workers, name);
-    if (!problem.empty()) return;
-    k.waiting.push_back(sessions[worker]);
-    if (static_cast<int>(k.waiting.size()) < num_workers) return;
-    finish(k);
-  }
-
-  void finish(server::key_state<waiter>& k) {
-    if (k.round_error.empty()) {
-      auto sum = k.finish_round();
-      if (sum.size() != k.bytes) broken("a round's sum has the wrong size");
-      volatile std::byte sink{};
-      for (auto b : sum) sink = b;  // every byte of the sum must be readable
-      (void)sink;
-    }
-    k.next_round();
+    pool.give_back(std::move(received));
   }
 };
 

@@ -29,6 +29,8 @@ constexpr flag flags[] = {
     {"--failover-timeout-ms", "BYTEPS_FAILOVER_TIMEOUT_MS",
      "0 (off) or how long a dead server's rank waits for a replacement"},
     {"--engine-threads", "BYTEPS_SERVER_ENGINE_THREAD", "server: summation threads (default 4)"},
+    {"--log-interval-ms", "BYTEPS_SERVER_LOG_INTERVAL_MS",
+     "server: log throughput and lagging workers this often (default 10000; 0: off)"},
     {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 4096000)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
 };
@@ -40,9 +42,9 @@ void usage(std::FILE* out) {
                "Every flag overrides the environment variable beside it; see docs/env.md for "
                "all of them.\n",
                bps::version);
-  for (const auto& f : flags) std::fprintf(out, "  %-22s %-28s %s\n", f.name, f.variable, f.help);
+  for (const auto& f : flags) std::fprintf(out, "  %-22s %-30s %s\n", f.name, f.variable, f.help);
   std::fprintf(out,
-               "  %-22s %-28s %s\n"
+               "  %-22s %-30s %s\n"
                "\nExample (a job of 2 workers and 1 server on this machine):\n"
                "  byteps-server --role scheduler --num-workers 2 --num-servers 1 "
                "--root-uri 127.0.0.1 --root-port 9000 &\n"

@@ -56,11 +56,17 @@ inline Config base_config(int workers, int servers) {
   return c;
 }
 
-/// Runs `worker(comm, rank)` on `workers` threads against `servers` servers. Rethrows the
-/// first exception any node threw.
-class cluster {
+/// Runs `worker(comm, rank)` on `workers` threads against `servers` servers, each with request
+/// handler `Handler`. Rethrows the first exception any node threw.
+template <ServerHandler Handler = server::sync_sum>
+class basic_cluster {
  public:
-  explicit cluster(Config base) : base_(std::move(base)) {
+  using server_type = Server<transport::tcp, Handler>;
+
+  /// `on_server`, when given, runs on each server's thread once it joined, before it serves
+  /// (a test that captures a server's log sets its sink there).
+  explicit basic_cluster(Config base, std::function<void(server_type&)> on_server = {})
+      : base_(std::move(base)), on_server_(std::move(on_server)) {
     Config s = base_;
     s.node_role = role::scheduler;
     scheduler_ = std::make_unique<SchedulerNode<transport::tcp>>(s);
@@ -71,7 +77,8 @@ class cluster {
         guard(node_error_, [&] {
           Config c = base_;
           c.node_role = role::server;
-          Server<transport::tcp> server(c);
+          server_type server(c);
+          if (on_server_) on_server_(server);
           {
             std::lock_guard lock(mu_);
             server_ports_[server.rank()] = server.port();
@@ -153,7 +160,7 @@ class cluster {
 
   std::exception_ptr node_error() const { return node_error_; }
 
-  ~cluster() {
+  ~basic_cluster() {
     for (auto& t : threads_)
       if (t.joinable()) t.join();
   }
@@ -172,6 +179,7 @@ class cluster {
   }
 
   Config base_;
+  std::function<void(server_type&)> on_server_;
   std::unique_ptr<SchedulerNode<transport::tcp>> scheduler_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
@@ -179,5 +187,7 @@ class cluster {
   std::exception_ptr worker_error_;
   std::exception_ptr node_error_;
 };
+
+using cluster = basic_cluster<>;
 
 }  // namespace bps::test

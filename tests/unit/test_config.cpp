@@ -43,6 +43,7 @@ constexpr const char* all_variables[] = {
     "BYTEPS_LOG_LEVEL",
     "BYTEPS_FAILOVER_TIMEOUT_MS",
     "BYTEPS_SERVER_STANDBY",
+    "BYTEPS_SERVER_LOG_INTERVAL_MS",
     "BYTEPS_TRACE_ON",
     "BYTEPS_TRACE_START_STEP",
     "BYTEPS_TRACE_END_STEP",
@@ -496,4 +497,19 @@ TEST_CASE("Config::validate names bad timeline fields", "[config][trace]") {
   CHECK(contains(validate_error(c), "trace_dir (BYTEPS_TRACE_DIR)"));
   c.trace_dir = "t";
   CHECK_NOTHROW(c.validate());
+}
+
+TEST_CASE("Config::from_env reads the server's log interval with 0 for off", "[config]") {
+  clean_env guard;
+  set_required();
+  CHECK(bps::Config::from_env().server_log_interval == std::chrono::milliseconds(10000));
+  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "0");
+  CHECK(bps::Config::from_env().server_log_interval.count() == 0);
+  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "250");
+  CHECK(bps::Config::from_env().server_log_interval == std::chrono::milliseconds(250));
+  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "-1");
+  CHECK(from_env_error().find("BYTEPS_SERVER_LOG_INTERVAL_MS") != std::string::npos);
+  bps::Config c;
+  c.server_log_interval = std::chrono::milliseconds(-5);
+  CHECK(validate_error(c).find("BYTEPS_SERVER_LOG_INTERVAL_MS") != std::string::npos);
 }

@@ -12,8 +12,7 @@
 
 namespace {
 
-struct waiter {};
-using state = bps::server::key_state<waiter>;
+using state = bps::server::key_state;
 using bps::detail::buffer_pool;
 
 std::string contains_nothing() { return "'t'"; }
@@ -48,7 +47,6 @@ std::string push(state& k, buffer_pool& pool, int worker, std::uint64_t round,
   auto b = floats(pool, v);
   auto msg = k.accept(frame(bps::wire::msg::push, round, v.size()), b, worker, workers,
                       contains_nothing);
-  if (msg.empty()) k.waiting.push_back(std::make_shared<waiter>());
   pool.give_back(std::move(b));
   return msg;
 }
@@ -133,7 +131,7 @@ TEST_CASE("key_state offers: the previous round kept, the current round complete
     REQUIRE(offer(k, pool, 0, 4, {10.0f}, 2, completes).empty());  // the worker that had it
     CHECK(completes);
     CHECK(as_floats(k.finish_round()) == std::vector<float>{10.0f});  // not 99: the offer wins
-    CHECK(k.waiting.size() == 1);
+    CHECK(k.pushed() == 1);
     k.next_round();
     CHECK(k.round == 5);
     REQUIRE(push(k, pool, 1, 5, {1.0f}, 2).empty());

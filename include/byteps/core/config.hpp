@@ -75,6 +75,9 @@ struct Config {
   millis heartbeat_interval{1000};               ///< BYTEPS_HEARTBEAT_INTERVAL_MS
   millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
   millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
+  /// BYTEPS_SERVER_LOG_INTERVAL_MS: a server logs its throughput and the workers' lag at INFO
+  /// this often (0: never).
+  millis server_log_interval{10000};
   /// BYTEPS_FAILOVER_TIMEOUT_MS: 0 (default) = off, a lost server fails the job. Otherwise a
   /// server lost after the cluster formed is replaced (a standby, or a server restarted with its
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
@@ -182,6 +185,9 @@ inline void Config::validate() const {
          "more than heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)");
   if (stall_warning.count() <= 0)
     fail("stall_warning (BYTEPS_STALL_WARNING_MS)", stall_warning.count(), "> 0");
+  if (server_log_interval.count() < 0)
+    fail("server_log_interval (BYTEPS_SERVER_LOG_INTERVAL_MS)", server_log_interval.count(),
+         "0 (off) or more");
   if (failover_timeout.count() < 0)
     fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
          "0 (off) or more");
@@ -244,6 +250,8 @@ inline Config Config::from_env() {
   c.heartbeat_interval = millis(env_integer("BYTEPS_HEARTBEAT_INTERVAL_MS", 1000, 10, 3600000));
   c.heartbeat_timeout = millis(env_integer("BYTEPS_HEARTBEAT_TIMEOUT_MS", 10000, 20, 86400000));
   c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
+  c.server_log_interval =
+      millis(env_integer("BYTEPS_SERVER_LOG_INTERVAL_MS", 10000, 0, 86400000));
   c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
   c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;

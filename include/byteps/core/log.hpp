@@ -2,11 +2,15 @@
 /// @file
 /// A small leveled logger. Each node owns one (no global logger), built from `Config::log_level`.
 /// A line is formatted first and written with one call, so lines of concurrent threads do not mix.
+/// Lines go to stderr, or to a sink the owner sets (a test that checks what a node logged).
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <iterator>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -33,13 +37,29 @@ class logger {
  public:
   logger() = default;
   logger(log_level level, std::string who) : level_(level), who_(std::move(who)) {}
-  logger(const logger& other) : level_(other.level_), who_(other.who()) {}
+  logger(const logger& other) : level_(other.level_) {
+    std::lock_guard lock(other.mu_);
+    who_ = other.who_;
+    sink_ = other.sink_;
+  }
   logger& operator=(const logger& other) {
     if (this != &other) {
+      std::scoped_lock lock(mu_, other.mu_);
       level_ = other.level_;
-      rename(other.who());
+      who_ = other.who_;
+      sink_ = other.sink_;
     }
     return *this;
+  }
+
+  /// Receives each line (ending in a newline) instead of stderr. Must be thread-safe.
+  using sink = std::function<void(log_level, std::string_view line)>;
+  /// Sends the lines to `s` from now on; an empty `s` sends them to stderr again. Thread-safe,
+  /// like renaming, so a test can set it while the node's threads log.
+  void set_sink(sink s) {
+    auto p = s ? std::make_shared<const sink>(std::move(s)) : nullptr;
+    std::lock_guard lock(mu_);
+    sink_ = std::move(p);
   }
 
   bool enabled(log_level l) const noexcept { return l >= level_ && level_ != log_level::off; }
@@ -59,11 +79,18 @@ class logger {
     auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
-    std::string line = fmt::format("[{}.{:03d}] {} {}: ", now / 1000, static_cast<int>(now % 1000),
-                                   log_level_name(l), who());
+    std::shared_ptr<const sink> out;
+    std::string line;
+    {
+      std::lock_guard lock(mu_);
+      out = sink_;
+      line = fmt::format("[{}.{:03d}] {} {}: ", now / 1000, static_cast<int>(now % 1000),
+                         log_level_name(l), who_);
+    }
     fmt::format_to(std::back_inserter(line), format, std::forward<Args>(args)...);
     line.push_back('\n');
-    std::fwrite(line.data(), 1, line.size(), stderr);
+    if (out) (*out)(l, line);
+    else std::fwrite(line.data(), 1, line.size(), stderr);
   }
 
   template <class... Args>
@@ -91,6 +118,7 @@ class logger {
   log_level level_ = log_level::info;
   mutable std::mutex mu_;
   std::string who_ = "byteps";
+  std::shared_ptr<const sink> sink_;  // null: stderr
 };
 
 }  // namespace bps

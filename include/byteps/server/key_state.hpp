@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// The server's state for one partition key: its shape (fixed by the first push ever), the
-/// round being summed, who pushed, and the two sum buffers. Owned and touched by one engine
-/// thread only.
+/// `server::sync_sum`'s state for one partition key: its shape (fixed by the first push ever),
+/// the round being summed, who pushed, and the two sum buffers. Owned and touched by one engine
+/// thread only. Who waits for the sum is the server's business (`waiting.hpp`), not the key's.
 ///
 /// With failover on (`Config::failover_timeout` > 0) a key also:
 /// - adopts the round of the first push or `sum_offer` it ever sees (a replacement server starts
@@ -15,7 +15,7 @@
 ///   re-pushed it get them); an offer of the previous round keeps it for a worker that re-pushes
 ///   that round later (`previous_sum`).
 
-#include <chrono>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -33,11 +33,6 @@
 
 namespace bps::server {
 
-/// `part` value of an error that concerns a whole tensor rather than one partition.
-inline constexpr std::uint32_t whole_tensor = 0xffffffffu;
-
-/// `Waiter` is the server's per-worker link session; the sum goes back to each waiter.
-template <class Waiter>
 class key_state {
  public:
   /// `pool` takes back the buffers a key lets go of; it must outlive the key.
@@ -45,7 +40,8 @@ class key_state {
 
   /// Takes worker `worker`'s push for the current round. Returns what was wrong with it (the
   /// message for that worker alone), or "" when accepted. A push whose shape differs from the
-  /// key's is accepted but poisons the round: everyone who pushed gets `round_error`.
+  /// key's is accepted but poisons the round: everyone who pushed gets `round_error`. The round
+  /// is complete once `pushed()` reaches the number of workers.
   ///
   /// `received` holds the pushed bytes. The round's first contribution of a dtype summed in
   /// itself is not copied: its buffer becomes the round's sum buffer, and `received` gets the
@@ -77,7 +73,7 @@ class key_state {
       return fmt::format("worker {} pushed {} partition {} twice in round {}", worker,
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
-    if (waiting.empty()) round_started = std::chrono::steady_clock::now();
+    ++pushed_;
     if (!round_error.empty()) return {};
     if (!failover_) {
       add(received);
@@ -98,7 +94,8 @@ class key_state {
 
   /// Failover: takes a worker's copy of round `h.round`'s sum (see the file comment). Returns
   /// what was wrong with it, or "". `completes` is set when the offer completes the current
-  /// round: the caller then answers `waiting` with `finish_round()` and calls `next_round()`.
+  /// round: the caller then answers the round's waiting workers with `finish_round()` and calls
+  /// `next_round()`.
   template <class NameFn>
   std::string offer(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
                     int num_workers, bool& completes, NameFn&& tensor_name) {
@@ -145,6 +142,9 @@ class key_state {
 
   bool initialized() const noexcept { return initialized_; }
 
+  /// Workers whose push of the current round was accepted (a poisoned round's included).
+  int pushed() const noexcept { return pushed_; }
+
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
@@ -153,18 +153,8 @@ class key_state {
     return out.span();
   }
 
-  /// Workers that have not pushed the current round yet (for the stall report).
-  std::vector<int> missing() const {
-    std::vector<int> m;
-    for (std::size_t w = 0; w < pushed_by_.size(); ++w)
-      if (!pushed_by_[w]) m.push_back(static_cast<int>(w));
-    return m;
-  }
-
   void next_round() {
-    stall_reported = false;
-    waiting.clear();
-    std::fill(trace_summed_ns.begin(), trace_summed_ns.end(), 0);
+    pushed_ = 0;
     std::fill(pushed_by_.begin(), pushed_by_.end(), false);
     for (auto& b : held_) pool_->give_back(std::move(b));
     previous_valid_ = round_error.empty() && initialized_;
@@ -181,11 +171,6 @@ class key_state {
   std::uint64_t bytes = 0;
   std::uint64_t round = 0;
   std::string round_error;
-  std::vector<std::shared_ptr<Waiter>> waiting;  // pushed this round, in arrival order
-  std::chrono::steady_clock::time_point round_started;  // first push of the current round
-  /// Timeline: by worker, when its traced push of this round was summed (0: not traced).
-  std::vector<std::int64_t> trace_summed_ns;
-  bool stall_reported = false;
 
  private:
   template <class NameFn>
@@ -246,6 +231,7 @@ class key_state {
   bool initialized_ = false;
   int first_worker_ = -1;
   std::vector<bool> pushed_by_;
+  int pushed_ = 0;  // count of pushed_by_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
   std::vector<std::byte> wide_;  // fp32 accumulator for fp16 and bf16
   // Failover mode only.

@@ -1,39 +1,38 @@
 #pragma once
 /// @file
-/// `bps::Server<Transport>`: a summation server, built from the same headers as the workers so
-/// that an application can run one with its own transport (`tools/byteps_server.cpp` is the
-/// shipped one, a few lines).
+/// `bps::Server<Transport, Handler>`: a summation server, built from the same headers as the
+/// workers so that an application can run one with its own transport (`tools/byteps_server.cpp`
+/// is the shipped one, a few lines) or its own request handler.
 ///
-/// Each pushed partition is summed in place into that key's buffer by the engine thread that
-/// owns the key (keys spread over `BYTEPS_SERVER_ENGINE_THREAD` threads, so no lock guards the
-/// sums). When every worker pushed the key for the round (synchronous training), each worker is
-/// sent the sum. fp16 and bf16 accumulate in fp32. The sum of round r lives in buffer r % 2: a
-/// worker can only push round r+1 after it received round r, so round r+1's sum never
-/// overwrites bytes still being sent for round r.
+/// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
+/// threads, who waits for which round (`waiting.hpp`), the timeline, stall reports, the
+/// periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
+/// (`handler.hpp`): the default, `server::sync_sum`, sums one round from every worker and then
+/// answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
+/// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
-/// `run()` returns at once). A replacement starts empty: each key adopts the round of the first
-/// push or `sum_offer`, and answers a worker that re-pushes the previous round with that round's
-/// sum (key_state.hpp). Sums are taken in worker-rank order so they are the same bits on every
-/// server.
+/// `run()` returns at once). A replacement starts empty; how its keys catch up is the handler's
+/// (sync_sum.hpp).
 ///
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "byteps/core/config.hpp"
-#include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
@@ -41,9 +40,13 @@
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/detail/tracer.hpp"
-#include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
-#include "byteps/server/key_state.hpp"
+#include "byteps/server/handler.hpp"
+#include "byteps/server/names.hpp"
+#include "byteps/server/session.hpp"
+#include "byteps/server/stats.hpp"
+#include "byteps/server/sync_sum.hpp"
+#include "byteps/server/waiting.hpp"
 #include "byteps/transport/transport.hpp"
 
 namespace bps {
@@ -52,10 +55,11 @@ namespace testing {
 struct server_access;  // the tests' way into a server; not defined by the library
 }  // namespace testing
 
-template <Transport T>
+template <Transport T, ServerHandler H = server::sync_sum>
 class Server {
  public:
   using link_ptr = std::shared_ptr<typename T::link>;
+  using handler_type = H;
 
   /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
   /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
@@ -108,6 +112,10 @@ class Server {
   // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
   friend struct testing::server_access;
 
+  using session = server::session<Server>;
+  friend session;
+  using session_ptr = std::shared_ptr<session>;
+
   void start() {
     cfg_.validate();
     control_.on_failure([this](const std::string& why) { fail(why); });
@@ -118,7 +126,7 @@ class Server {
     });
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
-      engines_.push_back(std::make_unique<engine>());
+      engines_.push_back(std::make_unique<engine>(cfg_, pool_));
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
     hello.port = port_;
@@ -142,15 +150,19 @@ class Server {
     stall_check_.start(period, [this] {
       for (auto& e : engines_) e->post([this, ep = e.get()] { report_stalls(*ep); });
     });
+    if (cfg_.server_log_interval.count() > 0 && log_.enabled(log_level::info)) {
+      stats_.restart_clock();  // the first interval starts now; pushes may have come already
+      stats_log_.start(cfg_.server_log_interval, [this] { report_throughput(false); });
+    }
   }
 
-  class session;
-  using key_state = server::key_state<session>;
-
   struct engine {
-    std::mutex mu;  // guards keys: held by the engine thread per task, or by an I/O thread
-    std::unordered_map<key_id, key_state, key_id_hash> keys;
-    detail::task_thread thread;  // after keys: joins before they are destroyed
+    engine(const Config& cfg, detail::buffer_pool& pool) : handler(cfg, pool) {}
+    std::mutex mu;  // guards handler and waiting: held by the engine thread per task, or by an
+                    // I/O thread, or by the throughput report
+    H handler;
+    server::waiting_rooms<session> waiting;
+    detail::task_thread thread;  // last: joins before the rest is destroyed
 
     /// Runs `task` on the engine thread, holding `mu`.
     template <class F>
@@ -162,108 +174,20 @@ class Server {
     }
   };
 
-  /// Pushes up to this size are summed on the I/O thread that read them: a hop to an engine
+  using waiting_room = typename server::waiting_rooms<session>::room;
+
+  /// Pushes up to this size are handled on the I/O thread that read them: a hop to an engine
   /// thread costs more than the sum. Larger ones go to the engine, so I/O goes on meanwhile.
   static constexpr std::size_t inline_sum_bytes = 64 * 1024;
 
-  class session final : public transport::receiver,
-                        public std::enable_shared_from_this<session> {
-   public:
-    session(Server* owner, link_ptr l) : link(std::move(l)), owner_(owner) {}
-
-    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
-      switch (h.type) {
-        case wire::msg::push:
-          if (worker < 0) {
-            reason = "push before peer_hello";
-            return {};
-          }
-          received_ns_ = owner_->trace_.now();
-          incoming_ = owner_->pool_.take(h.payload_bytes);
-          return incoming_.span();
-        case wire::msg::sum_offer:
-          if (!owner_->cfg_.failover()) {
-            reason = "sum_offer while failover is off";
-            return {};
-          }
-          if (worker < 0) {
-            reason = "sum_offer before peer_hello";
-            return {};
-          }
-          incoming_ = owner_->pool_.take(h.payload_bytes);
-          return incoming_.span();
-        case wire::msg::declare:
-          if (h.payload_bytes > 4096) {
-            reason = "tensor name longer than 4096 bytes";
-            return {};
-          }
-          small_.resize(h.payload_bytes);
-          return small_;
-        default:
-          if (h.payload_bytes != 0) reason = fmt::format("unexpected {} frame", wire::msg_name(h.type));
-          return {};
-      }
-    }
-
-    void on_message(const wire::header& h, std::span<std::byte> payload) override {
-      switch (h.type) {
-        case wire::msg::peer_hello:
-          if (worker >= 0 || h.sender >= static_cast<std::uint32_t>(owner_->cfg_.num_workers))
-            throw std::runtime_error(fmt::format("bad peer_hello (worker {})", h.sender));
-          if (h.key != rendezvous::job_token_digest(owner_->cfg_.job_token))
-            throw std::runtime_error("peer_hello without this job's BYTEPS_JOB_TOKEN");
-          worker = static_cast<int>(h.sender);
-          return;
-        case wire::msg::declare:
-          return owner_->declare(*this, h.key,
-                                 std::string(reinterpret_cast<const char*>(payload.data()),
-                                             payload.size()));
-        case wire::msg::push:
-        case wire::msg::sum_offer:
-          if (h.sender != static_cast<std::uint32_t>(worker))
-            throw std::runtime_error(
-                fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
-          return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
-                                   {received_ns_, owner_->trace_.now()});
-        case wire::msg::bye:
-          said_bye = true;
-          return;
-        default:
-          throw std::runtime_error(fmt::format("unexpected {} frame from a worker",
-                                               wire::msg_name(h.type)));
-      }
-    }
-
-    void on_close(const std::string& reason) override {
-      owner_->pool_.give_back(std::move(incoming_));
-      // A connection that never said peer_hello is no worker (a stray client, a port scan).
-      if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
-    }
-
-    std::string describe() const {
-      return worker >= 0 ? fmt::format("worker {} at {}", worker, link->peer())
-                         : fmt::format("a peer at {}", link->peer());
-    }
-
-    link_ptr link;
-    int worker = -1;
-    std::atomic<bool> said_bye{false};
-
-   private:
-    Server* owner_;
-    detail::buffer_pool::buffer incoming_;  // I/O thread only
-    std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
-    std::vector<std::byte> small_;
-  };
+  // What a session asks of its server (session.hpp).
+  const Config& config() const noexcept { return cfg_; }
+  detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_.take(bytes); }
+  void recycle(detail::buffer_pool::buffer b) { pool_.give_back(std::move(b)); }
+  std::int64_t now_ns() const { return trace_.now(); }
 
   engine& engine_for(const key_id& k) {
     return *engines_[partition_key(k.key, k.part) % engines_.size()];
-  }
-
-  std::string tensor_name(std::uint64_t key) {
-    std::lock_guard lock(mu_);
-    auto it = names_.find(key);
-    return it != names_.end() ? "'" + it->second + "'" : fmt::format("key {:#x}", key);
   }
 
   std::string dead_reason() {
@@ -271,34 +195,19 @@ class Server {
     return dead_;
   }
 
-  void declare(session& s, std::uint64_t key, std::string name) {
-    std::string clash;
-    {
-      std::lock_guard lock(mu_);
-      auto [it, inserted] = names_.emplace(key, name);
-      if (!inserted && it->second != name) clash = it->second;
-    }
-    if (!clash.empty()) {
+  void declare(session& s, std::uint64_t key, const std::string& name) {
+    if (auto clash = names_.declare(key, name)) {
       wire::header h;
       h.key = key;
       h.part = server::whole_tensor;
-      reply_error(s, h,
-                  fmt::format("tensor names '{}' and '{}' hash to the same key {:#x}; rename one "
-                              "of them",
-                              clash, name, key),
-                  wire::flag_usage);
+      s.send_error(h, *clash, wire::flag_usage);
     }
   }
 
-  /// Timeline: when a push's frame began to arrive and when it was in (0 with tracing off).
-  struct receive_times {
-    std::int64_t began_ns = 0, arrived_ns = 0;
-  };
-
-  void post_push(std::shared_ptr<session> s, const wire::header& h,
-                 detail::buffer_pool::buffer payload, receive_times received) {
-    key_id id{h.key, h.part};
-    auto& e = engine_for(id);
+  void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
+                 server::receive_times received) {
+    stats_.received(payload.size);
+    auto& e = engine_for(key_id{h.key, h.part});
     if (payload.size <= inline_sum_bytes) {
       {
         std::lock_guard lock(e.mu);
@@ -315,84 +224,69 @@ class Server {
   }
 
   // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
-  // failover, a sum_offer.
-  void on_push(engine& e, const std::shared_ptr<session>& s, const wire::header& h,
-               detail::buffer_pool::buffer& payload, receive_times received) {
-    if (auto dead = dead_reason(); !dead.empty()) return reply_error(*s, h, dead, wire::flag_fatal);
-    auto& k = e.keys.try_emplace(key_id{h.key, h.part}, pool_, cfg_.failover()).first->second;
-    auto name = [&] { return tensor_name(h.key); };
-    if (h.type == wire::msg::sum_offer) {
-      bool completes = false;
-      auto problem = k.offer(h, payload, s->worker, cfg_.num_workers, completes, name);
-      if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
-      if (!completes) return;
-      log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer",
-                 name(), h.part, h.round, k.waiting.size(), s->worker);
-      return finish_round(k, h);
-    }
-    if (cfg_.failover() && k.initialized()) {
-      // A worker re-pushes the round whose sum the dead server never delivered to it.
-      if (auto previous = k.previous_sum(h.round)) {
-        log_.debug("{} partition {} round {}: worker {} re-pushed it; answered with the kept sum",
-                   name(), h.part, h.round, s->worker);
-        return answer(k, h.round, h, *previous, {s});
-      }
-    }
+  // failover, a sum_offer: the handler decides, the server carries it out.
+  void on_push(engine& e, const session_ptr& s, const wire::header& h,
+               detail::buffer_pool::buffer& payload, server::receive_times received) {
+    if (auto dead = dead_reason(); !dead.empty()) return s->send_error(h, dead, wire::flag_fatal);
     const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0;
     const auto sum_ns = traced ? trace_.now() : 0;
-    auto problem = k.accept(h, payload, s->worker, cfg_.num_workers, name);
-    if (!problem.empty()) return reply_error(*s, h, problem, wire::flag_usage);
-    if (traced) trace_pushed(k, h, s->worker, received, sum_ns);
-    k.waiting.push_back(s);
-    if (static_cast<int>(k.waiting.size()) < cfg_.num_workers) return;
-    finish_round(k, h);
-  }
-
-  void finish_round(key_state& k, const wire::header& h) {
-    const auto complete_ns = trace_.now();
-    if (!k.round_error.empty()) {
-      for (auto& w : k.waiting) reply_error(*w, h, k.round_error, wire::flag_usage);
-    } else {
-      answer(k, k.round, h, k.finish_round(), k.waiting);
+    const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
+    const server::outcome o = e.handler.handle(
+        server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name});
+    using kind = server::outcome::kind;
+    const key_id id{h.key, h.part};
+    switch (o.what) {
+      case kind::refuse:
+        return s->send_error(h, o.error, wire::flag_usage);
+      case kind::taken:
+        return;
+      case kind::answer_now:
+        if (log_.enabled(log_level::debug))  // an async handler's every push: no name lookup
+          log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
+                     h.part, h.round, s->worker, o.answer.round);
+        return answer(h, o.answer, std::span(&s, 1));
+      default:
+        break;
     }
-    if (trace_.on()) trace_answered(k, h, complete_ns);
-    k.next_round();
+    auto& room = h.type == wire::msg::push ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
+    if (traced && h.type == wire::msg::push) trace_pushed(room, h, s->worker, received, sum_ns);
+    if (o.what == kind::wait) return;
+    if (h.type == wire::msg::sum_offer)
+      log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer",
+                 name(), h.part, h.round, room.workers.size(), s->worker);
+    const auto complete_ns = trace_.now();
+    if (o.what == kind::release) {
+      answer(h, o.answer, room.workers);
+      stats_.round_done();
+    } else {
+      for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
+    }
+    if (trace_.on()) trace_answered(room, h, complete_ns);
+    room.workers.clear();
   }
 
   // Timeline: the spans of worker `worker`'s traced push (receive, sum), and of the round's
   // answer to each traced worker (wait, answer), with the flows to and from the workers.
-  void trace_pushed(key_state& k, const wire::header& h, int worker, receive_times received,
-                    std::int64_t sum_ns) {
-    k.trace_summed_ns.resize(static_cast<std::size_t>(cfg_.num_workers), 0);
-    k.trace_summed_ns[static_cast<std::size_t>(worker)] =
+  void trace_pushed(waiting_room& r, const wire::header& h, int worker,
+                    server::receive_times received, std::int64_t sum_ns) {
+    r.trace_summed_ns.resize(static_cast<std::size_t>(cfg_.num_workers), 0);
+    r.trace_summed_ns[static_cast<std::size_t>(worker)] =
         trace_.pushed(h.key, h.part, h.round, worker, h.payload_bytes, received.began_ns,
-                      received.arrived_ns, sum_ns, trace_.now(), [&] { return plain_name(h.key); });
+                      received.arrived_ns, sum_ns, trace_.now(),
+                      [&] { return names_.plain(h.key); });
   }
-  void trace_answered(const key_state& k, const wire::header& h, std::int64_t complete_ns) {
-    for (const auto& w : k.waiting)
-      if (static_cast<std::size_t>(w->worker) < k.trace_summed_ns.size())
-        trace_.answered(h.key, h.part, k.round, w->worker,
-                        k.trace_summed_ns[static_cast<std::size_t>(w->worker)], complete_ns,
-                        [&] { return plain_name(h.key); });
-  }
-  std::string plain_name(std::uint64_t key) {
-    std::lock_guard lock(mu_);
-    auto it = names_.find(key);
-    return it != names_.end() ? it->second : fmt::format("key {:#x}", key);
+  void trace_answered(const waiting_room& r, const wire::header& h, std::int64_t complete_ns) {
+    for (const auto& w : r.workers)
+      if (static_cast<std::size_t>(w->worker) < r.trace_summed_ns.size())
+        trace_.answered(h.key, h.part, r.round, w->worker,
+                        r.trace_summed_ns[static_cast<std::size_t>(w->worker)], complete_ns,
+                        [&] { return names_.plain(h.key); });
   }
 
-  // Sends round `round`'s sum of `h`'s partition to each of `to`.
-  void answer(const key_state& k, std::uint64_t round, const wire::header& h,
-              std::span<const std::byte> sum, const std::vector<std::shared_ptr<session>>& to) {
-    wire::header r;
-    r.type = wire::msg::pull_response;
-    r.key = h.key;
-    r.part = h.part;
-    r.round = round;
-    r.dtype = static_cast<std::uint32_t>(k.type);
-    r.offset = k.offset;
-    r.tensor_bytes = k.tensor_bytes;
-    for (auto& w : to) w->link->send(r, sum, {});
+  // Sends the handler's answer about `h`'s partition to each of `to`.
+  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to) {
+    for (auto& w : to) w->send_answer(h, a);
+    stats_.sent(a.bytes.size() * to.size());
   }
 
   // Engine thread. Like Horovod's stall inspector: name the workers a round has waited for
@@ -400,33 +294,39 @@ class Server {
   void report_stalls(engine& e) {
     const auto now = std::chrono::steady_clock::now();
     int reported = 0, more = 0;
-    for (auto& [id, k] : e.keys) {
-      if (k.waiting.empty() || k.stall_reported || now - k.round_started < cfg_.stall_warning)
-        continue;
-      k.stall_reported = true;
+    e.waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
+      if (r.stall_reported || now - r.started < cfg_.stall_warning) return;
+      r.stall_reported = true;
       if (reported++ >= 10) {
         ++more;
-        continue;
+        return;
       }
-      auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - k.round_started);
+      auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - r.started);
       log_.warn("stalled: {} partition {} round {} has waited {} s for worker(s) {} to push it "
                 "({} of {} pushed)",
-                tensor_name(id.key), id.part, k.round, waited.count(),
-                fmt::join(k.missing(), ", "), k.waiting.size(), cfg_.num_workers);
-    }
+                names_.quoted(id.key), id.part, r.round, waited.count(),
+                fmt::join(decltype(e.waiting)::missing(r, cfg_.num_workers), ", "),
+                r.workers.size(), cfg_.num_workers);
+    });
     if (more > 0) log_.warn("stalled: {} more partitions are waiting the same way", more);
   }
 
-  void reply_error(session& s, const wire::header& about, const std::string& text,
-                   std::uint32_t flags) {
-    auto body = std::make_shared<std::string>(text);
-    wire::header r;
-    r.type = wire::msg::error;
-    r.flags = flags;
-    r.key = about.key;
-    r.part = about.part;
-    r.round = about.round;
-    s.link->send(r, wire::as_bytes(*body), [body] {});
+  // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
+  // rest of the last interval. An idle interval with nobody behind says nothing.
+  void report_throughput(bool last) {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<server::worker_lag> lag(static_cast<std::size_t>(cfg_.num_workers));
+    if (!last) {  // at shutdown the engines are stopped and nobody waits any more
+      for (auto& e : engines_) {
+        std::lock_guard lock(e->mu);
+        e->waiting.add_lag(now, cfg_.num_workers, lag);
+      }
+    }
+    const auto i = stats_.take(now);
+    const bool behind =
+        std::any_of(lag.begin(), lag.end(), [](const auto& l) { return l.partitions > 0; });
+    if (i.bytes_in == 0 && i.bytes_out == 0 && i.rounds == 0 && !behind) return;
+    log_.info("{}", server::report_line(i, lag));
   }
 
   void worker_lost(session& s, const std::string& reason) {
@@ -435,7 +335,7 @@ class Server {
   }
 
   // Any thread. The cluster is broken: answer every waiting worker with the reason, now and for
-  // every later push, so that no worker waits for a sum that cannot come.
+  // every later push (on_push), so that no worker waits for a sum that cannot come.
   void fail(const std::string& why) {
     {
       std::lock_guard lock(mu_);
@@ -445,14 +345,14 @@ class Server {
     log_.error("{}", why);
     for (auto& e : engines_) {
       e->post([this, ep = e.get(), why] {
-        for (auto& [id, k] : ep->keys) {
+        ep->waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
           wire::header h;
           h.key = id.key;
           h.part = id.part;
-          h.round = k.round;
-          for (auto& w : k.waiting) reply_error(*w, h, why, wire::flag_fatal);
-          k.next_round();
-        }
+          h.round = r.round;
+          for (auto& w : r.workers) w->send_error(h, why, wire::flag_fatal);
+          r.workers.clear();
+        });
       });
     }
   }
@@ -460,8 +360,10 @@ class Server {
   void shutdown() {
     if (stopped_.exchange(true)) return;
     stall_check_.stop();
+    stats_log_.stop();
     for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
     transport_.stop();
+    if (cfg_.server_log_interval.count() > 0 && rank_ >= 0) report_throughput(true);
     trace_.write(control_.clock_offset(), log_);
   }
 
@@ -471,8 +373,9 @@ class Server {
   logger log_;
   detail::tracer trace_;  // the timeline: null when BYTEPS_TRACE_ON=0
   detail::buffer_pool pool_;
-  std::mutex mu_;
-  std::unordered_map<std::uint64_t, std::string> names_;
+  server::tensor_names names_;
+  server::throughput stats_;
+  std::mutex mu_;  // guards dead_
   std::string dead_;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
@@ -480,7 +383,8 @@ class Server {
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
   int rank_ = -1;
-  detail::periodic_thread stall_check_;  // last: stops first
+  detail::periodic_thread stall_check_;  // last two: stop first
+  detail::periodic_thread stats_log_;
 };
 
 }  // namespace bps

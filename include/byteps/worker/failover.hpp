@@ -19,7 +19,8 @@
 ///    `sum_offer` of its kept sum (round r: the last round this worker completed), and `push`
 ///    of the round in flight if one is pending. Offers before pushes on each link: a replacement
 ///    that sees a worker's push of round r+1 has already seen its offer of round r.
-/// 4. The replacement starts empty and adopts rounds from what comes first (server/key_state.hpp).
+/// 4. The replacement starts empty and adopts rounds from what comes first (server/sync_sum.hpp,
+///    server/key_state.hpp).
 ///    Workers are at most one round apart per partition (a worker pushes r+1 only after every
 ///    worker pushed r), so: an offer of the round being collected completes it for the workers
 ///    that re-pushed it; a re-push of the previous round is answered from the offered sum; and

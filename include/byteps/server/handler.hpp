@@ -1,0 +1,108 @@
+#pragma once
+/// @file
+/// The `bps::ServerHandler` concept: what a server does with a push, as a policy of
+/// `bps::Server<T, H>`. ps-lite's `KVServer::set_request_handle` is the model: the server owns
+/// the links, the engine threads, who waits for which round, the timeline, stall reports and
+/// failures; the handler owns the per-key state and decides, push by push, who gets what.
+/// Synchronous summation (`server::sync_sum`, the default) is one handler; asynchronous
+/// training, which adds each push to stored parameters and answers at once, is another.
+///
+/// @par Requirements
+/// A type `H` satisfies `ServerHandler` when:
+/// - `H(const Config& cfg, detail::buffer_pool& pool)` builds it. `pool` is the server's pool of
+///   receive buffers and outlives the handler; `cfg` is the server's.
+/// - `h.handle(req)` takes one `server::request` and returns the `server::outcome` the server
+///   carries out. It must not throw and must not block: it runs on the I/O path. What a worker
+///   did wrong is `refuse`; a round that cannot be summed is `fail_round`.
+///
+/// @par Thread Safety
+/// A server builds one handler per engine thread (`BYTEPS_SERVER_ENGINE_THREAD`) and calls it
+/// only for that engine's keys, one call at a time (holding the engine's lock, on its thread or
+/// on the I/O thread that read a small push). A handler needs no lock of its own.
+///
+/// @par Lifetime of the answer's bytes
+/// The server sends `reply::bytes` without copying, and the transport reads them after `handle`
+/// returned, so they must stay unchanged until every send of them is done. Either give the
+/// server an owner in `reply::keep` (it holds it until then), or rely on the protocol as
+/// `sync_sum` does: a worker pushes a key's next round only after it received this one, so bytes
+/// that change only after every recipient pushed again are safe.
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/dtype.hpp"
+#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::server {
+
+/// One push or, with failover on, one `sum_offer` (a round's sum that a worker already got from
+/// a server that died since).
+struct request {
+  const wire::header& head;  ///< the frame's header: type, key, part, round, dtype, shape
+  /// The frame's payload. A handler may keep the bytes without a copy by swapping in a buffer
+  /// of its own (or an empty one): the server gives back to the pool whatever it holds after.
+  detail::buffer_pool::buffer& payload;
+  int worker = -1;        ///< the sender's rank, checked against its link's peer_hello
+  int num_workers = 0;    ///< `DMLC_NUM_WORKER`: the pushes that make a synchronous round
+  bool failover = false;  ///< `Config::failover()`: a replacement server may start mid-job
+  /// The tensor as messages name it: `'name'` once declared, else `key 0x...`. Costs a lock:
+  /// call it only to build a message.
+  const std::function<std::string()>& tensor_name;
+};
+
+/// The bytes a worker pulls, with the fields of the `pull_response` header that carries them.
+struct reply {
+  std::span<const std::byte> bytes;
+  std::uint64_t round = 0;
+  dtype type = dtype::float32;
+  std::uint64_t offset = 0;        ///< the partition's byte offset in the tensor
+  std::uint64_t tensor_bytes = 0;  ///< the whole tensor's size
+  /// Held by the server until every send of `bytes` is done; empty when the handler keeps the
+  /// bytes alive itself (see the file comment).
+  std::shared_ptr<const void> keep;
+};
+
+/// What the server does after `handle`. For a push, `wait`, `release` and `fail_round` first put
+/// its worker in the key's waiting list, so it is answered with the others; a `sum_offer` never
+/// waits, since its worker already has the sum.
+struct outcome {
+  enum class kind {
+    refuse,      ///< answer only this worker with `error` (a usage error); nothing else changes
+    wait,        ///< the worker waits for the round; nothing is sent yet
+    answer_now,  ///< answer only this worker with `answer`; it does not wait
+    release,     ///< the round is complete: answer every waiting worker with `answer`
+    fail_round,  ///< the round cannot complete: answer every waiting worker with `error`
+    taken,       ///< nothing to send (a kept `sum_offer`)
+  };
+
+  kind what = kind::taken;
+  std::string error;  ///< refuse, fail_round: the message, naming the tensor and the worker
+  reply answer;       ///< answer_now, release
+
+  static outcome refuse(std::string why) { return {kind::refuse, std::move(why), {}}; }
+  static outcome wait() { return {kind::wait, {}, {}}; }
+  static outcome answer_now(reply r) { return {kind::answer_now, {}, std::move(r)}; }
+  static outcome release(reply r) { return {kind::release, {}, std::move(r)}; }
+  static outcome fail_round(std::string why) { return {kind::fail_round, std::move(why), {}}; }
+  static outcome taken() { return {kind::taken, {}, {}}; }
+};
+
+}  // namespace bps::server
+
+namespace bps {
+
+/// A server's request handler; see the file comment for the contract.
+template <class H>
+concept ServerHandler = std::constructible_from<H, const Config&, detail::buffer_pool&> &&
+    requires(H& h, const server::request& r) {
+  { h.handle(r) } -> std::same_as<server::outcome>;
+};
+
+}  // namespace bps

@@ -1,0 +1,161 @@
+#pragma once
+/// @file
+/// `server::session`: a server's end of one worker link. It checks who the peer is
+/// (`peer_hello` with the job's token), reads pushes into pooled buffers and hands each frame to
+/// its server, which decides what the frame means and answers through it.
+///
+/// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
+/// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `now_ns()` (the timeline's
+/// clock, 0 when tracing is off); `declare(session&, key, name)`; `post_push(session_ptr,
+/// header, buffer, receive_times)`; `worker_lost(session&, reason)`.
+///
+/// @par Thread Safety
+/// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
+/// `worker` and `said_bye` are read from other threads once `peer_hello` was handled.
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/rendezvous/messages.hpp"
+#include "byteps/server/handler.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::server {
+
+/// Timeline: when a push's frame began to arrive and when it was in (0 with tracing off).
+struct receive_times {
+  std::int64_t began_ns = 0, arrived_ns = 0;
+};
+
+template <class Owner>
+class session final : public transport::receiver,
+                      public std::enable_shared_from_this<session<Owner>> {
+ public:
+  using link_ptr = typename Owner::link_ptr;
+
+  session(Owner* owner, link_ptr l) : link(std::move(l)), owner_(owner) {}
+
+  std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+    switch (h.type) {
+      case wire::msg::push:
+        if (worker < 0) {
+          reason = "push before peer_hello";
+          return {};
+        }
+        received_ns_ = owner_->now_ns();
+        incoming_ = owner_->receive_buffer(h.payload_bytes);
+        return incoming_.span();
+      case wire::msg::sum_offer:
+        if (!owner_->config().failover()) {
+          reason = "sum_offer while failover is off";
+          return {};
+        }
+        if (worker < 0) {
+          reason = "sum_offer before peer_hello";
+          return {};
+        }
+        incoming_ = owner_->receive_buffer(h.payload_bytes);
+        return incoming_.span();
+      case wire::msg::declare:
+        if (h.payload_bytes > 4096) {
+          reason = "tensor name longer than 4096 bytes";
+          return {};
+        }
+        small_.resize(h.payload_bytes);
+        return small_;
+      default:
+        if (h.payload_bytes != 0)
+          reason = fmt::format("unexpected {} frame", wire::msg_name(h.type));
+        return {};
+    }
+  }
+
+  void on_message(const wire::header& h, std::span<std::byte> payload) override {
+    switch (h.type) {
+      case wire::msg::peer_hello:
+        if (worker >= 0 || h.sender >= static_cast<std::uint32_t>(owner_->config().num_workers))
+          throw std::runtime_error(fmt::format("bad peer_hello (worker {})", h.sender));
+        if (h.key != rendezvous::job_token_digest(owner_->config().job_token))
+          throw std::runtime_error("peer_hello without this job's BYTEPS_JOB_TOKEN");
+        worker = static_cast<int>(h.sender);
+        return;
+      case wire::msg::declare:
+        return owner_->declare(
+            *this, h.key,
+            std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
+      case wire::msg::push:
+      case wire::msg::sum_offer:
+        if (h.sender != static_cast<std::uint32_t>(worker))
+          throw std::runtime_error(
+              fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
+        return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
+                                 receive_times{received_ns_, owner_->now_ns()});
+      case wire::msg::bye:
+        said_bye = true;
+        return;
+      default:
+        throw std::runtime_error(
+            fmt::format("unexpected {} frame from a worker", wire::msg_name(h.type)));
+    }
+  }
+
+  void on_close(const std::string& reason) override {
+    owner_->recycle(std::move(incoming_));
+    // A connection that never said peer_hello is no worker (a stray client, a port scan).
+    if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
+  }
+
+  /// Sends `a` as the `pull_response` about `about`'s partition. Any thread.
+  void send_answer(const wire::header& about, const reply& a) {
+    wire::header r;
+    r.type = wire::msg::pull_response;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = a.round;
+    r.dtype = static_cast<std::uint32_t>(a.type);
+    r.offset = a.offset;
+    r.tensor_bytes = a.tensor_bytes;
+    if (a.keep)
+      link->send(r, a.bytes, [keep = a.keep] {});
+    else
+      link->send(r, a.bytes, {});
+  }
+
+  /// Sends `text` as an error about `about`'s partition and round. Any thread.
+  void send_error(const wire::header& about, const std::string& text, std::uint32_t flags) {
+    auto body = std::make_shared<std::string>(text);
+    wire::header r;
+    r.type = wire::msg::error;
+    r.flags = flags;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = about.round;
+    link->send(r, wire::as_bytes(*body), [body] {});
+  }
+
+  std::string describe() const {
+    return worker >= 0 ? fmt::format("worker {} at {}", worker, link->peer())
+                       : fmt::format("a peer at {}", link->peer());
+  }
+
+  link_ptr link;
+  int worker = -1;
+  std::atomic<bool> said_bye{false};
+
+ private:
+  Owner* owner_;
+  detail::buffer_pool::buffer incoming_;  // I/O thread only
+  std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
+  std::vector<std::byte> small_;
+};
+
+}  // namespace bps::server
