@@ -2,6 +2,7 @@
 // memory; sums stay exact, plain TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0
 // turns the shortcut off.
 #include "cluster.hpp"
+#include "run_cluster.hpp"
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
@@ -21,52 +22,6 @@ namespace {
 using ipc_tcp = transport::ipc<transport::tcp>;
 using ipc_comm = Communicator<ipc_tcp, local::none, partition::by_bytes, schedule::priority>;
 using ipc_host_comm = Communicator<ipc_tcp, local::host, partition::by_bytes, schedule::priority>;
-
-// A scheduler, `servers` servers on `Server<ServerNet>` and `workers` workers running `body`.
-template <class ServerNet, class Comm>
-void run(Config base, std::vector<int> local_sizes,
-         const std::function<void(Comm&)>& body) {
-  Config s = base;
-  s.node_role = role::scheduler;
-  SchedulerNode<transport::tcp> scheduler(s);
-  base.scheduler_port = scheduler.port();
-  std::mutex mu;
-  std::exception_ptr failure;
-  auto guard = [&](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (...) {
-      std::lock_guard lock(mu);
-      if (!failure) failure = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { guard([&] { scheduler.run(); }); });
-  for (int i = 0; i < base.num_servers; ++i)
-    threads.emplace_back([&] {
-      guard([&] {
-        Config c = base;
-        c.node_role = role::server;
-        Server<ServerNet> server(c);
-        server.run();
-      });
-    });
-  for (std::size_t m = 0; m < local_sizes.size(); ++m)
-    for (int l = 0; l < local_sizes[m]; ++l)
-      threads.emplace_back([&, m, l] {
-        guard([&] {
-          Config c = base;
-          c.node_role = role::worker;
-          c.worker_id = static_cast<int>(m);
-          c.local_rank = l;
-          c.local_size = local_sizes[m];
-          Comm comm(c);
-          body(comm);
-        });
-      });
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
-}
 
 // Every dtype, large enough to take the ring (>= 16 KiB per partition), exact sums.
 template <class Comm>
@@ -88,24 +43,24 @@ TEST_CASE("ipc: 2 workers x 2 servers on one machine - exact sums through shared
           "[cluster][ipc]") {
   auto cfg = test::base_config(2, 2);
   cfg.partition_bytes = 65536;
-  run<ipc_tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 5); });
+  test::run_cluster<ipc_tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 5); });
 }
 
 TEST_CASE("ipc: local ranks and colocated servers together - exact sums", "[cluster][ipc]") {
   auto cfg = test::base_config(2, 2);
   cfg.partition_bytes = 65536;
-  run<ipc_tcp, ipc_host_comm>(cfg, {2, 2}, [&](ipc_host_comm& comm) { exact_sums(comm, 3); });
+  test::run_cluster<ipc_tcp, ipc_host_comm>(cfg, {2, 2}, [&](ipc_host_comm& comm) { exact_sums(comm, 3); });
 }
 
 TEST_CASE("ipc workers and plain tcp servers still talk (no handshake, no shortcut)",
           "[cluster][ipc]") {
   auto cfg = test::base_config(2, 1);
-  run<transport::tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 2); });
+  test::run_cluster<transport::tcp, ipc_comm>(cfg, {1, 1}, [&](ipc_comm& comm) { exact_sums(comm, 2); });
 }
 
 TEST_CASE("plain tcp workers and ipc servers still talk", "[cluster][ipc]") {
   auto cfg = test::base_config(2, 1);
-  run<ipc_tcp, test::comm_t>(cfg, {1, 1}, [&](test::comm_t& comm) { exact_sums(comm, 2); });
+  test::run_cluster<ipc_tcp, test::comm_t>(cfg, {1, 1}, [&](test::comm_t& comm) { exact_sums(comm, 2); });
 }
 
 TEST_CASE("ipc transport: payloads take shared memory only after the handshake, and not with "

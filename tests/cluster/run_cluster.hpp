@@ -1,0 +1,61 @@
+#pragma once
+// An in-process cluster of any transport and local policy, for tests that are parametrised over
+// them (test_matrix.cpp) or need servers on another transport than tcp (test_ipc.cpp).
+#include <byteps/byteps.hpp>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace bps::test {
+
+/// A scheduler, `base.num_servers` servers on `Server<ServerNet>`, and on machine m
+/// `local_sizes[m]` worker threads, each with its own `Comm` running `body`. Rethrows the first
+/// exception any node threw. For clusters whose workers and servers use any transport.
+template <class ServerNet, class Comm>
+void run_cluster(Config base, std::vector<int> local_sizes,
+                 const std::function<void(Comm&)>& body) {
+  Config s = base;
+  s.node_role = role::scheduler;
+  SchedulerNode<transport::tcp> scheduler(s);
+  base.scheduler_port = scheduler.port();
+  std::mutex mu;
+  std::exception_ptr failure;
+  auto guard = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { guard([&] { scheduler.run(); }); });
+  for (int i = 0; i < base.num_servers; ++i)
+    threads.emplace_back([&] {
+      guard([&] {
+        Config c = base;
+        c.node_role = role::server;
+        Server<ServerNet> server(c);
+        server.run();
+      });
+    });
+  for (std::size_t m = 0; m < local_sizes.size(); ++m)
+    for (int l = 0; l < local_sizes[m]; ++l)
+      threads.emplace_back([&, m, l] {
+        guard([&] {
+          Config c = base;
+          c.node_role = role::worker;
+          c.worker_id = static_cast<int>(m);
+          c.local_rank = l;
+          c.local_size = local_sizes[m];
+          Comm comm(c);
+          body(comm);
+        });
+      });
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace bps::test
