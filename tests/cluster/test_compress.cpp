@@ -16,7 +16,7 @@ using bps::test::comm_t;
 namespace {
 
 struct codec_counts {
-  std::atomic<int> made{0}, encoded{0}, decoded{0};
+  std::atomic<int> made{0}, encoded{0}, decoded{0}, wrong_sizes{0};
 };
 
 // Negates every element on the way out and back: the servers sum negated values, so the result
@@ -33,7 +33,8 @@ struct negating_codec {
   }
   void decode(std::span<const std::byte> in, dtype t, std::span<std::byte> out) {
     ++c_->decoded;
-    REQUIRE(in.size() == out.size());
+    // Called on an I/O thread, where Catch's assertions are not safe: counted, checked later.
+    if (in.size() != out.size()) ++c_->wrong_sizes;
     flip(in, t, out);
   }
   static void flip(std::span<const std::byte> in, dtype t, std::span<std::byte> out) {
@@ -104,6 +105,8 @@ TEST_CASE(
                  k.encoded.load());
       BPS_EXPECT(k.decoded == static_cast<int>(parts) * rounds, "{}: decoded {}", dtype_name(t),
                  k.decoded.load());
+      BPS_EXPECT(k.wrong_sizes == 0, "{}: {} answers of another size than their partition",
+                 dtype_name(t), k.wrong_sizes.load());
     }
   });
 }

@@ -3,6 +3,7 @@
 // replacement the job fails within the timeout, naming the lost server.
 #include "failover_cluster.hpp"
 #include "values.hpp"
+#include "exact_rounds.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -50,15 +51,7 @@ void exact_round(Comm& comm, int rank, int workers, int r, const std::function<v
     handles.push_back(comm.push_pull(tensors[i].name, data[i].data(), tensors[i].count,
                                      tensors[i].type));
   if (between) between();
-  std::exception_ptr failed;  // every handle is done before `data` goes
-  for (auto& h : handles) {
-    try {
-      h.wait();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  bps::test::wait_all(handles);  // every buffer outlives its handle
   for (std::size_t i = 0; i < std::size(tensors); ++i) {
     const auto& t = tensors[i];
     const auto wrong = test::first_wrong(t.type, data[i], t.count, workers, r);

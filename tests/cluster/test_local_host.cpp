@@ -2,6 +2,7 @@
 // and its own mappings of the shared memory) reduce among themselves, push_pull their slices,
 // and gather the sum. Every result is compared with the exact reference sum.
 #include "cluster.hpp"
+#include "exact_rounds.hpp"
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
@@ -40,38 +41,8 @@ void every_dtype(const std::vector<int>& local_sizes, int servers, int rounds) {
       std::lock_guard lock(mu);
       job = comm.job_id();
     }
-    for (int round = 0; round < rounds; ++round) {
-      std::vector<std::vector<std::byte>> buffers;
-      std::vector<std::pair<dtype, std::size_t>> what;
-      std::vector<handle> handles;
-      for (dtype t : all_dtypes)
-        for (std::size_t n : sizes) {
-          buffers.push_back(test::fill(t, n, comm.rank(), round));
-          what.emplace_back(t, n);
-        }
-      for (std::size_t k = 0; k < buffers.size(); ++k) {
-        auto [t, n] = what[k];
-        handles.push_back(comm.push_pull(fmt::format("{}.{}", dtype_name(t), n),
-                                         buffers[k].data(), n, t,
-                                         {.priority = static_cast<int>(k % 3)}));
-      }
-      // Every handle is done before a check can throw: the buffers must outlive them.
-      std::exception_ptr failed;
-      for (auto& h : handles) {
-        try {
-          h.wait();
-        } catch (...) {
-          if (!failed) failed = std::current_exception();
-        }
-      }
-      if (failed) std::rethrow_exception(failed);
-      for (std::size_t k = 0; k < buffers.size(); ++k) {
-        auto [t, n] = what[k];
-        auto wrong = test::first_wrong(t, buffers[k], n, processes, round);
-        BPS_EXPECT(wrong == n, "{} x {} round {} rank {}: element {} is not the sum",
-                   dtype_name(t), n, round, comm.rank(), wrong);
-      }
-    }
+    for (int round = 0; round < rounds; ++round)
+      test::exact_round_every_dtype(comm, sizes, round, processes, "");
   });
   // Every segment was unlinked once all local ranks had mapped it, and the rest at shutdown.
   CHECK(job != 0);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "cluster.hpp"
+#include "exact_rounds.hpp"
 #include "run_cluster.hpp"
 #include "values.hpp"
 
@@ -42,19 +43,6 @@ Config matrix_config() {
   return cfg;
 }
 
-// Every handle is done before a check can throw: the buffers must outlive them.
-void matrix_wait_all(std::vector<handle>& handles) {
-  std::exception_ptr failed;
-  for (auto& h : handles) {
-    try {
-      h.wait();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
-}
-
 template <class Net, class L>
 void matrix_exact_sums(const char* setup) {
   using comm_t = matrix_comm<Net, L>;
@@ -63,28 +51,8 @@ void matrix_exact_sums(const char* setup) {
   const std::size_t sizes[] = {1, 3, 1023, 4097, 20011};
   test::run_cluster<Net, comm_t>(matrix_config(), local, [&](comm_t& comm) {
     BPS_EXPECT(comm.size() == processes, "{}: size {}", setup, comm.size());
-    for (int round = 0; round < 3; ++round) {
-      std::vector<std::vector<std::byte>> buffers;
-      std::vector<std::pair<dtype, std::size_t>> what;
-      std::vector<handle> handles;
-      for (dtype t : all_dtypes)
-        for (std::size_t n : sizes) {
-          buffers.push_back(test::fill(t, n, comm.rank(), round));
-          what.emplace_back(t, n);
-        }
-      for (std::size_t k = 0; k < buffers.size(); ++k) {
-        auto [t, n] = what[k];
-        handles.push_back(comm.push_pull(fmt::format("{}.{}", dtype_name(t), n), buffers[k].data(),
-                                         n, t, {.priority = static_cast<int>(k % 3)}));
-      }
-      matrix_wait_all(handles);
-      for (std::size_t k = 0; k < buffers.size(); ++k) {
-        auto [t, n] = what[k];
-        auto wrong = test::first_wrong(t, buffers[k], n, processes, round);
-        BPS_EXPECT(wrong == n, "{}: {} x {} round {} rank {}: element {} is not the sum", setup,
-                   dtype_name(t), n, round, comm.rank(), wrong);
-      }
-    }
+    for (int round = 0; round < 3; ++round)
+      test::exact_round_every_dtype(comm, sizes, round, processes, std::string(setup) + ": ");
   });
 }
 

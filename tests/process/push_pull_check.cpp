@@ -19,6 +19,7 @@
 #include <string>
 
 #include "../cluster/values.hpp"
+#include "../cluster/exact_rounds.hpp"
 
 namespace {
 
@@ -49,16 +50,7 @@ int check(const bps::Config& cfg, const Args& args) {
                                          buffers.back().data(), n, t,
                                          {.priority = static_cast<int>(n % 3)}));
       }
-    // Every buffer stays alive until its handle is done, also when one fails.
-    std::exception_ptr failed;
-    for (auto& h : handles) {
-      try {
-        h.wait();
-      } catch (...) {
-        if (!failed) failed = std::current_exception();
-      }
-    }
-    if (failed) std::rethrow_exception(failed);
+    bps::test::wait_all(handles);  // every buffer outlives its handle
     std::size_t k = 0;
     for (bps::dtype t : bps::all_dtypes)
       for (std::size_t n : sizes) {

@@ -15,10 +15,8 @@
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -189,19 +187,12 @@ class node {
       die_locked(why);
     });
     if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
-    for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
-      const auto& a = welcome.servers[i];
-      typename server_links<T>::slot s;
-      s.address = fmt::format("{}:{}", a.host, a.port);
-      try {
-        s.link = transport_.connect(a.host, a.port, cfg_.connect_timeout);
-      } catch (const communicator_error& e) {
-        throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
-      }
-      std::lock_guard lock(mu_);
-      start_link(s.link, static_cast<int>(i), 0);
-      links_.add(std::move(s));
-    }
+    links_.connect_all(transport_, welcome.servers, cfg_.connect_timeout,
+                       [this](auto& slot, int i) {
+                         std::lock_guard lock(mu_);  // its receiver may report at once
+                         start_link(slot.link, i, 0);
+                         links_.add(std::move(slot));
+                       });
     ops().stats().servers(links_.size());
     if (failover_) failover_->listen();
     const local::cluster machine{rank_,        num_workers_,   global_rank_,
@@ -230,17 +221,8 @@ class node {
       if (dead_.empty()) links = links_.live();
     }
     if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
-    // Say bye so that servers and the scheduler know this exit is no failure; bounded wait.
-    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
-    auto done = std::make_shared<std::promise<void>>();
-    auto one_left = [left, done] {
-      if (left->fetch_sub(1) == 1) done->set_value();
-    };
-    wire::header bye;
-    bye.type = wire::msg::bye;
-    for (auto& l : links) l->send(bye, {}, one_left);
-    control_.bye(one_left);
-    done->get_future().wait_for(std::chrono::seconds(5));
+    // Bye, so that servers and the scheduler know this exit is no failure.
+    server_links<T>::say_bye(links, [this](auto on_sent) { control_.bye(std::move(on_sent)); });
     transport_.stop();
   }
 

@@ -7,9 +7,12 @@
 /// Not thread-safe: the worker's mutex guards it. Sends never block, so they may be made under
 /// that mutex.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "byteps/core/error.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
 
@@ -49,6 +53,40 @@ class server_links {
   }
 
   void add(slot s) { slots_.push_back(std::move(s)); }
+
+  /// Connects to each of `servers` in rank order, each within `timeout`, and hands the slot to
+  /// `added(slot&, rank)` (which starts its link and `add`s it). Throws `communicator_error`
+  /// naming the server it cannot reach.
+  template <class Added>
+  static void connect_all(T& transport, const std::vector<rendezvous::address>& servers,
+                          std::chrono::milliseconds timeout, Added&& added) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      slot s;
+      s.address = fmt::format("{}:{}", servers[i].host, servers[i].port);
+      try {
+        s.link = transport.connect(servers[i].host, servers[i].port, timeout);
+      } catch (const communicator_error& e) {
+        throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
+      }
+      added(s, static_cast<int>(i));
+    }
+  }
+
+  /// Sends `bye` on each of `links` and through `bye_scheduler(on_sent)`, and waits (at most
+  /// 5 s) until each has left.
+  template <class ByeScheduler>
+  static void say_bye(const std::vector<link_ptr>& links, ByeScheduler&& bye_scheduler) {
+    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
+    auto done = std::make_shared<std::promise<void>>();
+    std::function<void()> one_left = [left, done] {
+      if (left->fetch_sub(1) == 1) done->set_value();
+    };
+    wire::header bye;
+    bye.type = wire::msg::bye;
+    for (auto& l : links) l->send(bye, {}, one_left);
+    bye_scheduler(one_left);
+    done->get_future().wait_for(std::chrono::seconds(5));
+  }
 
   /// Starts reading `link` with `receiver` and says who this worker is, with the job's token:
   /// servers admit this job's workers only.
