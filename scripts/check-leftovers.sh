@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks that a test run left nothing on the machine: no new entry of the system's temporary
 # folder that byteps or its tests make (tmp.*, byteps*, bps-*), no new /dev/shm/bps-* segment,
-# and no process of a test sandbox (BYTEPS_TEST_SANDBOX in its environment) still running.
+# and no process of a test sandbox of this checkout (BYTEPS_TEST_SANDBOX in its environment,
+# naming a folder inside the checkout) still running: another checkout's tests running on the
+# same machine are not this run's.
 #   check-leftovers.sh snapshot FILE   record what is there now
 #   check-leftovers.sh check FILE      fail, naming each one, if anything new is there
 # .ci/run takes a snapshot before each suite and checks after it.
@@ -23,7 +25,9 @@ entries() {
 
 sandbox_processes() {
   local pid
-  for pid in $("$(dirname "$0")/../tests/sandbox/sandbox.sh" pids); do
+  local root
+  root=$(cd "$(dirname "$0")/.." && pwd -P)
+  for pid in $("$root/tests/sandbox/sandbox.sh" pids-under "$root"); do
     echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
   done
 }

@@ -23,7 +23,6 @@ using bps::test::seconds_since;
 
 namespace {
 
-
 Config quick_config(int workers, int servers) {
   Config c = test::base_config(workers, servers);
   c.connect_timeout = 5s;
@@ -250,7 +249,8 @@ TEST_CASE("a delayed push still gives the exact sum", "[fault-injection]") {
       comm.push_pull("delayed", std::span(v)).wait();
       if (rank == 0 && round == 0) first_round = seconds_since(start);
       for (std::size_t i = 0; i < v.size(); ++i) {
-        const float expected = static_cast<float>(i % 97) * 0.5f + static_cast<float>(1 + 2 * round) + 0.25f;
+        const float expected =
+            static_cast<float>(i % 97) * 0.5f + static_cast<float>(1 + 2 * round) + 0.25f;
         BPS_EXPECT(v[i] == expected, "round {} element {}: {} != {}", round, i, v[i], expected);
       }
     }
@@ -263,7 +263,8 @@ TEST_CASE("a delayed push still gives the exact sum", "[fault-injection]") {
 TEST_CASE("a duplicated push is refused by the server and fails that handle naming the tensor",
           "[fault-injection]") {
   auto plan = std::make_shared<fault_plan>();
-  auto dup = plan->add({.when = {.type = wire::msg::push, .sender = 0}, .action = fault::duplicate()});
+  auto dup =
+      plan->add({.when = {.type = wire::msg::push, .sender = 0}, .action = fault::duplicate()});
   faulty_cluster c(quick_config(2, 1), plan);
   std::promise<void> refused;
   auto refused_seen = refused.get_future().share();
@@ -301,23 +302,34 @@ TEST_CASE("a corrupted header makes the server drop the worker, whose pending ha
   std::vector<std::string> errors;
   std::string other;
   double took = 0;
-  std::promise<void> done;
-  auto done_seen = done.get_future().share();
+  // Worker 0 stays in the job until worker 1 has asked: a dead communicator leaves without a bye,
+  // so once worker 0 left, the scheduler would fail the job too, and which of the two reasons
+  // reached worker 1 first would be a race. Every wait is bounded and every promise is kept on
+  // the way out, whatever happens: a broken test fails, never hangs.
+  struct keep_on_exit {
+    std::promise<void>& p;
+    ~keep_on_exit() { p.set_value(); }
+  };
+  std::promise<void> failed, asked;
+  auto failed_seen = failed.get_future().share();
+  auto asked_seen = asked.get_future().share();
   c.run_workers(
       [&](faulty_comm_t& comm, int rank) {
         std::vector<float> a(100, 1.0f), b(100, 1.0f), d(100, 1.0f);
         if (rank == 0) {
-          struct release_other {  // worker 1 must never wait forever, whatever happens here
-            std::promise<void>& p;
-            ~release_other() { p.set_value(); }
-          } release{done};
-          auto start = clock_type::now();
-          std::vector<handle> hs{comm.push_pull("a", std::span(a)), comm.push_pull("b", std::span(b)),
-                                 comm.push_pull("d", std::span(d))};
-          for (auto& h : hs) errors.push_back(message_of<communicator_error>([&] { h.wait(); }));
-          took = seconds_since(start);
+          {
+            keep_on_exit release{failed};
+            auto start = clock_type::now();
+            std::vector<handle> hs{comm.push_pull("a", std::span(a)),
+                                   comm.push_pull("b", std::span(b)),
+                                   comm.push_pull("d", std::span(d))};
+            for (auto& h : hs) errors.push_back(message_of<communicator_error>([&] { h.wait(); }));
+            took = seconds_since(start);
+          }
+          asked_seen.wait_for(std::chrono::seconds(30));
         } else {
-          done_seen.wait_for(std::chrono::seconds(30));  // bounded: a broken test fails, never hangs
+          keep_on_exit release{asked};
+          failed_seen.wait_for(std::chrono::seconds(30));
           // The server refused worker 0's frame and dropped it: it tells the others why.
           other = message_of<communicator_error>([&] { comm.push_pull("a", std::span(a)).wait(); });
         }
@@ -328,15 +340,16 @@ TEST_CASE("a corrupted header makes the server drop the worker, whose pending ha
   CHECK_THAT(errors[1], Contains("'b'") && Contains("lost server 0"));
   CHECK_THAT(errors[2], Contains("'d'") && Contains("lost server 0"));
   CHECK(took < 5.0);
-  CHECK_THAT(other, Contains("server 0") && Contains("worker 0") &&
-                        Contains("unknown message type"));
+  CHECK_THAT(other,
+             Contains("server 0") && Contains("worker 0") && Contains("unknown message type"));
 }
 
 TEST_CASE("a link cut mid push_pull fails the pending handles naming the server",
           "[fault-injection]") {
   auto plan = std::make_shared<fault_plan>();
-  auto cut = plan->add({.when = {.type = wire::msg::push, .from = role::worker, .sender = 0, .part = 2},
-                        .action = fault::cut()});
+  auto cut =
+      plan->add({.when = {.type = wire::msg::push, .from = role::worker, .sender = 0, .part = 2},
+                 .action = fault::cut()});
   Config cfg = quick_config(2, 1);
   cfg.partition_bytes = 4096;
   faulty_cluster c(cfg, plan);
@@ -370,19 +383,22 @@ TEST_CASE("a link cut mid push_pull fails the pending handles naming the server"
 TEST_CASE("a link the server cuts fails the worker's handle naming the server",
           "[fault-injection]") {
   auto plan = std::make_shared<fault_plan>();
-  plan->add({.when = {.type = wire::msg::pull_response, .from = role::server}, .action = fault::cut()});
+  plan->add(
+      {.when = {.type = wire::msg::pull_response, .from = role::server}, .action = fault::cut()});
   faulty_cluster c(quick_config(1, 1), plan);
   std::string error;
   c.run_workers(
       [&](faulty_comm_t& comm, int) {
         std::vector<double> v(64, 1.0);
-        error = message_of<communicator_error>([&] { comm.push_pull("answer", std::span(v)).wait(); });
+        error =
+            message_of<communicator_error>([&] { comm.push_pull("answer", std::span(v)).wait(); });
       },
       /*strict=*/false);
   CHECK_THAT(error, Contains("'answer'") && Contains("lost server 0 at 127.0.0.1:"));
 }
 
-TEST_CASE("a dropped push fails the handle at its deadline naming the server", "[fault-injection]") {
+TEST_CASE("a dropped push fails the handle at its deadline naming the server",
+          "[fault-injection]") {
   auto plan = std::make_shared<fault_plan>();
   auto drop = plan->add({.when = {.type = wire::msg::push, .sender = 0}, .action = fault::drop()});
   Config cfg = quick_config(2, 1);
@@ -390,15 +406,22 @@ TEST_CASE("a dropped push fails the handle at its deadline naming the server", "
   faulty_cluster c(cfg, plan);
   std::string error, other;
   double took = 0;
+  std::atomic<bool> done{false};
   c.run_workers(
       [&](faulty_comm_t& comm, int rank) {
         std::vector<float> v(10, 1.0f);
         auto start = clock_type::now();
         if (rank == 0) {
-          error = message_of<communicator_error>([&] { comm.push_pull("lost", std::span(v)).wait(); });
+          error =
+              message_of<communicator_error>([&] { comm.push_pull("lost", std::span(v)).wait(); });
           took = seconds_since(start);
+          done = true;
         } else {
-          other = message_of<communicator_error>([&] { comm.push_pull("lost", std::span(v)).wait(); });
+          other =
+              message_of<communicator_error>([&] { comm.push_pull("lost", std::span(v)).wait(); });
+          // A dead worker leaves without a bye, and the scheduler then fails the job: stay until
+          // worker 0 has met its own deadline, which is what this test checks.
+          while (!done) std::this_thread::sleep_for(10ms);
         }
       },
       /*strict=*/false);

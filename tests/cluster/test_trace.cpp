@@ -207,3 +207,81 @@ TEST_CASE(
                                      s.spans, s.tensor_spans, flows, flows, flows)));
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "timeline: 2 machines x 2 local ranks - the local stage's steps nest in their tensor's span "
+    "around its slice's push and pull",
+    "[cluster][trace][local]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("bps-trace-local-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto cfg = test::base_config(2, 1);
+  cfg.trace_on = true;
+  cfg.trace_start_step = 1;
+  cfg.trace_end_step = 3;
+  cfg.trace_dir = dir.string();
+  const std::size_t count = 1000, traced_rounds = 2;
+
+  cluster c(cfg);
+  c.run_local<test::host_comm_t>({2, 2}, [&](test::host_comm_t& comm) {
+    std::vector<float> a(count);
+    for (int round = 0; round < 5; ++round) {
+      std::fill(a.begin(), a.end(), static_cast<float>(comm.rank() + round));
+      comm.push_pull("a", std::span(a)).wait();
+      const float want = static_cast<float>(0 + 1 + 2 + 3 + 4 * round);
+      BPS_EXPECT(a[0] == want && a[count - 1] == want, "round {}: sum {}, want {}", round, a[0],
+                 want);
+    }
+  });
+
+  const auto nodes = trace_tool::read_dir(dir.string());
+  REQUIRE(nodes.size() == 5);  // 4 worker processes, 1 server
+  std::size_t workers = 0;
+  for (const auto& n : nodes) {
+    if (!n.name.starts_with("worker")) continue;
+    ++workers;
+    INFO(n.path);
+    // Per round: the caller's operation on lane "a" (its span, reduce_scatter, all_gather), and
+    // the slice this local rank owns, "a#slice<local rank>", with its own span and partitions.
+    std::map<std::int64_t, std::map<std::string, span>> outer, slice;
+    std::set<std::string> slice_lanes;
+    for (const auto& s : spans_of(n.doc)) {
+      CHECK((s.round == 1 || s.round == 2));
+      if (s.lane == "a") {
+        CHECK_FALSE(outer[s.round].contains(s.name));
+        outer[s.round][s.name] = s;
+      } else if (s.name == s.lane) {
+        slice_lanes.insert(s.lane);
+        slice[s.round]["tensor"] = s;
+      }
+    }
+    CHECK(slice_lanes.size() == 1);
+    CHECK(((slice_lanes == std::set<std::string>{"a#slice0"}) ||
+           (slice_lanes == std::set<std::string>{"a#slice1"})));
+    REQUIRE(outer.size() == traced_rounds);
+    REQUIRE(slice.size() == traced_rounds);
+    for (const auto& [round, stages] : outer) {
+      INFO("round " << round);
+      CHECK(stages.size() == 3);
+      REQUIRE(stages.contains("a"));
+      REQUIRE(stages.contains("reduce_scatter"));
+      REQUIRE(stages.contains("all_gather"));
+      const auto &t = stages.at("a"), &rs = stages.at("reduce_scatter"),
+                 &ag = stages.at("all_gather"), &net = slice.at(round).at("tensor");
+      CHECK(rs.begin >= t.begin - slack_us);
+      CHECK(rs.end <= net.begin + slack_us);  // the slice is pushed once reduce_scatter is done
+      CHECK(net.end <= ag.begin + slack_us);  // and gathered once its sum is in
+      CHECK(ag.end <= t.end + slack_us);
+    }
+  }
+  CHECK(workers == 4);
+
+  std::string text;
+  trace_tool::write_json(trace_tool::merge(nodes), text);
+  const auto s = trace_tool::summarize(trace_tool::parse_json(text, "merged"));
+  std::map<std::string, std::size_t> stages;
+  for (const auto& st : s.stages) stages[st.role + " " + st.stage] = st.spans;
+  CHECK(stages.at("worker reduce_scatter") == workers * traced_rounds);
+  CHECK(stages.at("worker all_gather") == workers * traced_rounds);
+  fs::remove_all(dir);
+}

@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
 #include <filesystem>
 #include <numeric>
 
@@ -258,6 +259,7 @@ TEST_CASE("nccl (fake device): local ranks that disagree on a shape are named",
   cfg.op_timeout = std::chrono::milliseconds(3000);
   cluster c(cfg);
   std::mutex mu;
+  std::condition_variable both;
   std::vector<std::string> messages;
   c.run_local<nccl_comm_t>(
       {2},
@@ -272,8 +274,12 @@ TEST_CASE("nccl (fake device): local ranks that disagree on a shape are named",
         } catch (const std::exception& e) {
           m = e.what();
         }
-        std::lock_guard lock(mu);
+        std::unique_lock lock(mu);
         messages.push_back(m);
+        both.notify_all();
+        // A dead worker leaves without a bye, and the scheduler then fails the job: stay until
+        // the other local rank has its own error, which is what this test checks.
+        both.wait_for(lock, std::chrono::seconds(10), [&] { return messages.size() == 2; });
       },
       false);
   REQUIRE(messages.size() == 2);

@@ -5,7 +5,11 @@
 # whole suite, removes what such a test leaves behind:
 #   sandbox.sh setup DIR    start empty: DIR is (re)created
 #   sandbox.sh pids [DIR]   print the pids of the processes of sandbox DIR (of any sandbox
-#                           without DIR); scripts/check-leftovers.sh and the tests use it
+#                           without DIR); the tests use it
+#   sandbox.sh pids-under ROOT
+#                           the pids of the processes of every sandbox inside folder ROOT (a
+#                           checkout); scripts/check-leftovers.sh uses it, so that another
+#                           checkout's tests running on the same machine are not counted
 #   sandbox.sh cleanup DIR  stop every process still running with BYTEPS_TEST_SANDBOX=DIR,
 #                           remove DIR, and remove each /dev/shm/bps-* segment that no live
 #                           process maps (byteps names all its shared memory bps-...) and that
@@ -16,26 +20,38 @@
 set -uo pipefail
 
 # Pids of the processes whose environment holds BYTEPS_TEST_SANDBOX=$1 (any value when $1 is
-# empty), this script and its caller excepted.
+# empty; with $2 = under, any folder inside $1), this script and its caller excepted.
 sandbox_pids() {
-  local env_file pid match=(-qxF "BYTEPS_TEST_SANDBOX=${1:-}")
-  [[ -z ${1:-} ]] && match=(-q '^BYTEPS_TEST_SANDBOX=')
+  local env_file pid setting value
   for env_file in /proc/[0-9]*/environ; do
     pid=${env_file#/proc/}
     pid=${pid%/environ}
     ((pid == $$ || pid == BASHPID || pid == PPID)) && continue
-    if { tr '\0' '\n' <"$env_file"; } 2>/dev/null | grep "${match[@]}"; then
+    # sed reads all its input (grep -q would stop early, and pipefail would then see tr's
+    # SIGPIPE); setting is "=VALUE" when the variable is set, even to nothing.
+    setting=$({ tr '\0' '\n' <"$env_file"; } 2>/dev/null | sed -n 's/^BYTEPS_TEST_SANDBOX=/=/p')
+    [[ -n $setting ]] || continue
+    value=${setting#=}
+    if [[ -z ${1:-} || $value == "$1" || (${2:-} == under && $value == "${1%/}"/*) ]]; then
       echo "$pid"
     fi
   done
 }
 
-usage="usage: sandbox.sh setup|cleanup DIR, or sandbox.sh pids [DIR]"
+usage="usage: sandbox.sh setup|cleanup DIR, sandbox.sh pids [DIR], or sandbox.sh pids-under ROOT"
 action=${1:?$usage}
-if [[ $action == pids ]]; then
-  sandbox_pids "${2:-}"
-  exit 0
-fi
+case $action in
+  pids)
+    sandbox_pids "${2:-}"
+    exit 0
+    ;;
+  pids-under)
+    root=${2:?$usage}
+    [[ $root == /* ]] || { echo "sandbox.sh: ROOT must be an absolute path, got '$root'" >&2; exit 2; }
+    sandbox_pids "$root" under
+    exit 0
+    ;;
+esac
 dir=${2:?$usage}
 [[ $dir == /* ]] || { echo "sandbox.sh: DIR must be an absolute path, got '$dir'" >&2; exit 2; }
 

@@ -1,11 +1,13 @@
-#include <byteps/server/key_state.hpp>
-
-#include <catch2/catch.hpp>
-
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <byteps/server/key_state.hpp>
+
+#include "wire_helpers.hpp"
 
 // The server's per-partition state, failover mode in particular: rounds adopted from the first
 // frame, sums in worker-rank order, sum offers from workers that already hold a round's sum.
@@ -14,48 +16,27 @@ namespace {
 
 using state = bps::server::key_state;
 using bps::detail::buffer_pool;
+using bps_test::as_floats;
+using bps_test::grad_frame;
+using bps_test::pooled_floats;
 
 std::string contains_nothing() { return "'t'"; }
-
-bps::wire::header frame(bps::wire::msg type, std::uint64_t round, std::size_t count) {
-  bps::wire::header h;
-  h.type = type;
-  h.key = 42;
-  h.part = 0;
-  h.dtype = static_cast<std::uint32_t>(bps::dtype::float32);
-  h.round = round;
-  h.tensor_bytes = count * 4;
-  h.offset = 0;
-  return h;
-}
-
-buffer_pool::buffer floats(buffer_pool& pool, std::vector<float> v) {
-  auto b = pool.take(v.size() * 4);
-  std::memcpy(b.data.get(), v.data(), b.size);
-  return b;
-}
-
-std::vector<float> as_floats(std::span<const std::byte> s) {
-  std::vector<float> v(s.size() / 4);
-  std::memcpy(v.data(), s.data(), s.size());
-  return v;
-}
 
 // Pushes `v` for `worker`; returns accept's message.
 std::string push(state& k, buffer_pool& pool, int worker, std::uint64_t round,
                  std::vector<float> v, int workers) {
-  auto b = floats(pool, v);
-  auto msg = k.accept(frame(bps::wire::msg::push, round, v.size()), b, worker, workers,
-                      contains_nothing);
+  auto b = pooled_floats(pool, v);
+  auto msg = k.accept(grad_frame(bps::wire::msg::push, round, v.size() * sizeof(float)), b, worker,
+                      workers, contains_nothing);
   pool.give_back(std::move(b));
   return msg;
 }
 
 std::string offer(state& k, buffer_pool& pool, int worker, std::uint64_t round,
                   std::vector<float> v, int workers, bool& completes) {
-  auto b = floats(pool, v);
-  auto msg = k.offer(frame(bps::wire::msg::sum_offer, round, v.size()), b, worker, workers,
-                     completes, contains_nothing);
+  auto b = pooled_floats(pool, v);
+  auto msg = k.offer(grad_frame(bps::wire::msg::sum_offer, round, v.size() * sizeof(float)), b,
+                     worker, workers, completes, contains_nothing);
   pool.give_back(std::move(b));
   return msg;
 }
@@ -158,9 +139,8 @@ TEST_CASE("key_state offers: the previous round kept, the current round complete
 TEST_CASE("key_state offers of fp16 keep the bytes as offered", "[server][key_state][failover]") {
   buffer_pool pool;
   state k(pool, true);
-  auto h = frame(bps::wire::msg::sum_offer, 0, 2);
+  auto h = grad_frame(bps::wire::msg::sum_offer, 0, 4);  // two halves
   h.dtype = static_cast<std::uint32_t>(bps::dtype::float16);
-  h.tensor_bytes = 4;
   auto b = pool.take(4);
   const std::byte bytes[4] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
   std::memcpy(b.data.get(), bytes, 4);

@@ -1,9 +1,13 @@
-#include <byteps/server/sync_sum.hpp>
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <byteps/server/sync_sum.hpp>
+
+#include "wire_helpers.hpp"
 
 // The default request handler driven directly, as a server's engine drives it: what each push
 // or sum_offer makes the server do (wait, release the round, refuse, answer one worker).
@@ -18,19 +22,10 @@ struct driver {
   explicit driver(int workers, bool failover = false) : workers(workers), failover(failover) {}
 
   // Worker `worker` sends `v` as round `round` of tensor 'grad' (key 42, partition 0).
-  outcome send(bps::wire::msg type, int worker, std::uint64_t round, std::vector<float> v,
-               std::uint64_t tensor_bytes = 0) {
-    bps::wire::header h;
-    h.type = type;
-    h.key = 42;
-    h.part = 0;
-    h.dtype = static_cast<std::uint32_t>(bps::dtype::float32);
-    h.round = round;
-    h.tensor_bytes = tensor_bytes != 0 ? tensor_bytes : v.size() * 4;
-    h.offset = 0;
-    h.sender = static_cast<std::uint32_t>(worker);
-    auto b = pool.take(v.size() * 4);
-    if (!v.empty()) std::memcpy(b.data.get(), v.data(), b.size);
+  outcome send(bps::wire::msg type, int worker, std::uint64_t round, std::vector<float> v) {
+    auto h = bps_test::grad_frame(type, round, v.size() * sizeof(float),
+                                  static_cast<std::uint32_t>(worker));
+    auto b = bps_test::pooled_floats(pool, v);
     h.payload_bytes = b.size;
     auto o = handler.handle(bps::server::request{h, b, worker, workers, failover, name});
     pool.give_back(std::move(b));
@@ -41,11 +36,7 @@ struct driver {
   }
 
   // Bytes the handler answered with, as floats.
-  static std::vector<float> floats(const outcome& o) {
-    std::vector<float> v(o.answer.bytes.size() / 4);
-    std::memcpy(v.data(), o.answer.bytes.data(), v.size() * 4);
-    return v;
-  }
+  static std::vector<float> floats(const outcome& o) { return bps_test::as_floats(o.answer.bytes); }
 
   int workers;
   bool failover;
@@ -109,11 +100,7 @@ TEST_CASE("sync_sum keeps round r's sum while round r+1 is summed", "[server][ha
 TEST_CASE("sync_sum refuses a wrong-size push with a message naming the tensor",
           "[server][handler]") {
   driver d(2);
-  bps::wire::header h;
-  h.type = bps::wire::msg::push;
-  h.key = 42;
-  h.dtype = static_cast<std::uint32_t>(bps::dtype::float32);
-  h.tensor_bytes = 6;
+  const auto h = bps_test::grad_frame(bps::wire::msg::push, 0, 6);
   auto b = d.pool.take(6);  // one and a half floats
   std::memset(b.data.get(), 0, 6);
   const auto o = d.handler.handle(bps::server::request{h, b, 0, 2, false, d.name});

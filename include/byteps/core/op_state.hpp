@@ -30,6 +30,7 @@ struct op_state;
 struct op_trace {
   std::int64_t begun_ns = 0;
   std::uint64_t round = 0;  ///< the tensor's round: the flow ids that join worker and server
+  std::uint32_t lane = 0;   ///< the tensor's lane, where the local stage's steps go too
   std::vector<std::atomic<std::int64_t>> dispatched_ns, sent_ns;
   std::function<void(const op_state&)> on_finish;  ///< records the tensor's span
 };

@@ -9,7 +9,8 @@
 /// What a file holds (docs/architecture.md, "Timeline"):
 /// - `"ph":"X"` spans, `ts`/`dur` in microseconds of the node's steady clock; `pid` names the
 ///   node (worker r: 1000 + r, server s: 2000 + s), `tid` a lane: on a worker one per tensor
-///   (its span, call to done) and one per partition (stages `queue`, `push`, `pull`); on a
+///   (its span, call to done; with a local collective, the local stage's `reduce_scatter` and
+///   `all_gather` inside it) and one per partition (stages `queue`, `push`, `pull`); on a
 ///   server one per partition and worker (stages `receive`, `sum`, `wait`, `answer`).
 /// - `"ph":"M"` names for the process and each lane.
 /// - flows (`"ph":"s"`, then `"ph":"f"` with `"bp":"e"`, one `id`): a worker's push of a

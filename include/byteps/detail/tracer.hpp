@@ -8,7 +8,10 @@
 /// Hooks (one call each where the work happens):
 /// - worker: `begin` when an operation starts, `dispatched` when a partition is handed to the
 ///   transport, `sent` when the transport is done with it, `answered` when its sum is in; the
-///   tensor's span ends in `op_state::finish`.
+///   tensor's span ends in `op_state::finish`. With several processes per machine the local
+///   stage (worker/local_stage.hpp) `begin`s the caller's operation too (with no partitions: its
+///   slices go through the servers as operations of their own), and `local_step` records its
+///   `reduce_scatter` and `all_gather` on the tensor's lane, inside the tensor's span.
 /// - server: `pushed` after a traced push was summed, `answered` when its round's sum was sent.
 ///
 /// Timestamps: `detail::steady_ns()`. Spans are at least 2 ns long, so a flow's end can sit
@@ -19,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -60,11 +64,12 @@ class tracer {
     t->dispatched_ns = std::vector<std::atomic<std::int64_t>>(parts);
     t->sent_ns = std::vector<std::atomic<std::int64_t>>(parts);
     const auto lane = rec_->lane(op.key, -1, -1, [&] { return tensor; });
+    t->lane = lane;
     for (std::size_t i = 0; i < parts; ++i)  // lanes of a tensor's partitions follow its own
       rec_->lane(op.key, static_cast<std::int64_t>(i), -1,
                  [&] { return fmt::format("{} part {}", tensor, i); });
     t->on_finish = [rec = rec_.get(), lane](const op_state& o) {
-      const auto end = std::max(steady_ns(), o.trace->begun_ns + 2);
+      const auto end = span_end(o.trace->begun_ns);
       rec->add({.phase = 'X',
                 .lane = lane,
                 .ts_ns = o.trace->begun_ns,
@@ -95,8 +100,7 @@ class tracer {
   /// `push` flow to the server starts in it.
   void sent(op_state& op, std::uint32_t part) {
     if (!op.trace) return;
-    const std::int64_t began = op.trace->dispatched_ns[part],
-                       end = std::max(steady_ns(), began + 2);
+    const std::int64_t began = op.trace->dispatched_ns[part], end = span_end(began);
     op.trace->sent_ns[part] = end;
     const auto lane = part_lane(op, part);
     const auto round = static_cast<std::int64_t>(op.trace->round);
@@ -133,6 +137,21 @@ class tracer {
                .name = "pull",
                .ts_ns = now + 1,
                .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, false)});
+  }
+
+  /// Step `stage` of the local stage ("reduce_scatter", "all_gather") of traced operation `op`
+  /// ran from `began_ns` (clamped to the operation's begin; 0 for "since it began") until now:
+  /// a span on its tensor's lane, inside the tensor's span.
+  void local_step(op_state& op, const char* stage, std::int64_t began_ns) {
+    if (!op.trace) return;
+    const auto began = std::max(began_ns, op.trace->begun_ns);
+    rec_->add({.phase = 'X',
+               .lane = op.trace->lane,
+               .name = stage,
+               .ts_ns = began,
+               .dur_ns = span_end(began) - began,
+               .round = static_cast<std::int64_t>(op.trace->round),
+               .bytes = op.data.size()});
   }
 
   // ---- server ----
@@ -185,7 +204,7 @@ class tracer {
     const auto r = static_cast<std::int64_t>(round);
     const auto p = static_cast<std::int32_t>(part);
     complete_ns = std::max(complete_ns, summed_ns);
-    const auto end = std::max(steady_ns(), complete_ns + 2);
+    const auto end = span_end(complete_ns);
     rec_->add({.phase = 'X',
                .lane = lane,
                .name = "wait",
@@ -221,6 +240,12 @@ class tracer {
   }
 
  private:
+  // Now, as the end of a span that began at `began_ns`: at least 2 ns after it, so that a flow
+  // event can sit strictly inside the span.
+  static std::int64_t span_end(std::int64_t began_ns) noexcept {
+    return std::max(steady_ns(), began_ns + 2);
+  }
+
   std::uint32_t part_lane(const op_state& op, std::uint32_t part) {
     return rec_->lane(op.key, part, -1, [] { return std::string("?"); });  // made in begin
   }

@@ -12,7 +12,8 @@
 ///
 /// Steps 1-2 are this policy's `reduce_scatter` and 4-5 its `all_gather` (see
 /// local_collective.hpp); the worker's engine runs them on its stage thread. The device itself
-/// lives in `nccl_device` (nccl_device.hpp), the CUDA and NCCL helpers in cuda_helpers.hpp.
+/// lives in `nccl_device` (nccl_device.hpp), the CUDA and NCCL helpers in cuda_helpers.hpp, and
+/// what a local rank announces and issues in the machine's order in impl/nccl_order.hpp.
 ///
 /// The handle completes when the result is in the caller's device buffer, and carries a CUDA
 /// event (`handle::device_event()`) so that the trainer's stream can wait for the result
@@ -60,7 +61,6 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -77,14 +77,12 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
-#include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/local/cuda_helpers.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/nccl_device.hpp"
 #include "byteps/local/order_board.hpp"
-#include "byteps/reduce/reducer.hpp"
 
 namespace bps::local {
 
@@ -291,14 +289,14 @@ class nccl {
 
   static constexpr std::size_t zeros_bytes = 1 << 20;  // pinned -0.0 source for broadcasts
 
-  static std::uint64_t fingerprint(const work& w) {
-    return tensor_key(fmt::format("{} x {}", w.count, dtype_name(w.type)));
-  }
-
-  std::string name_of(std::uint64_t key) const {
-    if (auto it = awaiting_.find(key); it != awaiting_.end()) return it->second.w->what;
-    return fmt::format("the tensor with key {:016x}", key);
-  }
+  // The machine-wide order (local/impl/nccl_order.hpp).
+  static std::uint64_t fingerprint(const work& w);
+  std::string name_of(std::uint64_t key) const;
+  void post(work& w, tensor_state& t, step_state& s, order_phase phase, std::uint32_t flags);
+  void issue(const order_entry& e);
+  template <class Call>
+  void group(const tensor_state& t, const work& w, std::string_view name, Call call);
+  void fill_negative_zero(std::byte* data, std::size_t count, dtype type, const std::string& what);
 
   void open(tensor_state& t, const work& w) {
     t.owners.clear();
@@ -310,104 +308,6 @@ class nccl {
     t.host = &host;
     t.reduced = nccl_detail::make_event(w.what);
     t.open = true;
-  }
-
-  void post(work& w, tensor_state& t, step_state& s, order_phase phase, std::uint32_t flags) {
-    outbox_.push_back({w.key, w.round, fingerprint(w), phase, flags});
-    awaiting_[w.key] = announced{&w, &t, &s};
-  }
-
-  // Issues the collective of a posted entry; every local rank issues the same, in ring order.
-  void issue(const order_entry& e) {
-    using stage = step_state::stage;
-    const auto it = awaiting_.find(e.key);
-    const stage expected = e.phase == order_phase::reduce ? stage::wait_reduce : stage::wait_gather;
-    if (it == awaiting_.end() || it->second.w->round != e.round || it->second.s->at != expected)
-      throw communicator_error(fmt::format(
-          "{}: local rank 0 ordered the {} of tensor key {:016x} round {}, which this local rank "
-          "{}; the local ranks of machine {} no longer agree",
-          what_, order_phase_name(e.phase), e.key, e.round,
-          it == awaiting_.end() ? "has not announced" : "is not ready for", cluster_.machine));
-    auto [w, t, s] = it->second;
-    awaiting_.erase(it);
-    auto* data = static_cast<std::byte*>(w->data);
-    const auto esize = dtype_size(w->type);
-    const auto type = nccl_detail::nccl_type(w->type);
-    const auto& what = w->what;
-    cudaStream_t stream = device_.stream();
-    if (e.phase == order_phase::reduce) {
-      nccl_detail::cuda_check(cudaStreamWaitEvent(stream, nccl_detail::event_of(s->ready), 0),
-                              "cudaStreamWaitEvent on the caller's stream", what);
-      if (!w->contributes) fill_negative_zero(data, w->count, w->type, what);
-      group(*t, *w, "ncclReduce", [&](int o, std::size_t b, std::size_t n) {
-        return ncclReduce(data + b * esize, data + b * esize, n, type, ncclSum, o,
-                          device_.comm(), stream);
-      });
-      const auto [begin, end] = t->owners[static_cast<std::size_t>(local_rank_)];
-      if (end > begin)
-        nccl_detail::cuda_check(cudaMemcpyAsync(t->host->data(), data + begin * esize,
-                                                (end - begin) * esize, cudaMemcpyDeviceToHost,
-                                                stream),
-                                "cudaMemcpyAsync of the reduced slices to host memory", what);
-      nccl_detail::cuda_check(cudaEventRecord(nccl_detail::event_of(t->reduced), stream),
-                              "cudaEventRecord", what);
-      s->at = stage::reducing;
-    } else {
-      s->flags = e.flags;
-      group(*t, *w, "ncclBroadcast", [&](int o, std::size_t b, std::size_t n) {
-        return ncclBroadcast(data + b * esize, data + b * esize, n, type, o, device_.comm(),
-                             stream);
-      });
-      nccl_detail::cuda_check(
-          cudaEventRecord(nccl_detail::event_of(w->state->device_event), stream),
-          "cudaEventRecord", what);
-      w->state->device_event_recorded();
-      s->at = stage::gathering;
-    }
-    nccl_detail::cuda_check(
-        cudaLaunchHostFunc(stream, nccl_detail::ring_bell, device_.board().bell_word()),
-        "cudaLaunchHostFunc", what);
-  }
-
-  // One collective per local rank's run of elements, fused in one NCCL group.
-  template <class Call>
-  void group(const tensor_state& t, const work& w, std::string_view name, Call call) {
-    ncclComm_t comm = device_.comm();
-    nccl_detail::nccl_check(ncclGroupStart(), comm, "ncclGroupStart", w.what);
-    for (int o = 0; o < local_size_; ++o) {
-      const auto [b, end] = t.owners[static_cast<std::size_t>(o)];
-      if (end == b) continue;
-      const ncclResult_t r = call(o, b, end - b);
-      if (r != ncclSuccess && r != ncclInProgress) {
-        ncclGroupEnd();
-        nccl_detail::nccl_check(r, comm, name, w.what);
-      }
-    }
-    nccl_detail::nccl_check(ncclGroupEnd(), comm, fmt::format("ncclGroupEnd of the {}s", name),
-                            w.what);
-    device_.settle(w.deadline, fmt::format("the {}s", name), w.what,
-                   "a local rank of this machine may be stuck");
-  }
-
-  // A broadcast's non-root contributes -0.0 (x + -0.0 is x for every x) or 0.
-  void fill_negative_zero(std::byte* data, std::size_t count, dtype type, const std::string& what) {
-    const auto esize = dtype_size(type);
-    cudaStream_t stream = device_.stream();
-    if (!is_floating(type)) {
-      nccl_detail::cuda_check(cudaMemsetAsync(data, 0, count * esize, stream), "cudaMemsetAsync",
-                              what);
-      return;
-    }
-    auto& source = zeros_[static_cast<std::size_t>(type)];
-    if (source.size() == 0) {
-      source = nccl_detail::pinned(zeros_bytes, what);
-      reduce::fill_negative_zero(source.data(), zeros_bytes / esize, type);
-    }
-    for (std::size_t done = 0; done < count * esize; done += zeros_bytes)
-      nccl_detail::cuda_check(
-          cudaMemcpyAsync(data + done, source.data(), std::min(zeros_bytes, count * esize - done),
-                          cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync of -0.0 into a broadcast's non-root buffer", what);
   }
 
   int local_rank_;
@@ -428,3 +328,5 @@ class nccl {
 static_assert(LocalCollective<nccl>);
 
 }  // namespace bps::local
+
+#include "byteps/local/impl/nccl_order.hpp"

@@ -101,7 +101,7 @@ class failover {
   /// `valid` while being written, and a replacement's link starts only after this one closed.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
     const key_id id{h.key, h.part};
-    if (!node_.deliver(h, op, payload)) {
+    if (!node_.answers_.deliver(h, op, payload)) {
       std::lock_guard lock(node_.mu_);
       if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
       --op->receiving;

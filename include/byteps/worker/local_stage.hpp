@@ -5,10 +5,11 @@
 ///
 ///     reduce_scatter (L) -> network (push/pull of the owned slices) -> all_gather (L)
 ///
-/// The worker owns it. It keeps the one record of each operation (`operation`: the local
-/// collective's `work` and step state, the network stage's slices), the table of tensors (their
-/// shape, round and the policy's per-tensor state), the deadline checks and the failure path;
-/// `L` supplies only its steps. One stage thread runs every operation: it sleeps on the
+/// The worker owns it. It keeps the one record of each operation and the table of tensors (their
+/// shape, round and the policy's per-tensor state; both in local_records.hpp), the deadline
+/// checks and the failure path;
+/// `L` supplies only its steps. The timeline (`detail::tracer`) gets the operation's span and a
+/// span per local step. One stage thread runs every operation: it sleeps on the
 /// machine's doorbell, which the other local ranks, the device and the network's completions
 /// ring, so an idle job costs no CPU.
 ///
@@ -31,7 +32,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -42,8 +42,10 @@
 #include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
+#include "byteps/detail/tracer.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
+#include "byteps/worker/local_records.hpp"
 
 namespace bps::worker {
 
@@ -53,14 +55,14 @@ class local_stage {
   using clock = std::chrono::steady_clock;
   /// Starts the servers' push_pull of `count` elements of host memory at `data` under `name`,
   /// bounded by `deadline` (the operation's own).
-  using network_fn = std::function<handle(std::string name, std::string what, void* data,
-                                          std::size_t count, dtype type, push_pull_options opts,
-                                          clock::time_point deadline)>;
+  using network_fn =
+      std::function<handle(std::string name, std::string what, void* data, std::size_t count,
+                           dtype type, push_pull_options opts, clock::time_point deadline)>;
   /// Declares the communicator dead (it calls `fail` back).
   using die_fn = std::function<void(const std::string& why)>;
 
-  local_stage(L& local, network_fn network, die_fn die)
-      : local_(local), network_(std::move(network)), die_(std::move(die)) {}
+  local_stage(L& local, network_fn network, die_fn die, detail::tracer& trace)
+      : local_(local), network_(std::move(network)), die_(std::move(die)), trace_(trace) {}
   local_stage(const local_stage&) = delete;
   local_stage& operator=(const local_stage&) = delete;
   ~local_stage() { stop(); }
@@ -82,7 +84,10 @@ class local_stage {
     op->w.key = tensor_key(op->w.name);
     auto state = std::make_shared<detail::op_state>();
     state->what = op->w.what;
+    // For the timeline's bytes; nothing reads or writes through it (it may be device memory).
+    state->data = {static_cast<std::byte*>(op->w.data), op->w.count * dtype_size(op->w.type)};
     state->type = op->w.type;
+    state->key = op->w.key;
     state->deadline = op->w.deadline;
     state->on_deadline = [this](detail::op_state&) { ring(); };
     op->w.state = state;
@@ -91,9 +96,7 @@ class local_stage {
     {
       std::lock_guard lock(mu_);
       throw_if_closed_locked(op->w.what);
-      auto [it, fresh] = tensors_.try_emplace(op->w.name);
-      tensor& t = it->second;
-      admit(t, op->w, fresh);
+      tensor& t = tensors_.admit(op->w);
       if (op->w.count == 0) {
         state->finish(nullptr);
         return handle(state);
@@ -101,6 +104,7 @@ class local_stage {
       t.busy = true;
       op->t = &t;
       op->w.round = t.round;
+      trace_.begin(*state, op->w.name, t.round, 0);  // before the stage thread can see it
       incoming_.push_back(op);
     }
     ring();
@@ -145,47 +149,10 @@ class local_stage {
   }
 
  private:
-  enum class stage { reduce_scatter, network, all_gather };
-
-  // One tensor as the engine remembers it between operations.
-  struct tensor {
-    std::size_t count = 0;  // shape of the first use; these three guarded by mu_
-    dtype type = dtype::float32;
-    bool busy = false;
-    std::string broken;       // why an operation failed midway: its local ranks may disagree
-    std::uint64_t round = 0;  // written by the stage thread while busy
-    typename L::tensor_state local;  // stage thread only
-  };
-
-  // The one record of one operation.
-  struct operation {
-    local::work w;
-    typename L::step_state step;
-    tensor* t = nullptr;
-    stage at = stage::reduce_scatter;
-    std::vector<handle> slices;  // the network stage: one push_pull per owned slice
-  };
+  using tensor = local_tensor<L>;
+  using operation = local_operation<L>;
   using operation_ptr = std::shared_ptr<operation>;
-
-  static void admit(tensor& t, const local::work& w, bool fresh) {
-    if (fresh) {
-      t.count = w.count;
-      t.type = w.type;
-      return;
-    }
-    if (t.count != w.count || t.type != w.type)
-      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                    "{} x {}",
-                                    w.what, t.count, dtype_name(t.type), w.count,
-                                    dtype_name(w.type)));
-    if (t.busy)
-      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                    "flight; wait on its handle first",
-                                    w.what));
-    if (!t.broken.empty())
-      throw usage_error(w.what + ": this tensor failed before (" + t.broken +
-                        "); its local ranks no longer agree on its rounds");
-  }
+  using stage = local_step_at;
 
   void throw_if_closed(const std::string& what) {
     std::lock_guard lock(mu_);
@@ -196,8 +163,9 @@ class local_stage {
       throw usage_error(what + ": this communicator was shut down; create a new one");
     if (!failure_.empty()) throw communicator_error("this communicator is dead: " + failure_);
     if (!started_)
-      throw usage_error(what + ": the local stage has not started (the communicator starts it "
-                               "when it joins the cluster)");
+      throw usage_error(what +
+                        ": the local stage has not started (the communicator starts it "
+                        "when it joins the cluster)");
   }
 
   void ring() {
@@ -283,9 +251,10 @@ class local_stage {
     const auto now = clock::now();
     for (auto& op : active)
       if (now > op->w.deadline && op->at != stage::network)  // the network names its servers
-        throw communicator_error(fmt::format("{} did not finish within its deadline "
-                                             "(BYTEPS_OP_TIMEOUT_MS): {}",
-                                             op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
+        throw communicator_error(
+            fmt::format("{} did not finish within its deadline "
+                        "(BYTEPS_OP_TIMEOUT_MS): {}",
+                        op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
     return progressed;
   }
 
@@ -295,6 +264,7 @@ class local_stage {
       case stage::reduce_scatter: {
         const auto s = local_.reduce_scatter(op.w, op.t->local, op.step);
         if (s != local::step_status::done) return s == local::step_status::moved;
+        trace_.local_step(*op.w.state, "reduce_scatter", 0);
         start_network(op);
         op.at = stage::network;
         return true;
@@ -310,11 +280,13 @@ class local_stage {
           }
         }
         op.at = stage::all_gather;
+        op.all_gather_began_ns = trace_.now();
         return true;
       }
       case stage::all_gather: {
         const auto s = local_.all_gather(op.w, op.t->local, op.step);
         if (s != local::step_status::done) return s == local::step_status::moved;
+        trace_.local_step(*op.w.state, "all_gather", op.all_gather_began_ns);
         ++op.t->round;
         finish(op, op.w.error);
         done = true;
@@ -329,9 +301,9 @@ class local_stage {
   void start_network(operation& op) {
     const local::work& w = op.w;
     const auto esize = dtype_size(w.type);
-    const auto base = local::owned_range(w.count, local_.local_rank(), local_.local_size(),
-                                         cluster_.slices)
-                          .first;
+    const auto base =
+        local::owned_range(w.count, local_.local_rank(), local_.local_size(), cluster_.slices)
+            .first;
     const auto [first, last] =
         local::owned_slices(local_.local_rank(), local_.local_size(), cluster_.slices);
     for (int s = first; s < last; ++s) {
@@ -388,10 +360,11 @@ class local_stage {
   L& local_;
   network_fn network_;
   die_fn die_;
+  detail::tracer& trace_;
   local::cluster cluster_;
   std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // the machine's doorbell
   std::mutex mu_;
-  std::unordered_map<std::string, tensor> tensors_;  // node-based: operations point into it
+  local_tensors<L> tensors_;
   std::deque<operation_ptr> incoming_;
   std::string failure_;
   bool closing_ = false;

@@ -8,18 +8,16 @@
 ///
 /// An operation's way: the local stage's reduce-scatter (with several processes per machine),
 /// then `start`: the dispatcher queues its partitions and sends them as the scheduler allows; each
-/// server's answer is read into the caller's buffer (with failover, into a kept copy first);
-/// then the local stage's all-gather.
+/// server's answer is read into the caller's buffer by `answers` (with failover, into a kept
+/// copy first); then the local stage's all-gather.
 ///
 /// @par Thread Safety
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +39,7 @@
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/worker/answers.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/local_stage.hpp"
@@ -65,13 +64,14 @@ class node {
         log_(cfg.log, "worker"),
         local_(cfg),
         dispatcher_(cfg),
+        trace_(cfg, role::worker),
         stage_(
             local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
             [this](const std::string& why) {
               std::lock_guard lock(mu_);
               die_locked(why);
-            }),
-        trace_(cfg, role::worker) {
+            },
+            trace_) {
     try {
       join();
     } catch (...) {
@@ -160,7 +160,7 @@ class node {
   }
 
  private:
-  friend class server_receiver<node>;
+  friend class answers<node>;
   friend class failover<node>;
 
   op_table& ops() noexcept { return dispatcher_.ops(); }
@@ -204,12 +204,14 @@ class node {
   }
 
   void start_link(const link_ptr& link, int server, std::uint64_t generation) {
-    server_links<T>::hello(link, std::make_shared<server_receiver<node>>(this, server, generation),
-                           rank_, cfg_.job_token);
+    server_links<T>::hello(
+        link, std::make_shared<server_receiver<answers<node>>>(&answers_, server, generation),
+        rank_, cfg_.job_token);
   }
 
   void leave() {
     std::vector<link_ptr> links;
+    bool healthy = false;
     {
       std::lock_guard lock(mu_);
       if (closing_) return;
@@ -218,11 +220,14 @@ class node {
       for (auto& op : ops().active())
         ops().fail(op, std::make_exception_ptr(communicator_error(
                            op->what + ": the communicator was shut down before it finished")));
-      if (dead_.empty()) links = links_.live();
+      healthy = dead_.empty();
+      if (healthy) links = links_.live();
     }
     if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
-    // Bye, so that servers and the scheduler know this exit is no failure.
-    server_links<T>::say_bye(links, [this](auto on_sent) { control_.bye(std::move(on_sent)); });
+    // Bye, so that servers and the scheduler know this exit is no failure. A dead communicator
+    // says nothing: its silent exit is what tells the scheduler that the job failed.
+    if (healthy)
+      server_links<T>::say_bye(links, [this](auto on_sent) { control_.bye(std::move(on_sent)); });
     transport_.stop();
   }
 
@@ -295,104 +300,6 @@ class node {
     if (!closing_) dispatch_locked();
   }
 
-  // I/O thread: where an answer lands. Marks the operation as being written into.
-  std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
-    std::lock_guard lock(mu_);
-    auto* p = ops().awaiting(key_id{h.key, h.part});
-    if (p == nullptr || p->round != h.round || p->op->failure) return {};
-    tensor* t = p->op->compressed ? &ops().at(h.key) : nullptr;
-    const bool fits =
-        t != nullptr ? h.payload_bytes <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
-                     : h.payload_bytes == p->bytes;
-    if (!fits) return {};
-    if (failover_) return failover_->answer_destination(h, *p, receiving);
-    ++p->op->receiving;
-    receiving = p->op;
-    if (t == nullptr) return p->op->data.subspan(p->offset, p->bytes);
-    auto& encoded = t->answers[h.part];  // the decode stage writes the caller's buffer
-    encoded.resize(h.payload_bytes);
-    return encoded;
-  }
-
-  // The decode stage, outside the mutex: writes the answer `in` for `h`'s partition into the
-  // caller's buffer (decoded with the partition's compressor, or copied), averaged if asked.
-  // False, writing nothing, when the operation no longer awaits it. Only this partition's answer
-  // uses its compressor now: the next encode comes after the operation is done.
-  bool deliver(const wire::header& h, const op_ptr& op, std::span<const std::byte> in) {
-    std::span<std::byte> dest;
-    compress::any* codec = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      auto* p = ops().awaiting(key_id{h.key, h.part});
-      if (p == nullptr || p->op != op || op->failure) return false;
-      dest = op->data.subspan(p->offset, p->bytes);
-      if (op->compressed) codec = ops().at(h.key).codecs[h.part].get();
-    }
-    if (codec != nullptr)
-      codec->decode(in, op->type, dest);
-    else if (in.data() != dest.data())
-      std::memcpy(dest.data(), in.data(), dest.size());
-    if (op->average)
-      reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type, 1.0 / global_size_);
-    return true;
-  }
-
-  // I/O thread: the answer for `h` is in.
-  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
-    trace_.answered(*op, h.part);
-    if (failover_) return failover_->answered(h, op, payload);
-    if (op->compressed) {
-      deliver(h, op, payload);
-      std::lock_guard lock(mu_);
-      --op->receiving;
-      return ops().answered(key_id{h.key, h.part}, op);
-    }
-    if (op->average && !op->failure)
-      reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
-                    1.0 / global_size_);
-    std::lock_guard lock(mu_);
-    --op->receiving;
-    ops().answered(key_id{h.key, h.part}, op);
-  }
-
-  void server_error(int server, std::uint64_t generation, const wire::header& h,
-                    const std::string& text) {
-    std::lock_guard lock(mu_);
-    auto& slot = links_[server];
-    if (generation != slot.generation) return;  // from a server already replaced
-    if (h.flags & wire::flag_fatal) {
-      if (!failover_)
-        return die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
-      // Failover: a server that gave up (it lost the scheduler, or a worker) is lost to us; the
-      // scheduler either replaces it or fails the job (naming the real cause).
-      if (slot.up && dead_.empty() && !closing_) {
-        failover_->server_down_locked(server, "it reported: " + text);
-        slot.link->close();
-      }
-      return;
-    }
-    auto* t = ops().find_tensor(h.key);
-    if (t == nullptr || !t->active) return;
-    ops().fail(t->active,
-               std::make_exception_ptr(usage_error(fmt::format("{}: {}", t->active->what, text))));
-  }
-
-  void server_closed(int server, std::uint64_t generation, const op_ptr& receiving, key_id id,
-                     const std::string& reason) {
-    std::lock_guard lock(mu_);
-    if (receiving) {
-      if (auto* p = ops().awaiting(id); p != nullptr && p->op == receiving) p->receiving = false;
-      --receiving->receiving;
-      ops().release_if_done(receiving);
-    }
-    links_.closed(server, generation);
-    if (closing_ || !dead_.empty()) return;
-    auto& slot = links_[server];
-    if (!failover_)
-      return die_locked(fmt::format("lost server {} at {}: {}", server, slot.address, reason));
-    if (generation == slot.generation && slot.up) failover_->server_down_locked(server, reason);
-  }
-
   // A handle's deadline passed: name what the operation still waits for, then give up on the
   // whole communicator (its servers' state for that round is unknown).
   void expire(detail::op_state& o) {
@@ -435,8 +342,9 @@ class node {
   int global_rank_ = 0;
   int global_size_ = 1;
   std::uint64_t job_id_ = 0;
-  local_stage_for<L> stage_;                  // after the members its callbacks use
   detail::tracer trace_;                      // timeline: null when BYTEPS_TRACE_ON=0
+  local_stage_for<L> stage_;                  // after the members its callbacks use
+  answers<node> answers_{*this};              // what the servers send
   std::unique_ptr<failover<node>> failover_;  // null with failover off; last: stops first
 };
 

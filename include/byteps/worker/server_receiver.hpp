@@ -4,7 +4,7 @@
 /// straight into the place its owner names (the caller's buffer, or failover's kept sum); an
 /// error frame and the link's close go to the owner, tagged with the server's rank and the
 /// link's generation so that reports from a replaced link are recognised. The owner provides
-/// `answer_destination`, `answered`, `server_error` and `server_closed` (worker/node.hpp), all
+/// `answer_destination`, `answered`, `server_error` and `server_closed` (worker/answers.hpp), all
 /// called on the link's I/O thread.
 
 #include <cstdint>

@@ -1,0 +1,89 @@
+#pragma once
+/// @file
+/// The records of the local stage (worker/local_stage.hpp): `local_tensors<L>`, the table of
+/// tensors it remembers between operations (the shape of their first use, whether one is in
+/// flight, whether one failed midway, their round and the policy's per-tensor state), and
+/// `local_operation<L>`, the one record of one operation as it moves through the stages.
+///
+/// @par Thread Safety
+/// None of its own: the local stage guards the table and the fields marked so with its mutex;
+/// the rest belongs to its stage thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/handle.hpp"
+#include "byteps/local/local_collective.hpp"
+
+namespace bps::worker {
+
+/// One tensor as the local stage remembers it between operations.
+template <LocalSteps L>
+struct local_tensor {
+  std::size_t count = 0;  // shape of the first use; these three guarded by the stage's mutex
+  dtype type = dtype::float32;
+  bool busy = false;
+  std::string broken;              // why an operation failed midway: its local ranks may disagree
+  std::uint64_t round = 0;         // written by the stage thread while busy
+  typename L::tensor_state local;  // stage thread only
+};
+
+template <LocalSteps L>
+class local_tensors {
+ public:
+  /// The tensor that `w` runs on, remembered from its first use. Throws `usage_error` when
+  /// `w`'s shape differs from that use, when an operation on the tensor is still in flight, or
+  /// when one failed midway before.
+  local_tensor<L>& admit(const local::work& w) {
+    auto [it, fresh] = tensors_.try_emplace(w.name);
+    local_tensor<L>& t = it->second;
+    if (fresh) {
+      t.count = w.count;
+      t.type = w.type;
+      return t;
+    }
+    if (t.count != w.count || t.type != w.type)
+      throw usage_error(
+          fmt::format("{}: the tensor was first used as {} x {}; this call passes "
+                      "{} x {}",
+                      w.what, t.count, dtype_name(t.type), w.count, dtype_name(w.type)));
+    if (t.busy)
+      throw usage_error(
+          fmt::format("{}: the previous operation on this tensor is still in "
+                      "flight; wait on its handle first",
+                      w.what));
+    if (!t.broken.empty())
+      throw usage_error(w.what + ": this tensor failed before (" + t.broken +
+                        "); its local ranks no longer agree on its rounds");
+    return t;
+  }
+
+  /// Lets go of every tensor's state (its shared memory), before the policy shuts down.
+  void clear() { tensors_.clear(); }
+
+ private:
+  std::unordered_map<std::string, local_tensor<L>> tensors_;  // node-based: operations point in
+};
+
+/// Where an operation of the local stage is.
+enum class local_step_at { reduce_scatter, network, all_gather };
+
+/// The one record of one operation of the local stage.
+template <LocalSteps L>
+struct local_operation {
+  local::work w;
+  typename L::step_state step;
+  local_tensor<L>* t = nullptr;
+  local_step_at at = local_step_at::reduce_scatter;
+  std::vector<handle> slices;            // the network stage: one push_pull per owned slice
+  std::int64_t all_gather_began_ns = 0;  // for the timeline; 0 with tracing off
+};
+
+}  // namespace bps::worker
