@@ -93,8 +93,11 @@ int main(int argc, char** argv) {
       comm.push_pull(fmt::format("bench.stats.{}", v.size()), std::span<double>(v)).wait();
     };
     if (b.rank == 0)
-      std::fprintf(stderr, "bps-bench: %d workers, %d servers, partition %zu bytes, credit %d\n",
-                   b.size, cfg.num_servers, cfg.partition_bytes, cfg.scheduling_credit);
+      std::fprintf(
+          stderr, "bps-bench: %d workers, %d servers, partition %s, credit %d\n", b.size,
+          cfg.num_servers,
+          cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
+          cfg.scheduling_credit);
     const double wrong = bench::run_sweep(opts, b);
     comm.barrier();
     if (idle_s > 0) {

@@ -31,7 +31,7 @@ constexpr flag flags[] = {
     {"--engine-threads", "BYTEPS_SERVER_ENGINE_THREAD", "server: summation threads (default 4)"},
     {"--log-interval-ms", "BYTEPS_SERVER_LOG_INTERVAL_MS",
      "server: log throughput and lagging workers this often (default 10000; 0: off)"},
-    {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 4096000)"},
+    {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 0: auto)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
 };
 

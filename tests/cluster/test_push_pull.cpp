@@ -75,17 +75,26 @@ TEST_CASE("3 workers x 2 servers: every dtype - odd sizes - 20 rounds", "[cluste
 
 TEST_CASE("2 workers x 2 servers: 64 MiB fp32 for 20 rounds (5 under sanitizers) - averaged",
           "[cluster][large]") {
-  cluster c(test::base_config(2, 2));  // default 4096000-byte partitions: 17 per tensor
+  // Default (auto) partitions: 16 per server, 32 of 2 MiB (BytePS's 4096000 bytes made 17).
+  cluster c(test::base_config(2, 2));
   c.run_workers([](comm_t& comm, int rank) {
     const std::size_t n = (64u << 20) / sizeof(float);
     std::vector<float> v(n);
-    for (int round = 0; round < test::rounds(20, 5); ++round) {
+    const int rounds = test::rounds(20, 5);
+    for (int round = 0; round < rounds; ++round) {
       for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1024 + 2 * rank + round);
       comm.push_pull("big", std::span(v), {.average = true}).wait();
       // (a + (a + 2)) / 2 = a + 1, exact in fp32 for these magnitudes.
       for (std::size_t i = 0; i < n; ++i)
         BPS_EXPECT(v[i] == static_cast<float>(i % 1024 + 1 + round), "element {} is {}", i, v[i]);
     }
+    const auto s = comm.stats();
+    BPS_EXPECT(s.operations > 0 && s.partitions == 32 * s.operations,
+               "{} partitions in {} operations", s.partitions, s.operations);
+    BPS_EXPECT(s.bytes_per_server.size() == 2 &&
+                   s.bytes_per_server[0] == std::uint64_t{32 << 20} * rounds &&
+                   s.bytes_per_server[1] == s.bytes_per_server[0],
+               "bytes per server {}", fmt::join(s.bytes_per_server, ", "));
   });
 }
 

@@ -112,34 +112,3 @@ TEST_CASE("policy concepts accept the shipped policies and reject wrong types",
 
   SUCCEED("the policy concepts are checked at compile time");
 }
-
-TEST_CASE("by_bytes spreads a mid-size tensor over every server", "[policies][partition]") {
-  bps::Config c;
-  c.num_servers = 4;
-  const bps::partition::by_bytes p(c);
-  // 4 MiB: BytePS would make 2 partitions (4096000 + 98304); here 16 of 256 KiB.
-  auto parts = p.split(4u << 20, 4);
-  REQUIRE(parts.size() == 16);
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    CHECK(parts[i].offset == i * (256u << 10));
-    CHECK(parts[i].bytes == 256u << 10);
-  }
-  // Odd sizes: contiguous, page-sized but the last, every part at least 64 KiB but the last.
-  const std::size_t odd = (1u << 20) + 12345;
-  parts = p.split(odd, 1);
-  std::size_t covered = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    CHECK(parts[i].offset == covered);
-    if (i + 1 < parts.size()) CHECK(parts[i].bytes % 4096 == 0);
-    covered += parts[i].bytes;
-  }
-  CHECK(covered == odd);
-  CHECK(parts.size() == 16);
-  // Small tensors stay whole; large ones keep BytePS's bound-sized partitions.
-  CHECK(p.split(100u << 10, 4).size() == 1);
-  CHECK(p.split(64u << 20, 4).size() == 17);
-  CHECK(p.split(64u << 20, 4)[0].bytes == p.bound());
-  // One server: exactly BytePS's split.
-  c.num_servers = 1;
-  CHECK(bps::partition::by_bytes(c).split(4u << 20, 4).size() == 2);
-}

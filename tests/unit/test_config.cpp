@@ -201,7 +201,9 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.worker_id == -1);
   CHECK(c.node_host.empty());
   CHECK(c.server_port == 0);
-  CHECK(c.partition_bytes == 4096000);
+  CHECK(c.partition_bytes == 0);  // auto
+  CHECK(c.largest_partition() == bps::Config::auto_partition_cap);
+  CHECK(c.max_frame_bytes() == 4096000 + 4096 + (1u << 20));
   CHECK(c.scheduling_credit == 4);
   CHECK(c.server_engine_threads == 4);
   CHECK(c.io_threads == 1);
@@ -222,7 +224,7 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   set("BYTEPS_PARTITION_BYTES", "");
   set("BYTEPS_KEY_HASH_FN", "");
   const auto e = bps::Config::from_env();
-  CHECK(e.partition_bytes == 4096000);
+  CHECK(e.partition_bytes == 0);
   CHECK(e.key_hash == bps::key_hash_fn::djb2);
 }
 
@@ -248,6 +250,19 @@ TEST_CASE("Config::from_env accepts the bounds of each range", "[config]") {
   CHECK(d.scheduler_port == 1);
   CHECK(d.worker_id == 0);
   CHECK(d.partition_bytes == (std::size_t{1} << 31));
+  CHECK(d.max_frame_bytes() == (std::size_t{1} << 31) + 4096 + (1u << 20));
+
+  set("BYTEPS_PARTITION_BYTES", "0");  // auto, as unset
+  CHECK(bps::Config::from_env().partition_bytes == 0);
+  set("BYTEPS_PARTITION_BYTES", "1000");
+  try {
+    (void)bps::Config::from_env();
+    FAIL("BYTEPS_PARTITION_BYTES=1000 was accepted");
+  } catch (const bps::usage_error& e) {
+    CHECK(std::string(e.what()) ==
+          "BYTEPS_PARTITION_BYTES='1000' is not valid: expected 0 or unset (auto) or a whole "
+          "number from 4096 to 2147483648");
+  }
 }
 
 TEST_CASE("Config::from_env names each missing required variable", "[config]") {
@@ -422,7 +437,8 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
   bps::Config p;
   p.partition_bytes = 100;
   CHECK(validate_error(p) ==
-        "Config: partition_bytes (BYTEPS_PARTITION_BYTES) = 100 is not valid: expected 4096 .. 2^31");
+        "Config: partition_bytes (BYTEPS_PARTITION_BYTES) = 100 is not valid: expected 0 (auto) or "
+        "4096 .. 2^31");
 
   // valid edge values pass
   bps::Config ok;

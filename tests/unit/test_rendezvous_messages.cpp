@@ -281,6 +281,10 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
     theirs.partition_bytes = 8192000;
     expect({"BYTEPS_PARTITION_BYTES", "has 8192000", "the scheduler has 4096000", where, "worker"});
   }
+  SECTION("auto partition bytes against a fixed size") {
+    theirs.partition_bytes = 0;
+    expect({"BYTEPS_PARTITION_BYTES", "has 0 (auto)", "the scheduler has 4096000", where});
+  }
   SECTION("worker count") {
     theirs.num_workers = 5;
     expect({"DMLC_NUM_WORKER", "has 5", "the scheduler has 4", where});

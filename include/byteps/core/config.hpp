@@ -61,7 +61,9 @@ struct Config {
   std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
   std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
   std::string job_token;                         ///< BYTEPS_JOB_TOKEN ("": no token)
-  std::size_t partition_bytes = 4096000;         ///< BYTEPS_PARTITION_BYTES
+  /// BYTEPS_PARTITION_BYTES: the largest partition; 0 (default) = auto, sized per tensor from its
+  /// bytes and the number of servers (`partition::by_bytes`), at most `auto_partition_cap`.
+  std::size_t partition_bytes = 0;
   int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
   key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
@@ -100,9 +102,17 @@ struct Config {
   /// Server failover is on (`failover_timeout` > 0).
   bool failover() const noexcept { return failover_timeout.count() > 0; }
 
+  /// The largest partition the auto rule makes (BytePS's default partition size).
+  static constexpr std::size_t auto_partition_cap = 4096000;
+
+  /// `partition_bytes`, or the auto rule's cap when it is 0 (auto).
+  std::size_t largest_partition() const noexcept {
+    return partition_bytes != 0 ? partition_bytes : auto_partition_cap;
+  }
+
   /// Largest frame payload a node accepts: a partition (rounded up to a page by the
   /// partitioner) plus room for control messages.
-  std::size_t max_frame_bytes() const noexcept { return partition_bytes + 4096 + (1u << 20); }
+  std::size_t max_frame_bytes() const noexcept { return largest_partition() + 4096 + (1u << 20); }
 
   /// Throws `usage_error` naming the first field that is out of range.
   void validate() const;
@@ -155,8 +165,8 @@ inline void Config::validate() const {
   if (num_servers < 1) fail("num_servers (DMLC_NUM_SERVER)", num_servers, ">= 1");
   if (worker_id < -1 || worker_id >= num_workers)
     fail("worker_id (DMLC_WORKER_ID)", worker_id, "-1 (assigned) or 0 .. num_workers-1");
-  if (partition_bytes < 4096 || partition_bytes > (std::size_t{1} << 31))
-    fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "4096 .. 2^31");
+  if (partition_bytes != 0 && (partition_bytes < 4096 || partition_bytes > (std::size_t{1} << 31)))
+    fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "0 (auto) or 4096 .. 2^31");
   if (scheduling_credit < 0) fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
@@ -235,8 +245,12 @@ inline Config Config::from_env() {
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
   if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;
   c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));
-  c.partition_bytes = static_cast<std::size_t>(
-      env_integer("BYTEPS_PARTITION_BYTES", 4096000, 4096, std::int64_t{1} << 31));
+  c.partition_bytes =
+      static_cast<std::size_t>(env_integer("BYTEPS_PARTITION_BYTES", 0, 0, std::int64_t{1} << 31));
+  if (c.partition_bytes != 0 && c.partition_bytes < 4096)
+    throw usage_error(fmt::format("BYTEPS_PARTITION_BYTES='{}' is not valid: expected 0 or unset "
+                                  "(auto) or a whole number from 4096 to 2147483648",
+                                  env_or_null("BYTEPS_PARTITION_BYTES")));
   c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));

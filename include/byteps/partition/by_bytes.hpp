@@ -1,16 +1,24 @@
 #pragma once
 /// @file
-/// `bps::partition::by_bytes`: BytePS's partitioner. Partitions of `BYTEPS_PARTITION_BYTES`
-/// (default 4096000), rounded up to a multiple of 4096. The split depends on nothing that
-/// differs between machines (local collectives cut tensors into slices before this runs), so
-/// every worker cuts a tensor the same way.
+/// `bps::partition::by_bytes`: BytePS's partitioner, with an automatic size by default. The split
+/// depends on nothing that differs between machines (local collectives cut tensors into slices
+/// before this runs), so every worker cuts a tensor the same way.
 ///
-/// One change from BytePS: with several servers, a tensor that would make fewer than 4
-/// partitions per server is cut into up to 4 x `DMLC_NUM_SERVER` equal partitions of at least
-/// 64 KiB each (with one server the split is BytePS's). Otherwise a 4 MB
-/// tensor is one partition on one server, whose link then carries every worker's copy in and
-/// the sum out to every worker: measured on 4 workers + 4 servers at 1 Gbit/s, 8 times the
-/// bound, against 1.4 times with the tensor spread (docs/performance.md).
+/// `BYTEPS_PARTITION_BYTES` set: partitions of that size, rounded up to a multiple of 4096, as in
+/// BytePS; with several servers, a tensor that would make fewer than 4 partitions per server is
+/// cut into up to 4 x `DMLC_NUM_SERVER` equal partitions of at least 64 KiB each (with one server
+/// the split is BytePS's). Otherwise a 4 MB tensor is one partition on one server, whose link
+/// then carries every worker's copy in and the sum out to every worker: measured on 4 workers +
+/// 4 servers at 1 Gbit/s, 8 times the bound, against 1.4 times with the tensor spread
+/// (docs/performance.md).
+///
+/// Unset (auto): the same split with 4096000 bytes, then, where that leaves fewer,
+/// `auto_per_server` equal partitions per server, none under `auto_min_bytes`. A server answers
+/// a partition when every worker's copy of it is in, so a large partition delays the first answer
+/// and the last push of a tensor idles the links while it is summed: more, smaller partitions
+/// keep every server's link busy (64 MiB on 4 servers: 64 partitions of 1 MiB instead of 17 of
+/// 4 MB). The floor keeps the per-partition cost (frames, a sum, an answer) small against its
+/// bytes. docs/performance.md has the time against the partition size.
 
 #include <algorithm>
 #include <cstddef>
@@ -26,12 +34,15 @@ class by_bytes {
   static constexpr std::size_t page = 4096;
   static constexpr std::size_t min_spread_bytes = 64 * 1024;
   static constexpr std::size_t parts_per_server = 4;
+  static constexpr std::size_t auto_per_server = 16;
+  static constexpr std::size_t auto_min_bytes = 256 * 1024;
 
   explicit by_bytes(const Config& cfg)
       : unit_(page),
-        bound_(round_up(cfg.partition_bytes, unit_)),
-        spread_(cfg.num_servers > 1 ? parts_per_server * static_cast<std::size_t>(cfg.num_servers)
-                                    : 1) {}
+        bound_(round_up(cfg.largest_partition(), unit_)),
+        servers_(static_cast<std::size_t>(cfg.num_servers)),
+        spread_(servers_ > 1 ? parts_per_server * servers_ : 1),
+        auto_(cfg.partition_bytes == 0) {}
 
   std::size_t bound() const noexcept { return bound_; }
 
@@ -41,10 +52,12 @@ class by_bytes {
     // unit_ and bound_ are multiples of 4096, so of every element size: parts never split an
     // element.
     (void)element_size;
-    std::size_t size = bound_;
     const std::size_t by_bound = (bytes + bound_ - 1) / bound_;
-    const std::size_t spread = std::min(spread_, bytes / min_spread_bytes);
-    if (spread > by_bound) size = round_up((bytes + spread - 1) / spread, unit_);
+    std::size_t count = std::max(by_bound, std::min(spread_, bytes / min_spread_bytes));
+    if (auto_)
+      count = std::max(count, std::min(auto_per_server * servers_, bytes / auto_min_bytes));
+    const std::size_t size =
+        count > by_bound ? round_up((bytes + count - 1) / count, unit_) : bound_;
     parts.reserve((bytes + size - 1) / size);
     for (std::size_t offset = 0; offset < bytes; offset += size)
       parts.push_back({offset, std::min(size, bytes - offset)});
@@ -57,7 +70,9 @@ class by_bytes {
   }
   std::size_t unit_;
   std::size_t bound_;
+  std::size_t servers_;
   std::size_t spread_;
+  bool auto_;
 };
 
 static_assert(Partitioner<by_bytes>);

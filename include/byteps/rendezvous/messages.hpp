@@ -222,8 +222,13 @@ inline std::optional<std::string> first_difference(const hello& mine, const hell
   auto differ = [&](const char* variable, auto a, auto b) {
     return fmt::format("{} differs: {} has {}, the scheduler has {}", variable, who, a, b);
   };
-  if (theirs.partition_bytes != mine.partition_bytes)
-    return differ("BYTEPS_PARTITION_BYTES", theirs.partition_bytes, mine.partition_bytes);
+  if (theirs.partition_bytes != mine.partition_bytes) {
+    auto size = [](std::uint64_t b) {
+      return b == 0 ? std::string("0 (auto)") : std::to_string(b);
+    };
+    return differ("BYTEPS_PARTITION_BYTES", size(theirs.partition_bytes),
+                  size(mine.partition_bytes));
+  }
   if (theirs.num_workers != mine.num_workers)
     return differ("DMLC_NUM_WORKER", theirs.num_workers, mine.num_workers);
   if (theirs.num_servers != mine.num_servers)
