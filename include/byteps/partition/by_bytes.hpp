@@ -16,8 +16,8 @@
 /// `auto_per_server` equal partitions per server, none under `auto_min_bytes`. A server answers
 /// a partition when every worker's copy of it is in, so a large partition delays the first answer
 /// and the last push of a tensor idles the links while it is summed: more, smaller partitions
-/// keep every server's link busy (64 MiB on 4 servers: 64 partitions of 1 MiB instead of 17 of
-/// 4 MB). The floor keeps the per-partition cost (frames, a sum, an answer) small against its
+/// keep every server's link busy (64 MiB on 4 servers: 256 partitions of 256 KiB instead of 17
+/// of 4 MB). The floor keeps the per-partition cost (frames, a sum, an answer) small against its
 /// bytes. docs/performance.md has the time against the partition size.
 
 #include <algorithm>
@@ -35,7 +35,7 @@ class by_bytes {
   static constexpr std::size_t min_spread_bytes = 64 * 1024;
   static constexpr std::size_t parts_per_server = 4;
   static constexpr std::size_t auto_per_server = 16;
-  static constexpr std::size_t auto_min_bytes = 256 * 1024;
+  static constexpr std::size_t auto_min_bytes = 1024 * 1024;
 
   explicit by_bytes(const Config& cfg)
       : unit_(page),
