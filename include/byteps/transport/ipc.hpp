@@ -216,6 +216,17 @@ class ipc {
         node_->on_message(real, dest);
       }
 
+      // Cut-through is the node's to ask, for payloads on the inner link. A ring payload is whole
+      // when its header comes (the copier wrote it before sending the header): nothing to report.
+      std::size_t progress_step(const wire::header& h) override {
+        if (wire::is_transport_msg(h.type) || pending_) return 0;
+        return node_->progress_step(h);
+      }
+
+      void on_progress(const wire::header& h, std::size_t bytes_in) override {
+        node_->on_progress(h, bytes_in);
+      }
+
       void on_close(const std::string& reason) override {
         if (auto l = owner_.lock()) l->closed();
         node_->on_close(reason);

@@ -5,8 +5,9 @@
 /// One `asio::io_context` per transport object (no process-wide state, so many nodes can live in
 /// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). Each link
 /// reads a header, asks its receiver where the payload goes, and reads the payload straight
-/// there. Sends are queued per link and written as one gathered write of header plus payload:
-/// no copy of the payload.
+/// there: in one read, or in reads of the receiver's `progress_step` when it asks to hear of the
+/// payload's progress (transport.hpp). Sends are queued per link and written as one gathered
+/// write of header plus payload: no copy of the payload.
 
 #include <asio.hpp>
 
@@ -159,10 +160,14 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
             if (!self->failed_) self->read_header();
           }));
     }
+    std::size_t step = 0;
     try {
       dest = receiver_->payload_destination(current_, reason);
+      if (!dest.empty() && dest.size() == current_.payload_bytes)
+        step = receiver_->progress_step(current_);
     } catch (const std::exception& e) {
       reason = e.what();
+      dest = {};  // a receiver that failed to answer refuses the frame
     }
     if (dest.size() != current_.payload_bytes) {
       if (reason.empty()) reason = "no place for the payload";
@@ -171,6 +176,7 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
       return fail("protocol error: " + reason);
     }
     if (dest.empty()) return deliver({});
+    if (step != 0 && dest.size() > step) return read_in_steps(dest, 0, step);
     asio::async_read(socket_, asio::buffer(dest.data(), dest.size()),
                      asio::bind_executor(strand_, [self = shared_from_this(), dest](
                                                       std::error_code ec, std::size_t) {
@@ -179,16 +185,39 @@ class tcp::link : public std::enable_shared_from_this<tcp::link> {
                      }));
   }
 
+  // Cut-through: reads of `step` bytes, the receiver told after each one that leaves the frame
+  // incomplete (its last bytes are on_message's). Only receivers that ask take this path, so the
+  // others keep one read per payload.
+  void read_in_steps(std::span<std::byte> dest, std::size_t got, std::size_t step) {
+    asio::async_read(
+        socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
+        asio::bind_executor(strand_, [self = shared_from_this(), dest, got, step](
+                                         std::error_code ec, std::size_t n) {
+          if (ec) return self->fail(self->io_reason(ec));
+          if (self->failed_) return;  // closed while the read completed: no receiver any more
+          if (got + n == dest.size()) return self->deliver(dest);
+          if (self->call_receiver([&] { self->receiver_->on_progress(self->current_, got + n); }))
+            self->read_in_steps(dest, got + n, step);
+        }));
+  }
+
   void deliver(std::span<std::byte> payload) {
     if (failed_) return;
+    if (call_receiver([&] { receiver_->on_message(current_, payload); })) read_header();
+  }
+
+  // False when the link is closed after the call: the receiver threw (a protocol error, for the
+  // peer sent what it cannot take) or closed it.
+  template <class F>
+  bool call_receiver(F&& call) {
     try {
-      receiver_->on_message(current_, payload);
+      call();
     } catch (const std::exception& e) {
       log_.warn("dropping connection from {}: handling a {} frame failed: {}", peer_,
                 wire::msg_name(current_.type), e.what());
-      return fail(std::string("protocol error: ") + e.what());
+      fail(std::string("protocol error: ") + e.what());
     }
-    if (!failed_) read_header();
+    return !failed_;
   }
 
   void write_front() {

@@ -56,6 +56,22 @@ class receiver {
   virtual void on_message(const wire::header& h, std::span<std::byte> payload) = 0;
   /// The link is gone: closed by us, by the peer, or failed. `reason` says which, for messages.
   virtual void on_close(const std::string& reason) = 0;
+  /// Cut-through: a receiver that can use a payload's first bytes before the rest (a server
+  /// summing a large push chunk by chunk while it still arrives) returns a step > 0, and the link
+  /// then calls `on_progress` each time at least that many more bytes of `h`'s payload are in.
+  /// Never for the last bytes: `on_message` follows for them, so the frame's end is seen once.
+  /// 0, the default, keeps the single read of the whole payload, so receivers that do not ask
+  /// (worker, rendezvous, scheduler) pay nothing. Asked at most once per frame, after
+  /// `payload_destination`. TCP reports after each read of a step; an RDMA transport would report
+  /// per written chunk (each WRITE_WITH_IMM); a payload that arrives whole (an ipc ring's) gets no
+  /// reports at all, so a receiver must not count on any.
+  virtual std::size_t progress_step(const wire::header& /*h*/) { return 0; }
+  /// The first `bytes_in` bytes of the span `payload_destination` returned for `h` hold the
+  /// frame's bytes; the rest may still be written. Runs under the rules of `on_message` (the
+  /// link's I/O thread, in frame order, not for long); throwing closes the link as it does there.
+  /// A link that fails mid-payload runs `on_close` and no `on_message`: bytes reported in are no
+  /// promise that the frame completes.
+  virtual void on_progress(const wire::header& /*h*/, std::size_t /*bytes_in*/) {}
   /// True for a transport decorator's receiver that handles frames of the transport range
   /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
   virtual bool wants_transport_frames() const { return false; }
