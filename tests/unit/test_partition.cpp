@@ -177,41 +177,38 @@ TEST_CASE("by_bytes with a fixed size spreads a mid-size tensor over every serve
   CHECK(bps::partition::by_bytes(c).split(4u << 20, 4).size() == 2);
 }
 
-TEST_CASE("auto partitions - up to 64 per server for large tensors - none under 256 KiB",
+TEST_CASE("auto partitions - up to 16 per server for large tensors - none under 1 MiB",
           "[policies][partition]") {
-  // 64 MiB on 4 servers: 256 of 256 KiB (BytePS: 17 of 4096000); on 6 servers the floor holds.
+  // 64 MiB on 4 servers: 64 of 1 MiB (BytePS: 17 of 4096000); on 6 servers the floor holds.
   for (int servers : {4, 6}) {
     CAPTURE(servers);
     auto parts = bps::partition::by_bytes(automatic(servers)).split(64 * MiB, 4);
-    REQUIRE(parts.size() == 256);
+    REQUIRE(parts.size() == 64);
     for (std::size_t i = 0; i < parts.size(); ++i)
-      CHECK(parts[i] == bps::partition_range{i * 256 * KiB, 256 * KiB});
+      CHECK(parts[i] == bps::partition_range{i * MiB, MiB});
   }
-  // 2 servers: 128 of 512 KiB.
+  // 2 servers: 32 of 2 MiB.
   auto parts = bps::partition::by_bytes(automatic(2)).split(64 * MiB, 4);
-  REQUIRE(parts.size() == 128);
-  CHECK(parts[127] == bps::partition_range{127 * 512 * KiB, 512 * KiB});
-  // 3 servers, 100 MiB + 12: 192 parts of ceil(M / 192) rounded up to a page; the last shorter.
+  REQUIRE(parts.size() == 32);
+  CHECK(parts[31] == bps::partition_range{62 * MiB, 2 * MiB});
+  // 3 servers, 100 MiB + 12: 48 parts of ceil(M / 48) rounded up to a page; the last shorter.
   const std::size_t odd = 100 * MiB + 12;
   parts = bps::partition::by_bytes(automatic(3)).split(odd, 4);
-  REQUIRE(parts.size() == 192);
-  CHECK(parts[0].bytes == 548864);  // ceil(104857612 / 192) = 546134, up to 134 pages
-  CHECK(parts[191] == bps::partition_range{191 * std::size_t{548864}, odd - 191 * 548864});
-  // One server: 1 MiB makes 4 of 256 KiB, 64 MiB 64 of 1 MiB.
-  parts = bps::partition::by_bytes(automatic(1)).split(MiB, 4);
+  REQUIRE(parts.size() == 48);
+  CHECK(parts[0].bytes == 2187264);  // ceil(104857612 / 48) = 2184534, up to 534 pages
+  CHECK(parts[47] == bps::partition_range{47 * std::size_t{2187264}, odd - 47 * 2187264});
+  // One server: 4 MiB makes 4 of 1 MiB (BytePS: 4096000 + 98304); 64 MiB keeps BytePS's 17
+  // (16 would be larger).
+  parts = bps::partition::by_bytes(automatic(1)).split(4 * MiB, 4);
   REQUIRE(parts.size() == 4);
-  CHECK(parts[3] == bps::partition_range{768 * KiB, 256 * KiB});
-  parts = bps::partition::by_bytes(automatic(1)).split(64 * MiB, 4);
-  REQUIRE(parts.size() == 64);
-  CHECK(parts[63] == bps::partition_range{63 * MiB, MiB});
-  // 256 MiB on 4 servers: 256 of 1 MiB. 1 GiB: the cap wins (263 of 4096000, the last shorter).
+  CHECK(parts[3] == bps::partition_range{3 * MiB, MiB});
+  CHECK(bps::partition::by_bytes(automatic(1)).split(64 * MiB, 4) ==
+        bps::partition::by_bytes(fixed(4096000)).split(64 * MiB, 4));
+  // 256 MiB on 4 servers: the cap wins (66 of 4096000, the last shorter).
   parts = bps::partition::by_bytes(automatic(4)).split(256 * MiB, 4);
-  REQUIRE(parts.size() == 256);
-  CHECK(parts[255] == bps::partition_range{255 * MiB, MiB});
-  parts = bps::partition::by_bytes(automatic(4)).split(1024 * MiB, 4);
-  REQUIRE(parts.size() == 263);
+  REQUIRE(parts.size() == 66);
   CHECK(parts[0].bytes == 4096000);
-  CHECK(parts[262] == bps::partition_range{262 * std::size_t{4096000}, 1024 * MiB - 262 * 4096000});
+  CHECK(parts[65] == bps::partition_range{65 * std::size_t{4096000}, 256 * MiB - 65 * 4096000});
 }
 
 TEST_CASE("auto partitions keep the contract and never make fewer partitions than BytePS",
@@ -228,8 +225,8 @@ TEST_CASE("auto partitions keep the contract and never make fewer partitions tha
       const auto parts = a.split(bytes, 4);
       check_contract(parts, bytes, a.bound());
       CHECK(parts.size() >= b.split(bytes, 4).size());
-      // Below 4 partitions of 256 KiB per server, several servers cut as BytePS-with-spread does.
-      if (servers > 1 && bytes < 4 * static_cast<std::size_t>(servers) * 256 * KiB)
+      // Below 4 MiB per server, several servers cut as BytePS-with-spread does.
+      if (servers > 1 && bytes < 4 * static_cast<std::size_t>(servers) * MiB)
         CHECK(parts == b.split(bytes, 4));
     }
   }
