@@ -25,29 +25,6 @@ bps::Config automatic(int servers) {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
-// Checks the partitions of `bytes` against the partitioner's contract and exact sizes.
-void check_split(const bps::partition::by_bytes& p, std::size_t bytes) {
-  CAPTURE(bytes, p.bound());
-  const auto parts = p.split(bytes, 4);
-  const std::size_t bound = p.bound();
-  const std::size_t expected_count = (bytes + bound - 1) / bound;
-  REQUIRE(parts.size() == expected_count);
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    CAPTURE(i);
-    CHECK(parts[i].offset == offset);
-    CHECK(parts[i].bytes > 0);
-    CHECK(parts[i].bytes <= bound);
-    if (i + 1 < parts.size()) CHECK(parts[i].bytes == bound);
-    offset += parts[i].bytes;
-  }
-  CHECK(offset == bytes);
-  if (!parts.empty()) {
-    const std::size_t rem = bytes % bound;
-    CHECK(parts.back().bytes == (rem == 0 ? bound : rem));
-  }
-}
-
 // Contiguous, in order, each within the bound, all but the last a whole number of pages.
 void check_contract(const std::vector<bps::partition_range>& parts, std::size_t bytes,
                     std::size_t bound) {
@@ -61,6 +38,18 @@ void check_contract(const std::vector<bps::partition_range>& parts, std::size_t 
     offset += parts[i].bytes;
   }
   CHECK(offset == bytes);
+}
+
+// BytePS's split with one server: the contract, and every partition the bound but the last.
+void check_split(const bps::partition::by_bytes& p, std::size_t bytes) {
+  CAPTURE(bytes, p.bound());
+  const auto parts = p.split(bytes, 4);
+  const std::size_t bound = p.bound();
+  REQUIRE(parts.size() == (bytes + bound - 1) / bound);
+  check_contract(parts, bytes, bound);
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) CHECK(parts[i].bytes == bound);
+  const std::size_t rem = bytes % bound;
+  CHECK(parts.back().bytes == (rem == 0 ? bound : rem));
 }
 
 }  // namespace
@@ -87,21 +76,8 @@ TEST_CASE("by_bytes splits contiguously, in order, each part within the bound",
 
   CHECK(p.split(0, 4).empty());
 
-  {
-    const auto parts = p.split(1, 1);
-    REQUIRE(parts.size() == 1);
-    CHECK(parts[0] == bps::partition_range{0, 1});
-  }
-  {
-    const auto parts = p.split(4095, 1);
-    REQUIRE(parts.size() == 1);
-    CHECK(parts[0] == bps::partition_range{0, 4095});
-  }
-  {
-    const auto parts = p.split(4096000, 4);
-    REQUIRE(parts.size() == 1);
-    CHECK(parts[0] == bps::partition_range{0, 4096000});
-  }
+  for (std::size_t whole : {std::size_t{1}, std::size_t{4095}, std::size_t{4096000}})
+    CHECK(p.split(whole, 4) == std::vector<bps::partition_range>{{0, whole}});
   {
     const auto parts = p.split(4096001, 1);
     REQUIRE(parts.size() == 2);
