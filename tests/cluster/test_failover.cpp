@@ -47,11 +47,12 @@ void exact_round(Comm& comm, int rank, int workers, int r, const std::function<v
   std::vector<std::vector<std::byte>> data;
   std::vector<handle> handles;
   for (const auto& t : tensors) data.push_back(test::fill(t.type, t.count, rank, r));
-  for (std::size_t i = 0; i < std::size(tensors); ++i)
-    handles.push_back(comm.push_pull(tensors[i].name, data[i].data(), tensors[i].count,
-                                     tensors[i].type));
-  if (between) between();
-  bps::test::wait_all(handles);  // every buffer outlives its handle
+  bps::test::issue_then_wait_all(handles, [&] {  // every buffer outlives its handle
+    for (std::size_t i = 0; i < std::size(tensors); ++i)
+      handles.push_back(comm.push_pull(tensors[i].name, data[i].data(), tensors[i].count,
+                                       tensors[i].type));
+    if (between) between();
+  });
   for (std::size_t i = 0; i < std::size(tensors); ++i) {
     const auto& t = tensors[i];
     const auto wrong = test::first_wrong(t.type, data[i], t.count, workers, r);

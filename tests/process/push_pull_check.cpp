@@ -44,13 +44,15 @@ int check(const bps::Config& cfg, const Args& args) {
     std::vector<std::vector<std::byte>> buffers;
     std::vector<bps::handle> handles;
     for (bps::dtype t : bps::all_dtypes)
-      for (std::size_t n : sizes) {
-        buffers.push_back(bps::test::fill(t, n, rank, round));
-        handles.push_back(comm.push_pull(fmt::format("{}x{}", bps::dtype_name(t), n),
-                                         buffers.back().data(), n, t,
-                                         {.priority = static_cast<int>(n % 3)}));
-      }
-    bps::test::wait_all(handles);  // every buffer outlives its handle
+      for (std::size_t n : sizes) buffers.push_back(bps::test::fill(t, n, rank, round));
+    bps::test::issue_then_wait_all(handles, [&] {  // every buffer outlives its handle
+      std::size_t k = 0;
+      for (bps::dtype t : bps::all_dtypes)
+        for (std::size_t n : sizes)
+          handles.push_back(comm.push_pull(fmt::format("{}x{}", bps::dtype_name(t), n),
+                                           buffers[k++].data(), n, t,
+                                           {.priority = static_cast<int>(n % 3)}));
+    });
     std::size_t k = 0;
     for (bps::dtype t : bps::all_dtypes)
       for (std::size_t n : sizes) {

@@ -1,0 +1,250 @@
+#pragma once
+/// @file
+/// `bps::transport::tcp_link` (`tcp::link`): one TCP connection of `transport::tcp`. It reads a
+/// header, asks its receiver where the payload goes, and reads the payload straight there: in
+/// one read, or in reads of the receiver's `progress_step` when it asks to hear of the payload's
+/// progress (transport.hpp). Sends are queued and written as one gathered write of header plus
+/// payload: no copy of the payload. Everything that touches the socket or the receiver runs on
+/// the link's strand, so receiver callbacks come one at a time, in frame order.
+
+#include <asio.hpp>
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::transport {
+
+class tcp_link : public std::enable_shared_from_this<tcp_link> {
+ public:
+  tcp_link(asio::ip::tcp::socket socket, std::size_t max_frame, const logger& log)
+      : socket_(std::move(socket)),
+        strand_(asio::make_strand(socket_.get_executor())),
+        max_frame_(max_frame),
+        log_(log) {
+    std::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("unknown peer") : endpoint_text(remote);
+    auto local = socket_.local_endpoint(ec);
+    local_host_ = ec ? std::string("127.0.0.1") : local.address().to_string();
+  }
+
+  void start(std::shared_ptr<receiver> r) {
+    asio::post(strand_, [self = shared_from_this(), r = std::move(r)]() mutable {
+      self->receiver_ = std::move(r);
+      if (self->failed_) {
+        auto rx = std::move(self->receiver_);
+        rx->on_close(self->close_reason_);
+        return;
+      }
+      self->read_header();
+    });
+  }
+
+  void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
+    wire::header copy = h;
+    copy.payload_bytes = payload.size();
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      // Still exactly once, and never inside send(): the caller may hold its own lock.
+      if (on_sent) asio::post(strand_, std::move(on_sent));
+      return;
+    }
+    queue_.push_back(outgoing{wire::encode(copy), payload, std::move(on_sent)});
+    if (!writing_) {
+      writing_ = true;
+      asio::post(strand_, [self = shared_from_this()] { self->write_front(); });
+    }
+  }
+
+  void close() {
+    asio::post(strand_, [self = shared_from_this()] { self->fail("closed locally"); });
+  }
+
+  const std::string& peer() const noexcept { return peer_; }
+  const std::string& local_host() const noexcept { return local_host_; }
+
+  static std::string endpoint_text(const asio::ip::tcp::endpoint& e) {
+    return e.address().to_string() + ":" + std::to_string(e.port());
+  }
+
+ private:
+  struct outgoing {
+    wire::header_bytes header;
+    std::span<const std::byte> payload;
+    sent_callback on_sent;
+  };
+
+  void read_header() {
+    asio::async_read(socket_, asio::buffer(in_header_),
+                     asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
+                                                                              std::size_t) {
+                       if (ec) return self->fail(self->io_reason(ec));
+                       self->on_header();
+                     }));
+  }
+
+  void on_header() {
+    if (failed_) return;  // a read that completed just before the link was closed
+    auto decoded = wire::decode(in_header_, max_frame_);
+    if (!decoded) {
+      log_.warn("dropping connection from {}: {}", peer_, decoded.reason);
+      return fail("protocol error: " + decoded.reason);
+    }
+    current_ = decoded.value;
+    std::string reason;
+    std::span<std::byte> dest;
+    if (wire::is_transport_msg(current_.type) && !receiver_->wants_transport_frames()) {
+      skipped_.resize(current_.payload_bytes);  // another transport's handshake: not for us
+      if (skipped_.empty()) return read_header();
+      return asio::async_read(
+          socket_, asio::buffer(skipped_),
+          asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
+                                                                   std::size_t) {
+            if (ec) return self->fail(self->io_reason(ec));
+            if (!self->failed_) self->read_header();
+          }));
+    }
+    std::size_t step = 0;
+    try {
+      dest = receiver_->payload_destination(current_, reason);
+      if (!dest.empty() && dest.size() == current_.payload_bytes)
+        step = receiver_->progress_step(current_);
+    } catch (const std::exception& e) {
+      reason = e.what();
+      dest = {};  // a receiver that failed to answer refuses the frame
+    }
+    if (dest.size() != current_.payload_bytes) {
+      if (reason.empty()) reason = "no place for the payload";
+      log_.warn("dropping connection from {}: {} frame refused: {}", peer_,
+                wire::msg_name(current_.type), reason);
+      return fail("protocol error: " + reason);
+    }
+    if (dest.empty()) return deliver({});
+    if (step != 0 && dest.size() > step) return read_in_steps(dest, 0, step);
+    asio::async_read(socket_, asio::buffer(dest.data(), dest.size()),
+                     asio::bind_executor(strand_, [self = shared_from_this(), dest](
+                                                      std::error_code ec, std::size_t) {
+                       if (ec) return self->fail(self->io_reason(ec));
+                       self->deliver(dest);
+                     }));
+  }
+
+  // Cut-through: reads of `step` bytes, the receiver told after each one that leaves the frame
+  // incomplete (its last bytes are on_message's). Only receivers that ask take this path, so the
+  // others keep one read per payload.
+  void read_in_steps(std::span<std::byte> dest, std::size_t got, std::size_t step) {
+    asio::async_read(
+        socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
+        asio::bind_executor(strand_, [self = shared_from_this(), dest, got, step](
+                                         std::error_code ec, std::size_t n) {
+          if (ec) return self->fail(self->io_reason(ec));
+          if (self->failed_) return;  // closed while the read completed: no receiver any more
+          if (got + n == dest.size()) return self->deliver(dest);
+          if (self->call_receiver([&] { self->receiver_->on_progress(self->current_, got + n); }))
+            self->read_in_steps(dest, got + n, step);
+        }));
+  }
+
+  void deliver(std::span<std::byte> payload) {
+    if (failed_) return;
+    if (call_receiver([&] { receiver_->on_message(current_, payload); })) read_header();
+  }
+
+  // False when the link is closed after the call: the receiver threw (a protocol error, for the
+  // peer sent what it cannot take) or closed it.
+  template <class F>
+  bool call_receiver(F&& call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      log_.warn("dropping connection from {}: handling a {} frame failed: {}", peer_,
+                wire::msg_name(current_.type), e.what());
+      fail(std::string("protocol error: ") + e.what());
+    }
+    return !failed_;
+  }
+
+  void write_front() {
+    outgoing* front;
+    {
+      std::lock_guard lock(mu_);
+      if (closed_ || queue_.empty()) {
+        writing_ = false;
+        return;
+      }
+      front = &queue_.front();
+    }
+    std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(front->header),
+        asio::buffer(front->payload.data(), front->payload.size())};
+    asio::async_write(socket_, buffers,
+                      asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
+                                                                               std::size_t) {
+                        if (ec) return self->fail(self->io_reason(ec));
+                        sent_callback done;
+                        {
+                          std::lock_guard lock(self->mu_);
+                          if (self->queue_.empty()) return;
+                          done = std::move(self->queue_.front().on_sent);
+                          self->queue_.pop_front();
+                        }
+                        if (done) done();
+                        self->write_front();
+                      }));
+  }
+
+  std::string io_reason(const std::error_code& ec) const {
+    if (ec == asio::error::eof) return "connection closed by " + peer_;
+    if (ec == asio::error::operation_aborted) return "closed locally";
+    return "connection to " + peer_ + " failed: " + ec.message();
+  }
+
+  // Runs on the strand. Reports the first reason only.
+  void fail(const std::string& reason) {
+    if (failed_) return;
+    failed_ = true;
+    close_reason_ = reason;
+    // Close before dropping the queue: a write in progress may still read the queued bytes
+    // until the socket is closed.
+    std::error_code ignored;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    std::deque<outgoing> dropped;
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+      dropped.swap(queue_);
+    }
+    for (auto& frame : dropped)
+      if (frame.on_sent) frame.on_sent();
+    if (auto rx = std::move(receiver_)) rx->on_close(reason);
+  }
+
+  asio::ip::tcp::socket socket_;
+  asio::strand<asio::any_io_executor> strand_;
+  std::size_t max_frame_;
+  logger log_;
+  std::string peer_;
+  std::string local_host_;
+  std::shared_ptr<receiver> receiver_;  // strand only; reset on close to break the cycle
+  wire::header_bytes in_header_{};
+  wire::header current_{};
+  std::vector<std::byte> skipped_;  // payload of a transport frame nobody here handles
+  bool failed_ = false;  // strand only
+  std::string close_reason_;
+  std::mutex mu_;
+  std::deque<outgoing> queue_;
+  bool writing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace bps::transport
