@@ -9,91 +9,14 @@
 #include <utility>
 #include <vector>
 
+#include "config_env.hpp"
 #include "wire_helpers.hpp"
 
 namespace {
 
 using bps_test::contains;
-
+using namespace config_test;
 using namespace std::chrono_literals;
-
-// Every variable Config::from_env() reads.
-constexpr const char* all_variables[] = {
-    "DMLC_ROLE",
-    "DMLC_NUM_WORKER",
-    "DMLC_NUM_SERVER",
-    "DMLC_PS_ROOT_URI",
-    "DMLC_PS_ROOT_PORT",
-    "DMLC_WORKER_ID",
-    "BYTEPS_SERVER_ID",
-    "DMLC_NODE_HOST",
-    "BYTEPS_SERVER_PORT",
-    "BYTEPS_PARTITION_BYTES",
-    "BYTEPS_SCHEDULING_CREDIT",
-    "BYTEPS_SERVER_ENGINE_THREAD",
-    "BYTEPS_IO_THREADS",
-    "BYTEPS_ENABLE_MIXED_MODE",
-    "BYTEPS_ENABLE_IPC",
-    "BYTEPS_LOCAL_SIZE",
-    "BYTEPS_LOCAL_RANK",
-    "BYTEPS_CONNECT_TIMEOUT_MS",
-    "BYTEPS_RENDEZVOUS_TIMEOUT_MS",
-    "BYTEPS_OP_TIMEOUT_MS",
-    "BYTEPS_KEY_HASH_FN",
-    "BYTEPS_LOG_LEVEL",
-    "BYTEPS_FAILOVER_TIMEOUT_MS",
-    "BYTEPS_SERVER_STANDBY",
-    "BYTEPS_SERVER_LOG_INTERVAL_MS",
-    "BYTEPS_TRACE_ON",
-    "BYTEPS_TRACE_START_STEP",
-    "BYTEPS_TRACE_END_STEP",
-    "BYTEPS_TRACE_DIR",
-};
-
-void clear_env() {
-  for (const char* v : all_variables) ::unsetenv(v);
-}
-
-// Clears the environment when built and when destroyed, so that no test case sees another's.
-struct clean_env {
-  clean_env() { clear_env(); }
-  ~clean_env() { clear_env(); }
-  clean_env(const clean_env&) = delete;
-  clean_env& operator=(const clean_env&) = delete;
-};
-
-void set(const char* name, const char* value) { REQUIRE(::setenv(name, value, 1) == 0); }
-
-void set_required() {
-  set("DMLC_ROLE", "worker");
-  set("DMLC_NUM_WORKER", "2");
-  set("DMLC_NUM_SERVER", "1");
-  set("DMLC_PS_ROOT_URI", "10.0.0.1");
-  set("DMLC_PS_ROOT_PORT", "9000");
-}
-
-// Runs from_env() expecting usage_error; returns its message.
-std::string from_env_error() {
-  try {
-    (void)bps::Config::from_env();
-  } catch (const bps::usage_error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("wrong exception type: " << e.what());
-  }
-  FAIL("from_env() did not throw");
-  return {};
-}
-
-std::string validate_error(const bps::Config& c) {
-  try {
-    c.validate();
-  } catch (const bps::usage_error& e) {
-    return e.what();
-  }
-  FAIL("validate() did not throw");
-  return {};
-}
 
 }  // namespace
 
@@ -255,14 +178,9 @@ TEST_CASE("Config::from_env accepts the bounds of each range", "[config]") {
   set("BYTEPS_PARTITION_BYTES", "0");  // auto, as unset
   CHECK(bps::Config::from_env().partition_bytes == 0);
   set("BYTEPS_PARTITION_BYTES", "1000");
-  try {
-    (void)bps::Config::from_env();
-    FAIL("BYTEPS_PARTITION_BYTES=1000 was accepted");
-  } catch (const bps::usage_error& e) {
-    CHECK(std::string(e.what()) ==
-          "BYTEPS_PARTITION_BYTES='1000' is not valid: expected 0 or unset (auto) or a whole "
-          "number from 4096 to 2147483648");
-  }
+  CHECK(from_env_error() ==
+        "BYTEPS_PARTITION_BYTES='1000' is not valid: expected 0 or unset (auto) or a whole number "
+        "from 4096 to 2147483648");
 }
 
 TEST_CASE("Config::from_env names each missing required variable", "[config]") {
@@ -459,73 +377,4 @@ TEST_CASE("usage_error is a bps::error", "[config]") {
   } catch (const bps::error& e) {
     CHECK(contains(e.what(), "DMLC_ROLE"));
   }
-}
-
-TEST_CASE("Config::from_env reads the timeline variables, with BytePS's defaults", "[config][trace]") {
-  clean_env guard;
-  set_required();
-  auto c = bps::Config::from_env();
-  CHECK_FALSE(c.trace_on);
-  CHECK(c.trace_start_step == 10);
-  CHECK(c.trace_end_step == 20);
-  CHECK(c.trace_dir == "./trace");
-
-  set("BYTEPS_TRACE_ON", "1");
-  set("BYTEPS_TRACE_START_STEP", "3");
-  set("BYTEPS_TRACE_END_STEP", "3");  // an empty window is allowed: nothing is recorded
-  set("BYTEPS_TRACE_DIR", "/tmp/job-7/trace");
-  c = bps::Config::from_env();
-  CHECK(c.trace_on);
-  CHECK(c.trace_start_step == 3);
-  CHECK(c.trace_end_step == 3);
-  CHECK(c.trace_dir == "/tmp/job-7/trace");
-}
-
-TEST_CASE("Config::from_env refuses bad timeline variables, naming each", "[config][trace]") {
-  clean_env guard;
-  set_required();
-  set("BYTEPS_TRACE_ON", "yes");
-  CHECK(from_env_error() ==
-        "BYTEPS_TRACE_ON='yes' is not valid: expected a whole number from 0 to 1");
-  set("BYTEPS_TRACE_ON", "1");
-  set("BYTEPS_TRACE_START_STEP", "-1");
-  CHECK(contains(from_env_error(), "BYTEPS_TRACE_START_STEP='-1' is not valid"));
-  set("BYTEPS_TRACE_START_STEP", "12");
-  set("BYTEPS_TRACE_END_STEP", "x");
-  CHECK(contains(from_env_error(), "BYTEPS_TRACE_END_STEP='x' is not valid"));
-  set("BYTEPS_TRACE_END_STEP", "11");
-  CHECK(from_env_error() ==
-        "BYTEPS_TRACE_END_STEP=11 is not valid: expected at least BYTEPS_TRACE_START_STEP=12 "
-        "(steps START .. END-1 are traced)");
-}
-
-TEST_CASE("Config::validate names bad timeline fields", "[config][trace]") {
-  bps::Config c;
-  c.trace_start_step = -2;
-  CHECK(contains(validate_error(c), "trace_start_step (BYTEPS_TRACE_START_STEP) = -2"));
-  c.trace_start_step = 5;
-  c.trace_end_step = 4;
-  CHECK(contains(validate_error(c), "trace_end_step (BYTEPS_TRACE_END_STEP) = 4 is not valid: "
-                                    "expected at least trace_start_step"));
-  c.trace_end_step = 5;
-  c.trace_on = true;
-  c.trace_dir.clear();
-  CHECK(contains(validate_error(c), "trace_dir (BYTEPS_TRACE_DIR)"));
-  c.trace_dir = "t";
-  CHECK_NOTHROW(c.validate());
-}
-
-TEST_CASE("Config::from_env reads the server's log interval with 0 for off", "[config]") {
-  clean_env guard;
-  set_required();
-  CHECK(bps::Config::from_env().server_log_interval == std::chrono::milliseconds(10000));
-  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "0");
-  CHECK(bps::Config::from_env().server_log_interval.count() == 0);
-  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "250");
-  CHECK(bps::Config::from_env().server_log_interval == std::chrono::milliseconds(250));
-  set("BYTEPS_SERVER_LOG_INTERVAL_MS", "-1");
-  CHECK(from_env_error().find("BYTEPS_SERVER_LOG_INTERVAL_MS") != std::string::npos);
-  bps::Config c;
-  c.server_log_interval = std::chrono::milliseconds(-5);
-  CHECK(validate_error(c).find("BYTEPS_SERVER_LOG_INTERVAL_MS") != std::string::npos);
 }

@@ -3,11 +3,8 @@
 /// `bps::transport::tcp`: the TCP transport, on standalone Asio.
 ///
 /// One `asio::io_context` per transport object (no process-wide state, so many nodes can live in
-/// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). Each link
-/// reads a header, asks its receiver where the payload goes, and reads the payload straight
-/// there: in one read, or in reads of the receiver's `progress_step` when it asks to hear of the
-/// payload's progress (transport.hpp). Sends are queued per link and written as one gathered
-/// write of header plus payload: no copy of the payload.
+/// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). A connection
+/// is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there.
 
 #include <asio.hpp>
 

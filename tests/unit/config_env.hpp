@@ -1,0 +1,93 @@
+#pragma once
+// The environment as Config::from_env() sees it, for the config tests: every variable it reads,
+// a guard that clears them, and the messages of what it refuses.
+
+#include <byteps/core/config.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+namespace config_test {
+
+// Every variable Config::from_env() reads.
+inline constexpr const char* all_variables[] = {
+    "DMLC_ROLE",
+    "DMLC_NUM_WORKER",
+    "DMLC_NUM_SERVER",
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_WORKER_ID",
+    "BYTEPS_SERVER_ID",
+    "DMLC_NODE_HOST",
+    "BYTEPS_SERVER_PORT",
+    "BYTEPS_PARTITION_BYTES",
+    "BYTEPS_SCHEDULING_CREDIT",
+    "BYTEPS_SERVER_ENGINE_THREAD",
+    "BYTEPS_IO_THREADS",
+    "BYTEPS_ENABLE_MIXED_MODE",
+    "BYTEPS_ENABLE_IPC",
+    "BYTEPS_LOCAL_SIZE",
+    "BYTEPS_LOCAL_RANK",
+    "BYTEPS_CONNECT_TIMEOUT_MS",
+    "BYTEPS_RENDEZVOUS_TIMEOUT_MS",
+    "BYTEPS_OP_TIMEOUT_MS",
+    "BYTEPS_KEY_HASH_FN",
+    "BYTEPS_LOG_LEVEL",
+    "BYTEPS_FAILOVER_TIMEOUT_MS",
+    "BYTEPS_SERVER_STANDBY",
+    "BYTEPS_SERVER_LOG_INTERVAL_MS",
+    "BYTEPS_TRACE_ON",
+    "BYTEPS_TRACE_START_STEP",
+    "BYTEPS_TRACE_END_STEP",
+    "BYTEPS_TRACE_DIR",
+};
+
+inline void clear_env() {
+  for (const char* v : all_variables) ::unsetenv(v);
+}
+
+// Clears the environment when built and when destroyed, so that no test case sees another's.
+struct clean_env {
+  clean_env() { clear_env(); }
+  ~clean_env() { clear_env(); }
+  clean_env(const clean_env&) = delete;
+  clean_env& operator=(const clean_env&) = delete;
+};
+
+inline void set(const char* name, const char* value) { REQUIRE(::setenv(name, value, 1) == 0); }
+
+inline void set_required() {
+  set("DMLC_ROLE", "worker");
+  set("DMLC_NUM_WORKER", "2");
+  set("DMLC_NUM_SERVER", "1");
+  set("DMLC_PS_ROOT_URI", "10.0.0.1");
+  set("DMLC_PS_ROOT_PORT", "9000");
+}
+
+// Runs from_env() expecting usage_error; returns its message.
+inline std::string from_env_error() {
+  try {
+    (void)bps::Config::from_env();
+  } catch (const bps::usage_error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("wrong exception type: " << e.what());
+  }
+  FAIL("from_env() did not throw");
+  return {};
+}
+
+inline std::string validate_error(const bps::Config& c) {
+  try {
+    c.validate();
+  } catch (const bps::usage_error& e) {
+    return e.what();
+  }
+  FAIL("validate() did not throw");
+  return {};
+}
+
+}  // namespace config_test
