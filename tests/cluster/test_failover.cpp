@@ -32,9 +32,12 @@ constexpr tensor_spec tensors[] = {
     {"fo.d", dtype::float64, 3000},  // 6 partitions
 };
 
-Config failover_config(int workers, int servers) {
+// `chunk`: the servers' cut-through chunk (0: whole answers, as partitions of 4096 bytes get by
+// default); 512 answers a partition in up to 8 pieces.
+Config failover_config(int workers, int servers, std::size_t chunk = 0) {
   auto c = test::base_config(workers, servers);
   c.partition_bytes = 4096;
+  c.server_chunk_bytes = chunk;
   c.failover_timeout = 10s;
   c.heartbeat_interval = 100ms;
   c.heartbeat_timeout = 2000ms;
@@ -67,9 +70,11 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
           "[failover]") {
   const int workers = GENERATE(2, 3);
   const bool in_flight = GENERATE(true, false);
-  CAPTURE(workers, in_flight);
+  // Cut-through only with pushes in flight, where a kill can cut an answer's pieces short.
+  const std::size_t chunk = in_flight ? GENERATE(0u, 512u) : 0u;
+  CAPTURE(workers, in_flight, chunk);
   constexpr int rounds = 36, kill_at = 12;
-  failover_cluster<transport::tcp> c(failover_config(workers, 2), 1);
+  failover_cluster<transport::tcp> c(failover_config(workers, 2, chunk), 1);
   using comm_type = failover_cluster<transport::tcp>::comm_type;
   c.run_workers([&](comm_type& comm, int rank) {
     for (int r = 0; r < rounds; ++r) {
@@ -83,6 +88,55 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
       }
     }
   });
+  CHECK(c.replacements() == 1);
+}
+
+TEST_CASE(
+    "failover: a server killed between the pieces of an answer is replaced and sums stay "
+    "exact",
+    "[failover][cut_through]") {
+  // The victim's first piece of a round of "long" is held back 300 ms on its way to worker 0,
+  // and the server is killed meanwhile: worker 0 has none or part of the answer, worker 1 may
+  // have all of it. The replacement must answer both from the start, with the same bits.
+  const std::uint64_t key = tensor_key("long");
+  const int victim = server_for(key, 0, 2, key_hash_fn::djb2);
+  auto plan = std::make_shared<transport::fault_plan>();
+  const auto held = plan->add({.when = {.type = wire::msg::pull_response,
+                                        .from = role::server,
+                                        .key = key,
+                                        .round = 3,
+                                        .also =
+                                            [](const transport::outgoing_frame& f) {
+                                              return (f.header.flags & wire::flag_piece) != 0 &&
+                                                     (f.header.flags & wire::flag_last_piece) == 0;
+                                            }},
+                               .action = transport::fault::delay(300ms)});
+  failover_cluster<faulty_tcp> c(failover_config(2, 2, 512), 1, plan);
+  std::string killer_error;
+  std::thread killer([&] {
+    if (!plan->wait_fired(held, 1, 30s)) {
+      killer_error = "no piece of round 3 was sent";
+      return;
+    }
+    try {
+      c.kill_server(victim);
+    } catch (const std::exception& e) {
+      killer_error = e.what();
+    }
+  });
+  using comm_type = failover_cluster<faulty_tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < 8; ++r) {
+      auto v = test::fill(dtype::float32, 1024, rank, r);  // one 4096-byte partition: 8 pieces
+      comm.push_pull("long", v.data(), 1024, dtype::float32).wait();
+      const auto wrong = test::first_wrong(dtype::float32, v, 1024, 2, r);
+      BPS_EXPECT(wrong == 1024, "worker {} round {}: element {} is {}, not the exact sum", rank, r,
+                 wrong, test::load(dtype::float32, v.data(), wrong));
+    }
+  });
+  killer.join();
+  CHECK(killer_error.empty());
+  CHECK(plan->fired(held) == 1);
   CHECK(c.replacements() == 1);
 }
 

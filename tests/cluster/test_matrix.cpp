@@ -1,5 +1,6 @@
 // The same properties over every transport and every CPU local policy, from one list (as Gloo
-// parametrises its tests): exact sums of every dtype at odd sizes, averages, and broadcast.
+// parametrises its tests): exact sums of every dtype at odd sizes (with whole answers, and in
+// pieces from servers that sum as pushes arrive), averages, and broadcast.
 // A new transport or local policy is one line of BPS_EVERY_SETUP.
 #include <byteps/transport/faulty.hpp>
 #include <catch2/catch.hpp>
@@ -37,19 +38,21 @@ std::vector<int> matrix_machines() {
 template <class Net, class L>
 using matrix_comm = Communicator<Net, L, partition::by_bytes, schedule::priority>;
 
-Config matrix_config() {
+// `chunk`: the servers' cut-through chunk; 1 KiB answers an 8 KiB partition in up to 8 pieces.
+Config matrix_config(std::size_t chunk = 0) {
   auto cfg = test::base_config(2, 2);
   cfg.partition_bytes = 8192;  // several partitions per tensor, on both servers
+  cfg.server_chunk_bytes = chunk;
   return cfg;
 }
 
 template <class Net, class L>
-void matrix_exact_sums(const char* setup) {
+void matrix_exact_sums(const char* setup, std::size_t chunk = 0) {
   using comm_t = matrix_comm<Net, L>;
   const auto local = matrix_machines<L>();
   const int processes = local[0] + local[1];
   const std::size_t sizes[] = {1, 3, 1023, 4097, 20011};
-  test::run_cluster<Net, comm_t>(matrix_config(), local, [&](comm_t& comm) {
+  test::run_cluster<Net, comm_t>(matrix_config(chunk), local, [&](comm_t& comm) {
     BPS_EXPECT(comm.size() == processes, "{}: size {}", setup, comm.size());
     for (int round = 0; round < 3; ++round)
       test::exact_round_every_dtype(comm, sizes, round, processes, std::string(setup) + ": ");
@@ -57,11 +60,11 @@ void matrix_exact_sums(const char* setup) {
 }
 
 template <class Net, class L>
-void matrix_average_and_broadcast(const char* setup) {
+void matrix_average_and_broadcast(const char* setup, std::size_t chunk = 0) {
   using comm_t = matrix_comm<Net, L>;
   const auto local = matrix_machines<L>();
   const int processes = local[0] + local[1];
-  test::run_cluster<Net, comm_t>(matrix_config(), local, [&](comm_t& comm) {
+  test::run_cluster<Net, comm_t>(matrix_config(chunk), local, [&](comm_t& comm) {
     const int rank = comm.rank();
     // Average: rank r pushes r + i; the mean over p processes is (p-1)/2 + i, exact in binary
     // for p = 2 and p = 3 here (halves and whole numbers).
@@ -93,6 +96,11 @@ void matrix_average_and_broadcast(const char* setup) {
 #define BPS_MATRIX_CASES(NET, LOCAL, NAME)                                                     \
   TEST_CASE("matrix: " NAME " - every dtype at odd sizes - exact sums", "[cluster][matrix]") { \
     matrix_exact_sums<NET, LOCAL>(NAME);                                                       \
+  }                                                                                            \
+  TEST_CASE("matrix: " NAME " - cut-through in 1 KiB chunks - exact sums and average",         \
+            "[cluster][matrix][cut_through]") {                                                \
+    matrix_exact_sums<NET, LOCAL>(NAME " (cut-through)", 1024);                                \
+    matrix_average_and_broadcast<NET, LOCAL>(NAME " (cut-through)", 1024);                     \
   }                                                                                            \
   TEST_CASE("matrix: " NAME " - average and broadcast", "[cluster][matrix]") {                 \
     matrix_average_and_broadcast<NET, LOCAL>(NAME);                                            \

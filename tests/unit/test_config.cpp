@@ -34,6 +34,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_PARTITION_BYTES", "8192000");
   set("BYTEPS_SCHEDULING_CREDIT", "6");
   set("BYTEPS_SERVER_ENGINE_THREAD", "12");
+  set("BYTEPS_SERVER_CHUNK_BYTES", "65536");
   set("BYTEPS_IO_THREADS", "3");
   set("BYTEPS_ENABLE_MIXED_MODE", "1");
   set("BYTEPS_ENABLE_IPC", "0");
@@ -58,6 +59,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.partition_bytes == 8192000);
   CHECK(c.scheduling_credit == 6);
   CHECK(c.server_engine_threads == 12);
+  CHECK(c.server_chunk_bytes == 65536);
   CHECK(c.io_threads == 3);
   CHECK(c.mixed_mode);
   CHECK_FALSE(c.enable_ipc);
@@ -181,6 +183,18 @@ TEST_CASE("Config::from_env accepts the bounds of each range", "[config]") {
   CHECK(from_env_error() ==
         "BYTEPS_PARTITION_BYTES='1000' is not valid: expected 0 or unset (auto) or a whole number "
         "from 4096 to 2147483648");
+
+  set("BYTEPS_PARTITION_BYTES", "0");
+
+  CHECK(bps::Config::from_env().server_chunk_bytes == 262144);  // unset: the default
+  set("BYTEPS_SERVER_CHUNK_BYTES", "0");  // off
+  CHECK(bps::Config::from_env().server_chunk_bytes == 0);
+  set("BYTEPS_SERVER_CHUNK_BYTES", "67108864");
+  CHECK(bps::Config::from_env().server_chunk_bytes == (std::size_t{1} << 26));
+  set("BYTEPS_SERVER_CHUNK_BYTES", "1000");
+  CHECK(from_env_error() ==
+        "BYTEPS_SERVER_CHUNK_BYTES='1000' is not valid: expected 0 (off) or a multiple of 64 up "
+        "to 67108864");
 }
 
 TEST_CASE("Config::from_env names each missing required variable", "[config]") {
@@ -233,6 +247,9 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
       {"BYTEPS_SCHEDULING_CREDIT", "-1"},
       {"BYTEPS_SERVER_ENGINE_THREAD", "0"},
       {"BYTEPS_SERVER_ENGINE_THREAD", "257"},
+      {"BYTEPS_SERVER_CHUNK_BYTES", "67108928"},
+      {"BYTEPS_SERVER_CHUNK_BYTES", "-64"},
+      {"BYTEPS_SERVER_CHUNK_BYTES", "100"},
       {"BYTEPS_IO_THREADS", "65"},
       {"BYTEPS_LOCAL_SIZE", "0"},
       {"BYTEPS_LOCAL_RANK", "1"},  // == BYTEPS_LOCAL_SIZE (1)
@@ -322,6 +339,8 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"scheduling_credit", [](bps::Config& c) { c.scheduling_credit = -1; }},
       {"server_engine_threads", [](bps::Config& c) { c.server_engine_threads = 0; }},
       {"server_engine_threads", [](bps::Config& c) { c.server_engine_threads = 257; }},
+      {"server_chunk_bytes", [](bps::Config& c) { c.server_chunk_bytes = 100; }},
+      {"server_chunk_bytes", [](bps::Config& c) { c.server_chunk_bytes = (std::size_t{1} << 26) + 64; }},
       {"io_threads", [](bps::Config& c) { c.io_threads = 0; }},
       {"io_threads", [](bps::Config& c) { c.io_threads = 65; }},
       {"local_size", [](bps::Config& c) { c.local_size = 0; }},

@@ -66,6 +66,10 @@ struct Config {
   std::size_t partition_bytes = 0;
   int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
   int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
+  /// BYTEPS_SERVER_CHUNK_BYTES: servers only. A push of at least twice this size is summed and
+  /// answered in chunks of it as its bytes arrive (cut-through, server/sync_sum.hpp), instead of
+  /// after the whole partition is in; 0 = off. A multiple of 64, at most 2^26.
+  std::size_t server_chunk_bytes = 262144;
   key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
   bool mixed_mode = false;                       ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
   log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
@@ -170,6 +174,9 @@ inline void Config::validate() const {
   if (scheduling_credit < 0) fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
+  if (server_chunk_bytes % 64 != 0 || server_chunk_bytes > (std::size_t{1} << 26))
+    fail("server_chunk_bytes (BYTEPS_SERVER_CHUNK_BYTES)", server_chunk_bytes,
+         "0 (off) or a multiple of 64 up to 2^26");
   if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
   if (mixed_mode && num_servers <= num_workers)
     fail("num_servers (DMLC_NUM_SERVER)", num_servers,
@@ -253,6 +260,13 @@ inline Config Config::from_env() {
                                   env_or_null("BYTEPS_PARTITION_BYTES")));
   c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
+  c.server_chunk_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_SERVER_CHUNK_BYTES", 262144, 0, std::int64_t{1} << 26));
+  if (c.server_chunk_bytes % 64 != 0)
+    throw usage_error(
+        fmt::format("BYTEPS_SERVER_CHUNK_BYTES='{}' is not valid: expected 0 (off) "
+                    "or a multiple of 64 up to 67108864",
+                    env_or_null("BYTEPS_SERVER_CHUNK_BYTES")));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;

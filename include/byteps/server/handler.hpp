@@ -28,6 +28,7 @@
 /// that change only after every recipient pushed again are safe.
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +43,14 @@
 
 namespace bps::server {
 
+/// A push's bytes while they arrive (cut-through): the link still writes the tail while the
+/// handler reads the head. `owner` keeps the bytes alive; a handler may hold it as long as it
+/// reads them, and tells one frame from another by it.
+struct payload_ref {
+  std::span<const std::byte> bytes;  ///< the whole payload; only the first `bytes_in` are in
+  std::shared_ptr<const void> owner;
+};
+
 /// One push or, with failover on, one `sum_offer` (a round's sum that a worker already got from
 /// a server that died since).
 struct request {
@@ -55,6 +64,15 @@ struct request {
   /// The tensor as messages name it: `'name'` once declared, else `key 0x...`. Costs a lock:
   /// call it only to build a message.
   const std::function<std::string()>& tensor_name;
+  /// Cut-through, for handlers that ask for it (`streams_pushes`): not null for a push the
+  /// server hands over as its bytes arrive, in several calls (`payload` is then empty and must
+  /// stay so). Each call says how much is in; `first` marks a frame's first call and `complete`
+  /// its last, when all of `streamed->bytes` are in. A frame's calls come in order, but calls
+  /// for other frames of the key may come between them.
+  const payload_ref* streamed = nullptr;
+  std::size_t bytes_in = 0;  ///< streamed: the first `bytes_in` bytes are in
+  bool first = true;
+  bool complete = true;
 };
 
 /// The bytes a worker pulls, with the fields of the `pull_response` header that carries them.
@@ -80,11 +98,15 @@ struct outcome {
     release,     ///< the round is complete: answer every waiting worker with `answer`
     fail_round,  ///< the round cannot complete: answer every waiting worker with `error`
     taken,       ///< nothing to send (a kept `sum_offer`)
+    /// cut-through: answer every waiting worker with `answer`, one piece of the round's sum
+    /// (`reply::offset` is the piece's); the round ends with the piece that has `last`
+    piece,
   };
 
   kind what = kind::taken;
   std::string error;  ///< refuse, fail_round: the message, naming the tensor and the worker
-  reply answer;       ///< answer_now, release
+  reply answer;       ///< answer_now, release, piece
+  bool last = false;  ///< piece: the round's last piece
 
   static outcome refuse(std::string why) { return {kind::refuse, std::move(why), {}}; }
   static outcome wait() { return {kind::wait, {}, {}}; }
@@ -92,6 +114,20 @@ struct outcome {
   static outcome release(reply r) { return {kind::release, {}, std::move(r)}; }
   static outcome fail_round(std::string why) { return {kind::fail_round, std::move(why), {}}; }
   static outcome taken() { return {kind::taken, {}, {}}; }
+  static outcome piece(reply r, bool last) { return {kind::piece, {}, std::move(r), last}; }
+};
+
+/// Whether a push of `bytes` is summed as it arrives: the server's chunk is on and the push
+/// makes at least two chunks (one rule for the server's links and its handler's keys).
+inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {
+  return cfg.server_chunk_bytes > 0 && bytes >= 2 * cfg.server_chunk_bytes;
+}
+
+/// A handler that takes pushes as they arrive has `static constexpr bool cut_through = true`;
+/// it then gets streamed requests (see `request::streamed`) for pushes of `streamed_size`.
+template <class H>
+concept streams_pushes = requires {
+  requires H::cut_through;
 };
 
 }  // namespace bps::server

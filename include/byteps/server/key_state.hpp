@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -29,6 +30,7 @@
 #include "byteps/core/dtype.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/reduce/reducer.hpp"
+#include "byteps/server/handler.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
@@ -36,22 +38,20 @@ namespace bps::server {
 class key_state {
  public:
   /// `pool` takes back the buffers a key lets go of; it must outlive the key.
-  key_state(detail::buffer_pool& pool, bool failover) : pool_(&pool), failover_(failover) {}
+  /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`, 0 for a handler
+  /// that does not stream); a key whose partition makes two chunks or more is `streamed()`.
+  key_state(detail::buffer_pool& pool, bool failover, std::size_t chunk = 0)
+      : pool_(&pool), failover_(failover), chunk_(chunk) {}
 
-  /// Takes worker `worker`'s push for the current round. Returns what was wrong with it (the
-  /// message for that worker alone), or "" when accepted. A push whose shape differs from the
-  /// key's is accepted but poisons the round: everyone who pushed gets `round_error`. The round
-  /// is complete once `pushed()` reaches the number of workers.
-  ///
-  /// `received` holds the pushed bytes. The round's first contribution of a dtype summed in
-  /// itself is not copied: its buffer becomes the round's sum buffer, and `received` gets the
-  /// buffer it replaced (empty at first), for the caller to recycle. In failover mode a push
-  /// that must wait for a lower rank's is kept (and `received` left empty).
+  /// Checks worker `worker`'s push of `size` bytes for the current round and counts it as
+  /// pushed. Returns what was wrong with it (the message for that worker alone), or "" when
+  /// admitted. A push whose shape differs from the key's is admitted but poisons the round:
+  /// everyone who pushed gets `round_error`.
   template <class NameFn>
-  std::string accept(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
-                     int num_workers, NameFn&& tensor_name) {
+  std::string admit(const wire::header& h, std::size_t size, int worker, int num_workers,
+                    NameFn&& tensor_name) {
     auto t = dtype_from_wire(h.dtype);
-    if (auto bad = check_frame(h, received.size, t, worker, num_workers, tensor_name); !bad.empty())
+    if (auto bad = check_frame(h, size, t, worker, num_workers, tensor_name); !bad.empty())
       return bad;
     if (failover_ && !initialized_) round = h.round;  // a replacement joins a running job
     if (h.round != round)
@@ -59,8 +59,8 @@ class key_state {
                          "round {}; was a push_pull skipped on one worker?",
                          worker, h.round, tensor_name(), h.part, round);
     if (!initialized_) {
-      init_shape(h, *t, received.size, worker, num_workers);
-    } else if (!same_shape(h, *t, received.size) && round_error.empty()) {
+      init_shape(h, *t, size, worker, num_workers);
+    } else if (!same_shape(h, *t, size) && round_error.empty()) {
       round_error = fmt::format(
           "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
           "worker {} pushed {} x {}; every worker must push_pull the same number of elements "
@@ -74,6 +74,22 @@ class key_state {
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
     ++pushed_;
+    return {};
+  }
+
+  /// Takes worker `worker`'s whole push for the current round: `admit`, then adds it. The
+  /// round is complete once `complete(num_workers)`.
+  ///
+  /// `received` holds the pushed bytes. The round's first contribution of a dtype summed in
+  /// itself is not copied: its buffer becomes the round's sum buffer, and `received` gets the
+  /// buffer it replaced (empty at first), for the caller to recycle. In failover mode a push
+  /// that must wait for a lower rank's is kept (and `received` left empty).
+  template <class NameFn>
+  std::string accept(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
+                     int num_workers, NameFn&& tensor_name) {
+    if (auto bad = admit(h, received.size, worker, num_workers, tensor_name); !bad.empty())
+      return bad;
+    auto w = static_cast<std::size_t>(worker);
     if (!round_error.empty()) return {};
     if (!failover_) {
       add(received);
@@ -145,6 +161,59 @@ class key_state {
   /// Workers whose push of the current round was accepted (a poisoned round's included).
   int pushed() const noexcept { return pushed_; }
 
+  /// Every worker pushed the current round and all of their bytes are in.
+  bool complete(int num_workers) const noexcept { return pushed_ == num_workers && arriving_ == 0; }
+
+  /// Cut-through: this key's pushes are summed as they arrive (see `arrived`).
+  bool streamed() const noexcept { return streamed_; }
+
+  /// Streamed keys: worker `worker`'s push, just admitted, arrives in `in`.
+  void take_input(int worker, const payload_ref& in) {
+    auto w = static_cast<std::size_t>(worker);
+    inputs_[w] = in;
+    in_[w] = 0;
+    ++arriving_;
+  }
+
+  /// Streamed keys: whether `owner`'s frame is worker `worker`'s push of the current round (a
+  /// refused frame, or one of a round that ended without it, is not).
+  bool is_input(int worker, const void* owner) const noexcept {
+    return owner != nullptr && inputs_[static_cast<std::size_t>(worker)].owner.get() == owner;
+  }
+
+  /// Streamed keys: worker `worker`'s push has `bytes_in` bytes in (all when `done`). Sums the
+  /// chunks that every worker's bytes now cover, in worker-rank order (so the bits do not
+  /// depend on arrival order), and returns where they start in the partition and how many
+  /// there are: the next piece of the answer (0 bytes: nothing new).
+  std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in, bool done) {
+    auto w = static_cast<std::size_t>(worker);
+    const std::size_t size = inputs_[w].bytes.size();
+    if (done) {
+      in_[w] = size;
+      --arriving_;
+    } else {
+      in_[w] = std::min(bytes_in, size - 1);  // the last byte comes with `done`
+    }
+    // A piece needs every worker's bytes, so none is sent before a round is known to be sound.
+    if (!round_error.empty() || pushed_ < static_cast<int>(inputs_.size())) return {answered_, 0};
+    std::size_t ready = *std::min_element(in_.begin(), in_.end());
+    if (ready < bytes) ready -= ready % chunk_;
+    if (ready <= answered_) return {answered_, 0};
+    const std::size_t from = answered_;
+    sources_.clear();
+    for (const auto& i : inputs_) sources_.push_back(i.bytes.data() + from);
+    reduce::sum_of(out_[round % 2].data.get() + from, sources_, (ready - from) / dtype_size(type),
+                   type, scratch_);
+    answered_ = ready;
+    return {from, ready - from};
+  }
+
+  /// Streamed keys: bytes of the current round's sum already answered in pieces.
+  std::size_t answered_bytes() const noexcept { return answered_; }
+
+  /// The current round's sum buffer (a streamed key's pieces point into it).
+  std::span<const std::byte> sum_buffer() const noexcept { return out_[round % 2].span(); }
+
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
@@ -162,6 +231,10 @@ class key_state {
     next_ = 0;
     added_ = 0;
     offered_ = false;
+    for (auto& i : inputs_) i = {};  // the pushes' buffers go back once their links let go
+    std::fill(in_.begin(), in_.end(), 0);
+    arriving_ = 0;
+    answered_ = 0;
     ++round;
   }
 
@@ -195,7 +268,12 @@ class key_state {
     first_worker_ = worker;
     pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
     if (failover_) held_.resize(static_cast<std::size_t>(num_workers));
-    if (type == dtype::float16 || type == dtype::bfloat16) {
+    streamed_ = chunk_ > 0 && size >= 2 * chunk_;
+    if (streamed_) {  // summed straight into out_ (fp16 and bf16 through scratch_), never swapped
+      inputs_.assign(static_cast<std::size_t>(num_workers), {});
+      in_.assign(static_cast<std::size_t>(num_workers), 0);
+      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+    } else if (type == dtype::float16 || type == dtype::bfloat16) {
       wide_.assign(reduce::accumulator_bytes(type, bytes / dtype_size(type)), std::byte{0});
       for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
     }
@@ -240,6 +318,15 @@ class key_state {
   std::size_t added_ = 0;      // contributions in the sum so far
   bool offered_ = false;       // the current round's sum came from a sum_offer
   bool previous_valid_ = false;  // out_[(round - 1) % 2] holds the previous round's sum
+  // Streamed keys only.
+  std::size_t chunk_ = 0;
+  bool streamed_ = false;
+  std::vector<payload_ref> inputs_;  // by worker: its push of this round (empty: none yet)
+  std::vector<std::size_t> in_;      // by worker: bytes of its push that are in
+  int arriving_ = 0;                 // pushes of this round whose bytes are not all in
+  std::size_t answered_ = 0;         // bytes of this round's sum already summed and answered
+  std::vector<const std::byte*> sources_;
+  std::vector<std::byte> scratch_;   // fp32 accumulator of fp16 and bf16 chunks
 };
 
 }  // namespace bps::server

@@ -126,7 +126,7 @@ class Server {
     });
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
-      engines_.push_back(std::make_unique<engine>(cfg_, pool_));
+      engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
     hello.port = port_;
@@ -182,9 +182,19 @@ class Server {
 
   // What a session asks of its server (session.hpp).
   const Config& config() const noexcept { return cfg_; }
-  detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_.take(bytes); }
-  void recycle(detail::buffer_pool::buffer b) { pool_.give_back(std::move(b)); }
+  detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_->take(bytes); }
+  void recycle(detail::buffer_pool::buffer b) { pool_->give_back(std::move(b)); }
   std::int64_t now_ns() const { return trace_.now(); }
+  bool streams(std::size_t bytes) const {
+    return server::streams_pushes<H> && server::streamed_size(cfg_, bytes);
+  }
+  std::shared_ptr<detail::buffer_pool::buffer> shared_receive_buffer(std::size_t bytes) {
+    return {new detail::buffer_pool::buffer(pool_->take(bytes)),
+            [pool = pool_](detail::buffer_pool::buffer* b) {
+              pool->give_back(std::move(*b));
+              delete b;
+            }};
+  }
 
   engine& engine_for(const key_id& k) {
     return *engines_[partition_key(k.key, k.part) % engines_.size()];
@@ -213,26 +223,52 @@ class Server {
         std::lock_guard lock(e.mu);
         on_push(e, s, h, payload, received);
       }
-      pool_.give_back(std::move(payload));
+      pool_->give_back(std::move(payload));
       return;
     }
     e.post([this, &e, s = std::move(s), h, received,
             payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
       on_push(e, s, h, *payload, received);
-      pool_.give_back(std::move(*payload));
+      pool_->give_back(std::move(*payload));
     });
   }
+
+  // Cut-through: part (`complete` false) or the rest of a streamed push, for its key's engine,
+  // which sees a frame's calls in order.
+  void post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
+                   std::size_t bytes_in, bool first, bool complete,
+                   server::receive_times received) {
+    if (complete) stats_.received(in.bytes.size());
+    auto& e = engine_for(key_id{h.key, h.part});
+    e.post(
+        [this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {
+          detail::buffer_pool::buffer none;
+          on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
+        });
+  }
+
+  // Which call of a streamed push `on_push` carries out; a whole push is its only call.
+  struct stream_call {
+    const server::payload_ref* in = nullptr;
+    std::size_t bytes_in = 0;
+    bool first = true, complete = true;
+  };
 
   // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
   // failover, a sum_offer: the handler decides, the server carries it out.
   void on_push(engine& e, const session_ptr& s, const wire::header& h,
-               detail::buffer_pool::buffer& payload, server::receive_times received) {
-    if (auto dead = dead_reason(); !dead.empty()) return s->send_error(h, dead, wire::flag_fatal);
-    const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0;
+               detail::buffer_pool::buffer& payload, server::receive_times received,
+               stream_call call = {}) {
+    if (auto dead = dead_reason(); !dead.empty()) {
+      if (call.complete) s->send_error(h, dead, wire::flag_fatal);
+      return;
+    }
+    const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
     const auto sum_ns = traced ? trace_.now() : 0;
     const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
-    const server::outcome o = e.handler.handle(
-        server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name});
+    const server::outcome o =
+        e.handler.handle(server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(),
+                                         name, call.in, call.bytes_in, call.first, call.complete});
     using kind = server::outcome::kind;
     const key_id id{h.key, h.part};
     switch (o.what) {
@@ -248,9 +284,19 @@ class Server {
       default:
         break;
     }
-    auto& room = h.type == wire::msg::push ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
+    auto& room =
+        h.type == wire::msg::push && call.first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
     if (traced && h.type == wire::msg::push) trace_pushed(room, h, s->worker, received, sum_ns);
     if (o.what == kind::wait) return;
+    if (o.what == kind::piece) {
+      for (auto& w : room.workers) w->send_piece(h, o.answer, o.last);
+      stats_.sent(o.answer.bytes.size() * room.workers.size());
+      if (!o.last) return;
+      stats_.round_done();
+      if (trace_.on()) trace_answered(room, h, trace_.now());
+      room.workers.clear();
+      return;
+    }
     if (h.type == wire::msg::sum_offer)
       log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer",
                  name(), h.part, h.round, room.workers.size(), s->worker);
@@ -372,7 +418,8 @@ class Server {
   rendezvous::client<T> control_;
   logger log_;
   detail::tracer trace_;  // the timeline: null when BYTEPS_TRACE_ON=0
-  detail::buffer_pool pool_;
+  // Shared with the streamed pushes' buffers, which a link may still hold after the server.
+  std::shared_ptr<detail::buffer_pool> pool_ = std::make_shared<detail::buffer_pool>();
   server::tensor_names names_;
   server::throughput stats_;
   std::mutex mu_;  // guards dead_

@@ -7,7 +7,9 @@
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `now_ns()` (the timeline's
 /// clock, 0 when tracing is off); `declare(session&, key, name)`; `post_push(session_ptr,
-/// header, buffer, receive_times)`; `worker_lost(session&, reason)`.
+/// header, buffer, receive_times)`; `worker_lost(session&, reason)`. For cut-through:
+/// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
+/// `post_stream(session_ptr, header, payload_ref, bytes_in, first, complete, receive_times)`.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -21,6 +23,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byteps/detail/buffer_pool.hpp"
@@ -52,6 +55,11 @@ class session final : public transport::receiver,
           return {};
         }
         received_ns_ = owner_->now_ns();
+        if (owner_->streams(h.payload_bytes)) {
+          streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
+          first_ = true;
+          return streaming_->span();
+        }
         incoming_ = owner_->receive_buffer(h.payload_bytes);
         return incoming_.span();
       case wire::msg::sum_offer:
@@ -79,6 +87,17 @@ class session final : public transport::receiver,
     }
   }
 
+  // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.
+  std::size_t progress_step(const wire::header& h) override {
+    return h.type == wire::msg::push && streaming_ ? owner_->config().server_chunk_bytes : 0;
+  }
+  void on_progress(const wire::header& h, std::size_t bytes_in) override {
+    if (h.sender != static_cast<std::uint32_t>(worker))
+      throw std::runtime_error("push with another worker's rank");
+    owner_->post_stream(this->shared_from_this(), h, streamed(), bytes_in,
+                        std::exchange(first_, false), false, receive_times{received_ns_, 0});
+  }
+
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
     switch (h.type) {
       case wire::msg::peer_hello:
@@ -97,6 +116,12 @@ class session final : public transport::receiver,
         if (h.sender != static_cast<std::uint32_t>(worker))
           throw std::runtime_error(
               fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
+        if (streaming_) {
+          auto in = streamed();
+          streaming_.reset();
+          return owner_->post_stream(this->shared_from_this(), h, std::move(in), in.bytes.size(),
+                                     first_, true, receive_times{received_ns_, owner_->now_ns()});
+        }
         return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
                                  receive_times{received_ns_, owner_->now_ns()});
       case wire::msg::bye:
@@ -110,24 +135,17 @@ class session final : public transport::receiver,
 
   void on_close(const std::string& reason) override {
     owner_->recycle(std::move(incoming_));
+    streaming_.reset();
     // A connection that never said peer_hello is no worker (a stray client, a port scan).
     if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
   }
 
   /// Sends `a` as the `pull_response` about `about`'s partition. Any thread.
-  void send_answer(const wire::header& about, const reply& a) {
-    wire::header r;
-    r.type = wire::msg::pull_response;
-    r.key = about.key;
-    r.part = about.part;
-    r.round = a.round;
-    r.dtype = static_cast<std::uint32_t>(a.type);
-    r.offset = a.offset;
-    r.tensor_bytes = a.tensor_bytes;
-    if (a.keep)
-      link->send(r, a.bytes, [keep = a.keep] {});
-    else
-      link->send(r, a.bytes, {});
+  void send_answer(const wire::header& about, const reply& a) { send_pull_response(about, a, 0); }
+
+  /// Sends `a` as a piece of the answer about `about`'s partition (cut-through); `last` ends it.
+  void send_piece(const wire::header& about, const reply& a, bool last) {
+    send_pull_response(about, a, wire::flag_piece | (last ? wire::flag_last_piece : 0u));
   }
 
   /// Sends `text` as an error about `about`'s partition and round. Any thread.
@@ -152,8 +170,31 @@ class session final : public transport::receiver,
   std::atomic<bool> said_bye{false};
 
  private:
+  void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
+    wire::header r;
+    r.type = wire::msg::pull_response;
+    r.flags = flags;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = a.round;
+    r.dtype = static_cast<std::uint32_t>(a.type);
+    r.offset = a.offset;
+    r.tensor_bytes = a.tensor_bytes;
+    if (a.keep)
+      link->send(r, a.bytes, [keep = a.keep] {});
+    else
+      link->send(r, a.bytes, {});
+  }
+
+  server::payload_ref streamed() const {
+    return {std::span<const std::byte>(streaming_->span()), streaming_};
+  }
+
   Owner* owner_;
   detail::buffer_pool::buffer incoming_;  // I/O thread only
+  /// I/O thread only: the streamed push being read, shared with the handler that sums it
+  std::shared_ptr<detail::buffer_pool::buffer> streaming_;
+  bool first_ = false;                    // streaming_ has not been handed over yet
   std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
 };

@@ -6,6 +6,12 @@
 /// (`key_state.hpp`): a worker can only push round r+1 after it received round r, so round r+1's
 /// sum never overwrites bytes still being sent for round r, and the answers need no owner.
 ///
+/// Cut-through (`Config::server_chunk_bytes`): a key whose partition makes two chunks or more
+/// is summed while its pushes arrive. Each chunk that every worker's bytes cover is summed
+/// straight into the round's buffer, in worker-rank order, and sent as a piece of the answer
+/// (`outcome::piece`), so the answer flows back while the pushes still flow in. The bits are
+/// those of a whole rank-order sum: chunking changes when a sum is taken, not what it is.
+///
 /// With failover on, a replacement server starts empty: each key adopts the round of the first
 /// push or `sum_offer`, a worker that re-pushes the previous round (whose answer the dead server
 /// never sent it) is answered at once with that round's sum, and an offer of the current round
@@ -30,11 +36,16 @@ namespace bps::server {
 
 class sync_sum {
  public:
-  sync_sum(const Config&, detail::buffer_pool& pool) : pool_(&pool) {}
+  /// Takes pushes as they arrive (cut-through): see `streamed`.
+  static constexpr bool cut_through = true;
+
+  sync_sum(const Config& cfg, detail::buffer_pool& pool)
+      : pool_(&pool), chunk_(cfg.server_chunk_bytes) {}
 
   outcome handle(const request& r) {
     const wire::header& h = r.head;
-    auto& k = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover).first->second;
+    auto& k = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_).first->second;
+    if (r.streamed != nullptr) return streamed(k, r);
     if (h.type == wire::msg::sum_offer) {
       bool completes = false;
       auto problem = k.offer(h, r.payload, r.worker, r.num_workers, completes, r.tensor_name);
@@ -48,11 +59,53 @@ class sync_sum {
     }
     auto problem = k.accept(h, r.payload, r.worker, r.num_workers, r.tensor_name);
     if (!problem.empty()) return outcome::refuse(std::move(problem));
-    if (k.pushed() < r.num_workers) return outcome::wait();
+    if (!k.complete(r.num_workers)) return outcome::wait();
     return finish(k);
   }
 
  private:
+  // Cut-through: a push of a streamed key is summed chunk by chunk, in worker-rank order, as
+  // soon as every worker's bytes cover the chunk, and each summed run goes out at once as a
+  // piece of the answer; the piece that completes the round is the last. A round whose every
+  // push arrived whole is answered whole, as an unstreamed key's.
+  outcome streamed(key_state& k, const request& r) {
+    const wire::header& h = r.head;
+    const std::size_t size = r.streamed->bytes.size();
+    if (k.initialized() && !k.streamed()) {
+      // An unstreamed key (its partition is smaller): this push cannot have its shape, which
+      // poisons the round; count it once its bytes are in, like a whole push.
+      if (!r.complete) return outcome::taken();
+      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
+      if (!problem.empty()) return outcome::refuse(std::move(problem));
+      return k.complete(r.num_workers) ? finish(k) : outcome::wait();
+    }
+    if (r.first) {
+      if (r.failover && k.initialized()) {
+        if (auto previous = k.previous_sum(h.round))
+          return outcome::answer_now(sum(k, *previous, h.round));  // its later calls: taken
+      }
+      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
+      if (!problem.empty()) return outcome::refuse(std::move(problem));  // later calls: taken
+      k.take_input(r.worker, *r.streamed);
+    } else if (!k.is_input(r.worker, r.streamed->owner.get())) {
+      return outcome::taken();
+    }
+    const auto [from, bytes] = k.arrived(r.worker, r.bytes_in, r.complete);
+    if (k.complete(r.num_workers)) {
+      if (!k.round_error.empty() || from == 0) return finish(k);  // no piece went out
+      outcome o = outcome::piece(piece(k, from, bytes), true);
+      k.next_round();
+      return o;
+    }
+    if (bytes == 0) return outcome::wait();
+    return outcome::piece(piece(k, from, bytes), false);
+  }
+
+  static reply piece(const key_state& k, std::size_t from, std::size_t bytes) {
+    return {
+        k.sum_buffer().subspan(from, bytes), k.round, k.type, k.offset + from, k.tensor_bytes, {}};
+  }
+
   static reply sum(const key_state& k, std::span<const std::byte> bytes, std::uint64_t round) {
     return {bytes, round, k.type, k.offset, k.tensor_bytes, {}};
   }
@@ -66,6 +119,7 @@ class sync_sum {
   }
 
   detail::buffer_pool* pool_;
+  std::size_t chunk_;
   std::unordered_map<key_id, key_state, key_id_hash> keys_;
 };
 

@@ -88,6 +88,11 @@ inline constexpr std::uint32_t flag_usage = 2;  ///< the request was wrong (shap
 /// Flag of a `push` frame: the worker records this push in its timeline (detail/trace.hpp), so
 /// the server records its side too. Servers that do not trace ignore it.
 inline constexpr std::uint32_t flag_traced = 4;
+/// Flags of a `pull_response` frame: an answer in pieces (cut-through summation,
+/// server/sync_sum.hpp). A piece carries the bytes at `offset` (absolute, in the tensor) of its
+/// partition's sum; a partition's pieces come in order, and the last one has both flags.
+inline constexpr std::uint32_t flag_piece = 8;
+inline constexpr std::uint32_t flag_last_piece = 16;
 
 struct header {
   msg type = msg::hello;

@@ -40,23 +40,31 @@ class answers {
   answers(const answers&) = delete;
   answers& operator=(const answers&) = delete;
 
-  // I/O thread: where an answer lands. Marks the operation as being written into.
+  // I/O thread: where an answer lands. Marks the operation as being written into. An answer
+  // comes whole or, from a server summing as pushes arrive, in pieces: each lands after the last.
   std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
     std::lock_guard lock(node_.mu_);
     auto* p = node_.ops().awaiting(key_id{h.key, h.part});
     if (p == nullptr || p->round != h.round || p->op->failure) return {};
     tensor* t = p->op->compressed ? &node_.ops().at(h.key) : nullptr;
-    const bool fits =
-        t != nullptr ? h.payload_bytes <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
-                     : h.payload_bytes == p->bytes;
-    if (!fits) return {};
-    if (node_.failover_) return node_.failover_->answer_destination(h, *p, receiving);
+    const std::size_t at = p->answered_bytes, n = h.payload_bytes;
+    const bool fits = t != nullptr
+                          ? at + n <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
+                          : (is_last(h) ? at + n == p->bytes : at + n < p->bytes);
+    const bool in_order = (h.flags & wire::flag_piece) != 0 ? h.offset == p->offset + at : at == 0;
+    if (!fits || !in_order) return {};
+    if (node_.failover_) return node_.failover_->answer_destination(h, *p, at, receiving);
     ++p->op->receiving;
     receiving = p->op;
-    if (t == nullptr) return p->op->data.subspan(p->offset, p->bytes);
+    if (t == nullptr) return p->op->data.subspan(p->offset + at, n);
     auto& encoded = t->answers[h.part];  // the decode stage writes the caller's buffer
-    encoded.resize(h.payload_bytes);
-    return encoded;
+    encoded.resize(at + n);
+    return std::span(encoded).subspan(at);
+  }
+
+  // A whole answer, or the last piece of one.
+  static bool is_last(const wire::header& h) {
+    return (h.flags & wire::flag_piece) == 0 || (h.flags & wire::flag_last_piece) != 0;
   }
 
   // The decode stage, outside the mutex: writes the answer `in` for `h`'s partition into the
@@ -83,22 +91,34 @@ class answers {
     return true;
   }
 
-  // I/O thread: the answer for `h` is in.
+  // I/O thread: the answer for `h` (or this piece of it) is in.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
-    node_.trace_.answered(*op, h.part);
-    if (node_.failover_) return node_.failover_->answered(h, op, payload);
+    const bool last = is_last(h);
+    if (last) node_.trace_.answered(*op, h.part);
+    if (node_.failover_) return node_.failover_->answered(h, op, payload, last);
     if (op->compressed) {
-      deliver(h, op, payload);
-      std::lock_guard lock(node_.mu_);
-      --op->receiving;
-      return node_.ops().answered(key_id{h.key, h.part}, op);
-    }
-    if (op->average && !op->failure)
+      if (last) {
+        std::span<const std::byte> encoded;
+        {
+          std::lock_guard lock(node_.mu_);
+          encoded = node_.ops().at(h.key).answers[h.part];
+        }
+        deliver(h, op, encoded);
+      }
+    } else if (op->average && !op->failure) {
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
                     1.0 / node_.global_size_);
+    }
     std::lock_guard lock(node_.mu_);
     --op->receiving;
-    node_.ops().answered(key_id{h.key, h.part}, op);
+    if (last) return node_.ops().answered(key_id{h.key, h.part}, op);
+    piece_in(key_id{h.key, h.part}, op, payload.size());
+  }
+
+  // Under the node's mutex: a piece (not the last) of `id`'s answer is in.
+  void piece_in(key_id id, const op_ptr& op, std::size_t bytes) {
+    if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->answered_bytes += bytes;
+    node_.ops().release_if_done(op);
   }
 
   void server_error(int server, std::uint64_t generation, const wire::header& h,

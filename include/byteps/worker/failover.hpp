@@ -83,25 +83,38 @@ class failover {
 
   /// Under the node's mutex: the answer for `p` is read into the partition's kept sum, not the
   /// caller's buffer, so an answer cut off by a dying server never spoils the buffer, which still
-  /// holds this worker's contribution for a re-push.
-  std::span<std::byte> answer_destination(const wire::header& h, pending_part& p,
+  /// holds this worker's contribution for a re-push. `at`: where this frame's bytes start (a
+  /// piece of the answer after the first, from a cut-through server).
+  std::span<std::byte> answer_destination(const wire::header& h, pending_part& p, std::size_t at,
                                           op_ptr& receiving) {
     if (p.receiving) return {};  // an old link still writes it (cannot happen: we wait for it)
     kept_sum& kept = kept_[key_id{h.key, h.part}];
     p.receiving = true;
     kept.valid = false;
-    kept.bytes.resize(h.payload_bytes);  // encoded, with a compressor
+    kept.bytes.resize(at + h.payload_bytes);  // encoded, with a compressor
     ++p.op->receiving;
     receiving = p.op;
-    return kept.bytes;
+    return std::span(kept.bytes).subspan(at);
   }
 
-  /// I/O thread: the answer for `h` is complete in its kept sum; the caller's buffer gets a copy
-  /// (decoded, averaged if asked). Nothing else touches the kept bytes meanwhile: they are not
-  /// `valid` while being written, and a replacement's link starts only after this one closed.
-  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
+  /// I/O thread: the answer for `h` is complete in its kept sum (`last`; else one more piece
+  /// of it is in); the caller's buffer gets a copy (decoded, averaged if asked). Nothing else
+  /// touches the kept bytes meanwhile: they are not `valid` while being written, and a
+  /// replacement's link starts only after this one closed.
+  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload, bool last) {
     const key_id id{h.key, h.part};
-    if (!node_.answers_.deliver(h, op, payload)) {
+    if (!last) {
+      std::lock_guard lock(node_.mu_);
+      if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+      --op->receiving;
+      return node_.answers_.piece_in(id, op, payload.size());
+    }
+    std::span<const std::byte> sum = payload;
+    if ((h.flags & wire::flag_piece) != 0) {
+      std::lock_guard lock(node_.mu_);
+      sum = kept_[id].bytes;
+    }
+    if (!node_.answers_.deliver(h, op, sum)) {
       std::lock_guard lock(node_.mu_);
       if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
       --op->receiving;
@@ -287,6 +300,7 @@ class failover {
           ++sums;
         }
         if (push) {
+          p->answered_bytes = 0;  // the replacement answers from the start
           ++p->op->in_transport;
           auto payload = node_.dispatcher_.push_payload(t, i, *p, false);  // encoded already
           node_.ops().stats().pushed(server, payload.size());

@@ -53,6 +53,7 @@ struct pending_part {
   std::uint64_t round = 0;
   bool dispatched = false;  ///< left the scheduler's queue (sent, or held for a replacement)
   bool receiving = false;   ///< failover: its answer is being written into the kept sum
+  std::size_t answered_bytes = 0;  ///< cut-through: bytes of the answer's pieces in so far
   std::chrono::steady_clock::time_point dispatched_at{}, sent_at{};  ///< for `stats()`
 };
 

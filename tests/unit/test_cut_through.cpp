@@ -1,0 +1,247 @@
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <byteps/core/config.hpp>
+#include <byteps/reduce/half.hpp>
+#include <byteps/server/sync_sum.hpp>
+
+#include "reference.hpp"
+#include "wire_helpers.hpp"
+
+// Cut-through summation, with the default handler driven directly as a server's engine drives
+// it: each push arrives in several calls (as its bytes come in), and the handler answers with
+// pieces of the sum as soon as every worker's bytes cover them. The pieces, joined, must be the
+// bits of a whole sum taken in worker-rank order, and never come before the bytes they sum.
+
+namespace {
+
+using bps::dtype;
+using bps::detail::buffer_pool;
+using bps::server::outcome;
+using kind = bps::server::outcome::kind;
+
+// One worker's push of one round, arriving in steps.
+struct arriving {
+  int worker = 0;
+  bps::wire::header head;
+  std::shared_ptr<std::vector<std::byte>> bytes;
+  bps::server::payload_ref ref;
+  std::size_t in = 0;  // bytes handed over so far
+  bool first = true;
+};
+
+struct stream_driver {
+  stream_driver(int workers, std::size_t chunk, bool failover = false)
+      : workers(workers), failover(failover), cfg(config(chunk)) {}
+
+  static bps::Config config(std::size_t chunk) {
+    bps::Config c;
+    c.server_chunk_bytes = chunk;
+    return c;
+  }
+
+  arriving start(int worker, std::uint64_t round, dtype t, std::vector<std::byte> data) {
+    arriving a;
+    a.worker = worker;
+    a.head = bps_test::grad_frame(bps::wire::msg::push, round, data.size(),
+                                  static_cast<std::uint32_t>(worker));
+    a.head.dtype = static_cast<std::uint32_t>(t);
+    a.head.payload_bytes = data.size();
+    a.bytes = std::make_shared<std::vector<std::byte>>(std::move(data));
+    a.ref = {std::span<const std::byte>(*a.bytes), a.bytes};
+    return a;
+  }
+
+  // Hands over `a`'s bytes up to `in` (all of them, and its last call, when `complete`).
+  outcome call(arriving& a, std::size_t in, bool complete) {
+    a.in = complete ? a.bytes->size() : in;
+    buffer_pool::buffer none;
+    bps::server::request r{a.head, none,     a.worker, workers, failover, name,
+                           &a.ref, a.in,     a.first,  complete};
+    a.first = false;
+    return handler.handle(r);
+  }
+
+  int workers;
+  bool failover;
+  bps::Config cfg;
+  buffer_pool pool;
+  bps::server::sync_sum handler{cfg, pool};
+  std::function<std::string()> name = [] { return std::string("'grad'"); };
+};
+
+// `count` values of `t` for worker `w`, small enough that no integer sum of 4 overflows.
+std::vector<std::byte> values(dtype t, std::size_t count, int w, bps_test::rng& r) {
+  std::vector<std::byte> out(count * bps::dtype_size(t));
+  bps::reduce::detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto v = r.between(-20, 20) + w;
+      T x;
+      if constexpr (std::is_same_v<T, bps::float16> || std::is_same_v<T, bps::bfloat16>)
+        x = bps_test::ref_narrow(static_cast<float>(v) / 8.0f + 0.3f, T{});
+      else if constexpr (std::is_floating_point_v<T>)
+        x = static_cast<T>(v) / T(3) + T(0.1);  // not exact: the order of the adds shows
+      else if constexpr (std::is_unsigned_v<T>)
+        x = static_cast<T>(v + 20);
+      else
+        x = static_cast<T>(v);
+      std::memcpy(out.data() + i * sizeof(T), &x, sizeof(T));
+    }
+  });
+  return out;
+}
+
+// The sum of `inputs` in worker-rank order, element by element, as a reference: fp16 and bf16
+// widened to fp32, added there and rounded once.
+std::vector<std::byte> rank_order_sum(dtype t, const std::vector<std::vector<std::byte>>& inputs) {
+  std::vector<std::byte> out(inputs[0].size());
+  bps::reduce::detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
+    const std::size_t count = out.size() / sizeof(T);
+    for (std::size_t i = 0; i < count; ++i) {
+      auto at = [&](std::size_t w) {
+        T x;
+        std::memcpy(&x, inputs[w].data() + i * sizeof(T), sizeof(T));
+        return x;
+      };
+      T result;
+      if constexpr (std::is_same_v<T, bps::float16> || std::is_same_v<T, bps::bfloat16>) {
+        float acc = bps_test::ref_widen(at(0));
+        for (std::size_t w = 1; w < inputs.size(); ++w) acc += bps_test::ref_widen(at(w));
+        result = bps_test::ref_narrow(acc, T{});
+      } else {
+        T acc = at(0);
+        for (std::size_t w = 1; w < inputs.size(); ++w) acc = static_cast<T>(acc + at(w));
+        result = acc;
+      }
+      std::memcpy(out.data() + i * sizeof(T), &result, sizeof(T));
+    }
+  });
+  return out;
+}
+
+// Joins the pieces of one round's answer, checking each starts where the last ended.
+struct joined_answer {
+  std::vector<std::byte> bytes;
+  bool done = false;
+  int pieces = 0;
+
+  void add(const outcome& o, std::uint64_t round) {
+    REQUIRE_FALSE(done);
+    REQUIRE(o.answer.round == round);
+    REQUIRE(o.answer.offset == bytes.size());  // partition 0 starts at 0: offsets are in it
+    REQUIRE(!o.answer.bytes.empty());
+    bytes.insert(bytes.end(), o.answer.bytes.begin(), o.answer.bytes.end());
+    ++pieces;
+  }
+};
+
+}  // namespace
+
+static_assert(bps::server::streams_pushes<bps::server::sync_sum>);
+
+TEST_CASE("cut-through sums every dtype in pieces that join into the rank-order sum",
+          "[server][handler][cut_through]") {
+  constexpr std::size_t chunk = 64;
+  bps_test::rng r{20261124};
+  for (dtype t : bps::all_dtypes) {
+    for (int n = 1; n <= 4; ++n) {
+      for (int trial = 0; trial < 6; ++trial) {
+        // An odd count, so the last chunk is short; at least two chunks, so the key streams.
+        const std::size_t count = static_cast<std::size_t>(r.between(
+            static_cast<std::int64_t>(2 * chunk / bps::dtype_size(t)) + 1, 301) | 1);
+        CAPTURE(bps::dtype_name(t), n, trial, count);
+        stream_driver d(n, chunk);
+        for (std::uint64_t round = 0; round < 2; ++round) {
+          std::vector<std::vector<std::byte>> inputs;
+          std::vector<arriving> pushes;
+          for (int w = 0; w < n; ++w) {
+            inputs.push_back(values(t, count, w, r));
+            pushes.push_back(d.start(w, round, t, inputs.back()));
+          }
+          joined_answer answer;
+          // Seeded random interleaving: a random worker gets 1-3 more chunks, or completes.
+          std::vector<bool> complete(static_cast<std::size_t>(n), false);
+          for (int left = n; left > 0;) {
+            auto w = static_cast<std::size_t>(r.between(0, n - 1));
+            if (complete[w]) continue;
+            auto& a = pushes[w];
+            const std::size_t step = chunk * static_cast<std::size_t>(r.between(1, 3));
+            const bool last = a.in + step >= a.bytes->size();
+            const auto o = d.call(a, a.in + step, last);
+            if (last) {
+              complete[w] = true;
+              --left;
+            }
+            std::size_t covered = a.bytes->size();
+            for (const auto& p : pushes) covered = std::min(covered, p.first ? 0 : p.in);
+            if (o.what == kind::wait) continue;
+            if (o.what == kind::release) {  // every push came whole, or all but the last call
+              REQUIRE(answer.pieces == 0);
+              REQUIRE(left == 0);
+              answer.add(o, round);
+              answer.done = true;
+              continue;
+            }
+            REQUIRE(o.what == kind::piece);
+            answer.add(o, round);
+            CHECK(answer.bytes.size() <= covered);  // never a byte before every worker's
+            answer.done = o.last;
+            CHECK(o.last == (left == 0));
+          }
+          REQUIRE(answer.done);
+          CHECK(answer.bytes == rank_order_sum(t, inputs));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cut-through sums in worker-rank order whatever order the bytes arrive in",
+          "[server][handler][cut_through]") {
+  // 1e8 + -1e8 + 1 is 1 in rank order; arrival order (worker 2 first) would give 0.
+  const std::vector<float> by_worker{1e8f, -1e8f, 1.0f};
+  stream_driver d(3, 64);
+  std::vector<arriving> pushes;
+  for (int w = 0; w < 3; ++w) {
+    std::vector<std::byte> data(256 * sizeof(float));
+    for (std::size_t i = 0; i < 256; ++i)
+      std::memcpy(data.data() + i * sizeof(float), &by_worker[static_cast<std::size_t>(w)], 4);
+    pushes.push_back(d.start(w, 0, dtype::float32, std::move(data)));
+  }
+  CHECK(d.call(pushes[2], 512, false).what == kind::wait);
+  CHECK(d.call(pushes[1], 256, false).what == kind::wait);
+  const auto first = d.call(pushes[0], 128, false);  // 128 bytes of all three are in
+  REQUIRE(first.what == kind::piece);
+  CHECK(first.answer.bytes.size() == 128);
+  CHECK(bps_test::as_floats(first.answer.bytes) == std::vector<float>(32, 1.0f));
+  CHECK(d.call(pushes[2], 0, true).what == kind::wait);  // worker 0 still has only 128 in
+  CHECK(d.call(pushes[1], 0, true).what == kind::wait);
+  const auto rest = d.call(pushes[0], 0, true);
+  REQUIRE(rest.what == kind::piece);
+  CHECK(rest.last);
+  CHECK(rest.answer.offset == 128);
+  CHECK(bps_test::as_floats(rest.answer.bytes) == std::vector<float>(224, 1.0f));
+}
+
+TEST_CASE("cut-through answers a round whose pushes all came whole in one release",
+          "[server][handler][cut_through]") {
+  stream_driver d(2, 64);
+  bps_test::rng r{7};
+  std::vector<std::vector<std::byte>> inputs{values(dtype::float32, 100, 0, r),
+                                             values(dtype::float32, 100, 1, r)};
+  auto a = d.start(0, 0, dtype::float32, inputs[0]);
+  auto b = d.start(1, 0, dtype::float32, inputs[1]);
+  CHECK(d.call(a, 0, true).what == kind::wait);
+  const auto o = d.call(b, 0, true);
+  REQUIRE(o.what == kind::release);
+  CHECK(std::vector<std::byte>(o.answer.bytes.begin(), o.answer.bytes.end()) ==
+        rank_order_sum(dtype::float32, inputs));
+}
