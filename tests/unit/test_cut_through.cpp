@@ -70,6 +70,20 @@ struct stream_driver {
     return handler.handle(r);
   }
 
+  // Worker `worker`'s push of `data` for `round`, whole, as a handler that does not stream
+  // (or a server without cut-through) is given it.
+  outcome whole(int worker, std::uint64_t round, dtype t, const std::vector<std::byte>& data) {
+    auto h = bps_test::grad_frame(bps::wire::msg::push, round, data.size(),
+                                  static_cast<std::uint32_t>(worker));
+    h.dtype = static_cast<std::uint32_t>(t);
+    h.payload_bytes = data.size();
+    auto b = pool.take(data.size());
+    std::memcpy(b.data.get(), data.data(), data.size());
+    auto o = handler.handle(bps::server::request{h, b, worker, workers, failover, name});
+    pool.give_back(std::move(b));
+    return o;
+  }
+
   int workers;
   bool failover;
   bps::Config cfg;
@@ -244,4 +258,63 @@ TEST_CASE("cut-through answers a round whose pushes all came whole in one releas
   REQUIRE(o.what == kind::release);
   CHECK(std::vector<std::byte>(o.answer.bytes.begin(), o.answer.bytes.end()) ==
         rank_order_sum(dtype::float32, inputs));
+}
+
+TEST_CASE("cut-through: a streamed push to a key of smaller pushes fails the round for both",
+          "[server][handler][cut_through]") {
+  bps_test::rng r{3};
+  const auto small = values(dtype::float32, 16, 0, r);  // 64 bytes: one chunk, not streamed
+  const auto big = values(dtype::float32, 256, 1, r);   // 1024 bytes: streamed
+  SECTION("the small push first") {
+    stream_driver d(2, 64);
+    CHECK(d.whole(0, 0, dtype::float32, small).what == kind::wait);
+    auto b = d.start(1, 0, dtype::float32, big);
+    const auto o = d.call(b, 128, false);  // its first call joins the round, and ends it
+    REQUIRE(o.what == kind::fail_round);
+    CHECK(bps_test::contains(o.error, "different shapes"));
+    CHECK(d.call(b, 512, false).what == kind::taken);
+    CHECK(d.call(b, 0, true).what == kind::taken);
+  }
+  SECTION("the streamed push first") {
+    stream_driver d(2, 64);
+    auto b = d.start(1, 0, dtype::float32, big);
+    CHECK(d.call(b, 128, false).what == kind::wait);
+    CHECK(d.whole(0, 0, dtype::float32, small).what == kind::wait);  // worker 1 still arriving
+    const auto o = d.call(b, 0, true);
+    REQUIRE(o.what == kind::fail_round);  // no piece of a poisoned round ever went out
+    CHECK(bps_test::contains(o.error, "different shapes"));
+  }
+}
+
+TEST_CASE("cut-through: the later calls of a push refused on a new key are ignored",
+          "[server][handler][cut_through]") {
+  stream_driver d(2, 64);
+  std::vector<std::byte> odd(1026);  // not a whole number of float32 elements
+  auto a = d.start(0, 0, dtype::float32, odd);
+  const auto o = d.call(a, 128, false);
+  REQUIRE(o.what == kind::refuse);
+  CHECK(bps_test::contains(o.error, "not a whole number of float32 elements"));
+  CHECK(d.call(a, 512, false).what == kind::taken);
+  CHECK(d.call(a, 0, true).what == kind::taken);
+}
+
+TEST_CASE("cut-through: a key big enough to stream still sums whole pushes exactly",
+          "[server][handler][cut_through]") {
+  // A handler that wraps sync_sum without declaring cut_through gets every push whole.
+  bps_test::rng r{11};
+  for (dtype t : {dtype::float16, dtype::bfloat16, dtype::float32, dtype::int64}) {
+    CAPTURE(bps::dtype_name(t));
+    stream_driver d(3, 64);
+    for (std::uint64_t round = 0; round < 3; ++round) {
+      std::vector<std::vector<std::byte>> inputs;
+      for (int w = 0; w < 3; ++w) inputs.push_back(values(t, 301, w, r));
+      CHECK(d.whole(2, round, t, inputs[2]).what == kind::wait);
+      CHECK(d.whole(0, round, t, inputs[0]).what == kind::wait);
+      const auto o = d.whole(1, round, t, inputs[1]);
+      REQUIRE(o.what == kind::release);
+      // Without failover a whole push is added as it comes: the arrival order 2, 0, 1.
+      const std::vector<std::byte> got(o.answer.bytes.begin(), o.answer.bytes.end());
+      CHECK(got == rank_order_sum(t, {inputs[2], inputs[0], inputs[1]}));
+    }
+  }
 }

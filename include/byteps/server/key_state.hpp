@@ -178,7 +178,8 @@ class key_state {
   /// Streamed keys: whether `owner`'s frame is worker `worker`'s push of the current round (a
   /// refused frame, or one of a round that ended without it, is not).
   bool is_input(int worker, const void* owner) const noexcept {
-    return owner != nullptr && inputs_[static_cast<std::size_t>(worker)].owner.get() == owner;
+    const auto w = static_cast<std::size_t>(worker);  // none on a key a refusal left unshaped
+    return owner != nullptr && w < inputs_.size() && inputs_[w].owner.get() == owner;
   }
 
   /// Streamed keys: worker `worker`'s push has `bytes_in` bytes in (all when `done`). Sums the
@@ -217,7 +218,7 @@ class key_state {
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
-    if (!wide_.empty() && !offered_)
+    if (!wide_.empty() && !offered_ && added_ > 0)  // summed by add(), not in streamed chunks
       reduce::accumulate_finish(out.data.get(), wide_.data(), bytes / dtype_size(type), type);
     return out.span();
   }
@@ -269,14 +270,17 @@ class key_state {
     pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
     if (failover_) held_.resize(static_cast<std::size_t>(num_workers));
     streamed_ = chunk_ > 0 && size >= 2 * chunk_;
-    if (streamed_) {  // summed straight into out_ (fp16 and bf16 through scratch_), never swapped
+    // A streamed key sums into out_ (fp16 and bf16 through scratch_). Its rounds may still come
+    // whole (a handler that wraps sync_sum without cut_through gets whole pushes), and then go
+    // through add() as any key's.
+    if (streamed_) {
       inputs_.assign(static_cast<std::size_t>(num_workers), {});
       in_.assign(static_cast<std::size_t>(num_workers), 0);
-      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
-    } else if (type == dtype::float16 || type == dtype::bfloat16) {
-      wide_.assign(reduce::accumulator_bytes(type, bytes / dtype_size(type)), std::byte{0});
-      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
     }
+    if (type == dtype::float16 || type == dtype::bfloat16)
+      wide_.assign(reduce::accumulator_bytes(type, bytes / dtype_size(type)), std::byte{0});
+    if (streamed_ || !wide_.empty())
+      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
   }
 
   bool same_shape(const wire::header& h, dtype t, std::size_t size) const {

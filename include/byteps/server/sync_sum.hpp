@@ -73,8 +73,9 @@ class sync_sum {
     const std::size_t size = r.streamed->bytes.size();
     if (k.initialized() && !k.streamed()) {
       // An unstreamed key (its partition is smaller): this push cannot have its shape, which
-      // poisons the round; count it once its bytes are in, like a whole push.
-      if (!r.complete) return outcome::taken();
+      // poisons the round. Its first call counts it (and puts its worker among those the
+      // round's error goes to); its bytes are never read.
+      if (!r.first) return outcome::taken();
       auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
       if (!problem.empty()) return outcome::refuse(std::move(problem));
       return k.complete(r.num_workers) ? finish(k) : outcome::wait();
