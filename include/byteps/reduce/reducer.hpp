@@ -57,6 +57,13 @@ inline void add_n(T* __restrict dst, const T* __restrict src, std::size_t n) noe
   for (std::size_t i = 0; i < n; ++i) dst[i] = wrapping_add(dst[i], src[i]);
 }
 
+/// out = a + b in one pass (the first two inputs of `sum_of`: no copy of `a` first).
+template <class T>
+inline void add_pair_n(T* __restrict out, const T* __restrict a, const T* __restrict b,
+                       std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = wrapping_add(a[i], b[i]);
+}
+
 /// fp32 accumulator += widened half source.
 template <class H>
 inline void add_widened_n(float* __restrict acc, const H* __restrict src, std::size_t n) noexcept {
@@ -271,8 +278,18 @@ inline void sum_of(void* out, std::span<const std::byte* const> inputs, std::siz
     accumulate_finish(out, scratch.data(), count, t);
     return;
   }
-  if (out != inputs[0]) std::memcpy(out, inputs[0], count * dtype_size(t));
-  for (std::size_t i = 1; i < inputs.size(); ++i) sum_into(out, inputs[i], count, t);
+  std::size_t next = 1;
+  if (out != inputs[0] && inputs.size() >= 2) {  // the same adds, one pass fewer over memory
+    detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
+      if constexpr (!detail::is_half_v<T>)  // fp16 and bf16 went through `scratch` above
+        detail::add_pair_n(static_cast<T*>(out), reinterpret_cast<const T*>(inputs[0]),
+                           reinterpret_cast<const T*>(inputs[1]), count);
+    });
+    next = 2;
+  } else if (out != inputs[0]) {
+    std::memcpy(out, inputs[0], count * dtype_size(t));
+  }
+  for (std::size_t i = next; i < inputs.size(); ++i) sum_into(out, inputs[i], count, t);
 }
 
 }  // namespace bps::reduce
