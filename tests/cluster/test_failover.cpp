@@ -64,6 +64,18 @@ void exact_round(Comm& comm, int rank, int workers, int r, const std::function<v
   }
 }
 
+// Rounds 0 .. rounds-1 of one float32 tensor of 2 workers, each sum checked exactly.
+template <class Comm>
+void exact_float_rounds(Comm& comm, int rank, const char* name, std::size_t count, int rounds) {
+  for (int r = 0; r < rounds; ++r) {
+    auto v = test::fill(dtype::float32, count, rank, r);
+    comm.push_pull(name, v.data(), count, dtype::float32).wait();
+    const auto wrong = test::first_wrong(dtype::float32, v, count, 2, r);
+    BPS_EXPECT(wrong == count, "worker {} round {}: element {} is {}, not the exact sum", rank, r,
+               wrong, test::load(dtype::float32, v.data(), wrong));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("failover: a server killed mid-run is replaced by a standby and every sum stays exact",
@@ -126,13 +138,7 @@ TEST_CASE(
   });
   using comm_type = failover_cluster<faulty_tcp>::comm_type;
   c.run_workers([&](comm_type& comm, int rank) {
-    for (int r = 0; r < 8; ++r) {
-      auto v = test::fill(dtype::float32, 1024, rank, r);  // one 4096-byte partition: 8 pieces
-      comm.push_pull("long", v.data(), 1024, dtype::float32).wait();
-      const auto wrong = test::first_wrong(dtype::float32, v, 1024, 2, r);
-      BPS_EXPECT(wrong == 1024, "worker {} round {}: element {} is {}, not the exact sum", rank, r,
-                 wrong, test::load(dtype::float32, v.data(), wrong));
-    }
+    exact_float_rounds(comm, rank, "long", 1024, 8);  // one 4096-byte partition: 8 pieces
   });
   killer.join();
   CHECK(killer_error.empty());
@@ -223,13 +229,7 @@ TEST_CASE("failover: workers a round apart when the server dies still get exact 
   });
   using comm_type = failover_cluster<faulty_tcp>::comm_type;
   c.run_workers([&](comm_type& comm, int rank) {
-    for (int r = 0; r <= static_cast<int>(R) + 4; ++r) {
-      auto v = test::fill(dtype::float32, 64, rank, r);
-      comm.push_pull("split", v.data(), 64, dtype::float32).wait();
-      const auto wrong = test::first_wrong(dtype::float32, v, 64, 2, r);
-      BPS_EXPECT(wrong == 64, "worker {} round {}: element {} is {}, not the exact sum", rank, r,
-                 wrong, test::load(dtype::float32, v.data(), wrong));
-    }
+    exact_float_rounds(comm, rank, "split", 64, static_cast<int>(R) + 5);
   });
   killer.join();
   CHECK(killer_error.empty());
