@@ -4,6 +4,9 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libasio-dev libfmt-dev catch2)
+# The deploy tests (tests/deploy, docs/deploy.md): a real Slurm with munge, run in network
+# namespaces (iproute2).
+packages+=(slurm-wlm munge iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
