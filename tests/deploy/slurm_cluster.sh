@@ -240,7 +240,7 @@ on head sinfo -N -o '%N %T %c' | sed 's/^/slurm: sinfo: /'
 
 if [[ $mode == shell ]]; then
   echo "A shell on the head node: sinfo, sbatch, srun and scontrol use SLURM_CONF=$conf."
-  echo "The job's files must be under $work or another folder every node sees (they all see this one's file system)."
+  echo "Every node sees this machine's file system; the cluster's own files are in $work."
   echo "Leave the shell to stop the cluster."
   on head env PS1='slurm-head$ ' bash --norc -i
   exit 0
