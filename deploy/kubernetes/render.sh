@@ -68,7 +68,9 @@ done
 command=("$@")
 ((${#command[@]} > 0)) || command=(train_mlp)
 
-count() { [[ $2 =~ ^[0-9]+$ ]] && ((10#$2 >= $3)) || die "$1 '$2' is not valid: expected a whole number >= $3"; }
+count() {
+  if ! [[ $2 =~ ^[0-9]+$ ]] || ((10#$2 < $3)); then die "$1 '$2' is not valid: expected a whole number >= $3"; fi
+}
 count --workers "$workers" 1
 count --servers "$servers" 1
 count --standby "$standbys" 0

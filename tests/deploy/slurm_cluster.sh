@@ -123,6 +123,7 @@ mkdir -p "$work/ready" "$work/log"
 hold() {
   local name=$1
   shift
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
   unshare "$@" sh -c '
     if [ "$1" != switch ]; then
       hostname "$1" && mount --bind "$2/hosts" /etc/hosts || exit 1
@@ -230,7 +231,7 @@ while :; do
   state=$(on head sinfo -h -N -o '%N %T' 2>/dev/null | sort)
   idle=$(grep -c ' idle$' <<<"$state")
   ((idle == num_nodes)) && break
-  ((SECONDS < deadline)) || fail "the Slurm nodes were not idle within 60 s: $(echo $state)"
+  ((SECONDS < deadline)) || fail "the Slurm nodes were not idle within 60 s: ${state//$'\n'/, }"
   sleep 0.2
 done
 echo "slurm: slurmctld on head (${addr_of[head]}), slurmd on $(for ((i = 0; i < num_nodes; i++)); do
