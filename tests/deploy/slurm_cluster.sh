@@ -253,7 +253,8 @@ job_state() {
   on head scontrol -o show job "$1" 2>/dev/null |
     sed -n 's/.*JobState=\([A-Z_]*\).*ExitCode=\([0-9:]*\).*/\1 \2/p'
 }
-# wait_job ID SECONDS: waits for the job to end; prints its final "STATE EXITCODE".
+# wait_job ID SECONDS: waits for the job to end; sets result to its final "STATE EXITCODE".
+# (Not run in a command substitution, so that a signal to this script acts at once.)
 wait_job() {
   local id=$1 limit=$2 s
   local end=$((SECONDS + limit))
@@ -261,22 +262,25 @@ wait_job() {
     s=$(job_state "$id")
     case ${s%% *} in
       COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
-        echo "$s"
+        result=$s
         return 0
         ;;
     esac
     if ((SECONDS >= end)); then
       on head scancel "$id" 2>/dev/null
-      echo "TIMEOUT_OF_TEST ${s:-unknown}"
+      result="still ${s:-unknown}"
       return 1
     fi
     sleep 0.2
   done
 }
-submit() { # submit JOB_SCRIPT SBATCH_ARGS...: prints the job id
+# submit JOB_SCRIPT SBATCH_ARGS...: prints the job id. The job's TMPDIR (byteps-slurm's host
+# file) is in the work folder, which the cleanup removes even when it had to SIGKILL the job.
+mkdir -p "$work/tmp"
+submit() {
   local script=$1
   shift
-  on head sbatch --parsable -o "$work/job-%j.out" "$@" "$script" | cut -d';' -f1
+  on head env TMPDIR="$work/tmp" sbatch --parsable -o "$work/job-%j.out" "$@" "$script" | cut -d';' -f1
 }
 
 cat >"$work/job-a.sh" <<EOF
@@ -290,7 +294,7 @@ EOF
 t0=$SECONDS
 job_a=$(submit "$work/job-a.sh" -N 3 --ntasks-per-node=2 -J byteps-main) || fail "sbatch refused job A"
 [[ $job_a =~ ^[0-9]+$ ]] || fail "sbatch printed no job id for job A: '$job_a'"
-result=$(wait_job "$job_a" 180) || fail "job A did not end within 180 s ($result)"
+wait_job "$job_a" 180 || fail "job A did not end within 180 s ($result)"
 out_a=$work/job-$job_a.out
 echo "---- job A ($job_a): sbatch -N 3 --ntasks-per-node=2, byteps-slurm --server-nodes 1 --mixed --interface eth0: $result after $((SECONDS - t0)) s"
 grep -E '^byteps-slurm|cluster formed|\[worker 0.0\] (training|epoch [0-9]+/[0-9]+ )|OK |FAILED' "$out_a" |
@@ -347,7 +351,7 @@ until [[ -n $victim ]]; do
   sleep 0.1
 done
 kill -KILL "$victim"
-result=$(wait_job "$job_b" 120) || fail "job B did not end within 120 s of the kill ($result)"
+wait_job "$job_b" 120 || fail "job B did not end within 120 s of the kill ($result)"
 echo "---- job B ($job_b): sbatch -N 2 --ntasks-per-node=1, byteps-slurm (colocated servers); worker 1's trainer (pid $victim, Slurm task $victim_task) SIGKILLed: $result after $((SECONDS - t0)) s"
 grep -E '^byteps-slurm|^srun: error|killed|\[(scheduler|server [0-9]|worker [0-9])\].*(ERROR|error)' "$out_b" |
   head -20 | sed 's/^/job B: /'
