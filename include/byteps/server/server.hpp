@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -117,6 +118,9 @@ class Server {
 
   void start() {
     cfg_.validate();
+    if (std::is_same_v<H, server::sync_sum> && cfg_.enable_async)
+      throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
+                        "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
     control_.on_failure([this](const std::string& why) { fail(why); });
     const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
@@ -265,6 +269,11 @@ class Server {
           log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
                      h.part, h.round, s->worker, o.answer.round);
         return answer(h, o.answer, std::span(&s, 1));
+      case kind::release_each:  // held workers of one key may wait for different rounds
+        answer(h, o.answer, std::span(&s, 1));
+        for (const auto& a : o.released)
+          if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
+        return;
       default:
         break;
     }
