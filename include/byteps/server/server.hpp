@@ -67,7 +67,7 @@ class Server {
   /// them with `T::options::from(cfg)` (the environment's).
   explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
   Server(const Config& cfg, const typename T::options& transport_options)
-      : cfg_(cfg),
+      : cfg_(checked_mode(cfg)),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "server"),
@@ -112,15 +112,20 @@ class Server {
   // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
   friend struct testing::server_access;
 
+  // Before anything connects: a synchronous server in an async job would answer sums.
+  static const Config& checked_mode(const Config& cfg) {
+    if (std::is_same_v<H, server::sync_sum> && cfg.enable_async)
+      throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
+                        "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
+    return cfg;
+  }
+
   using session = server::session<Server>;
   friend session;
   using session_ptr = std::shared_ptr<session>;
 
   void start() {
     cfg_.validate();
-    if (std::is_same_v<H, server::sync_sum> && cfg_.enable_async)
-      throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
-                        "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
     control_.on_failure([this](const std::string& why) { fail(why); });
     const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
