@@ -290,6 +290,21 @@ inline std::vector<int> layer_sizes(const Dataset& d, const std::vector<int>& hi
   return sizes;
 }
 
+/// FNV-1a, 64 bit, over the bytes of every weight and bias, layer by layer: two runs' final
+/// parameters compare bit for bit by it.
+inline std::uint64_t digest(const Params& p) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&](const std::vector<float>& v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  for (const auto& layer : p) {
+    add(layer.w);
+    add(layer.b);
+  }
+  return h;
+}
+
 struct Trained {
   Params params;
   std::vector<double> epoch_loss;  ///< mean training loss of each epoch

@@ -26,6 +26,7 @@
 //
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--model large|small] [--epochs N] ...
 //   byteps-launch --workers 2 --local-size 2 -- train_mlp   (2 processes per machine)
+//   BYTEPS_ENABLE_ASYNC=1 byteps-launch --workers 2 -- train_mlp --async   (train_mlp_async.hpp)
 
 #include <byteps/byteps.hpp>
 
@@ -49,6 +50,7 @@
 
 #include "mlp.hpp"
 #include "train_mlp_args.hpp"
+#include "train_mlp_async.hpp"
 
 // One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1). The
 // ipc transport sends pushes to a server on this machine through shared memory.
@@ -63,25 +65,8 @@ namespace {
 using train_mlp::Args;
 using train_mlp::bad_args;
 using train_mlp::parse_args;
+using train_mlp::tensor_name;
 using train_mlp::usage;
-
-std::string tensor_name(const char* prefix, int layer, const char* what) {
-  return std::string(prefix) + ".layer" + std::to_string(layer) + "." + what;
-}
-
-// FNV-1a, 64 bit, over the bytes of every weight and bias, layer by layer.
-std::uint64_t digest(const mlp::Params& p) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  auto add = [&](const std::vector<float>& v) {
-    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
-    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  };
-  for (const auto& layer : p) {
-    add(layer.w);
-    add(layer.b);
-  }
-  return h;
-}
 
 bool bit_equal(const mlp::Layer& a, const mlp::Layer& b) {
   return std::memcmp(a.w.data(), b.w.data(), a.w.size() * sizeof(float)) == 0 &&
@@ -246,7 +231,7 @@ int run(const bps::Config& cfg, const Args& args) {
 
   if (rank == 0)
     std::printf("final parameters: digest %016llx\n",
-                static_cast<unsigned long long>(digest(params)));
+                static_cast<unsigned long long>(mlp::digest(params)));
   int failures = 0;
   auto report = [&](bool ok, const std::string& what) {
     std::printf("%s %s\n", ok ? "OK" : "FAILED:", what.c_str());
@@ -271,8 +256,15 @@ int main(int argc, char** argv) {
   try {
     const Args args = parse_args(argc, argv);
     const bps::Config cfg = bps::Config::from_env();
+    if (args.async != cfg.enable_async)  // every node must know the mode: it is the servers'
+      throw bad_args(args.async ? "--async needs BYTEPS_ENABLE_ASYNC=1 in every node's "
+                                  "environment (byteps-launch passes its own on)"
+                                : "BYTEPS_ENABLE_ASYNC=1 is set: train with --async");
     const bool host =
         args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
+    if (args.async)
+      return host ? train_mlp::run_async<HostComm>(cfg, args)
+                  : train_mlp::run_async<DirectComm>(cfg, args);
     return host ? run<HostComm>(cfg, args) : run<DirectComm>(cfg, args);
   } catch (const bad_args& e) {
     std::fprintf(stderr, "train_mlp: %s\n%s", e.what(), usage);

@@ -19,7 +19,8 @@ namespace train_mlp {
 
 constexpr const char* usage =
     "Usage: train_mlp [--model large|small] [--hidden W,W,...] [--samples N] [--epochs N]\n"
-    "                 [--batch B] [--lr LR] [--seed S] [--local-stage auto|host|none] [--help]\n"
+    "                 [--batch B] [--lr LR] [--seed S] [--local-stage auto|host|none] [--async]\n"
+    "                 [--help]\n"
     "  --model M       large (default): hidden layers 1024,1024,1024 (2.1 M parameters),\n"
     "                  2048 samples, 6 epochs; small: hidden layers 64,64 (7 K parameters),\n"
     "                  4096 samples, 20 epochs (what the tests train). The options below\n"
@@ -36,10 +37,18 @@ constexpr const char* usage =
     "                  (shared memory), none (each talks to the servers), auto: host when\n"
     "                  BYTEPS_LOCAL_SIZE > 1 (default auto). Every machine of a job where some\n"
     "                  machine runs several processes needs host.\n"
+    "  --async         asynchronous training (needs BYTEPS_ENABLE_ASYNC=1 on every node): each\n"
+    "                  step pushes its update, -lr/N x its gradient, and gets the servers'\n"
+    "                  current parameters back without waiting for the other workers\n"
     "Rank 0 prints per epoch: the mean loss, samples/s (global samples per second of wall\n"
     "time), push_pull MB/s (comm.stats(): bytes push_pulled in the last 10 s over the time\n"
     "transfers were in flight) and the share of communication hidden behind backward.\n"
     "Run it as every worker of a cluster, e.g. byteps-launch --workers 2 -- train_mlp\n";
+
+/// The job's tensors: "<prefix>.layer<l>.<what>", e.g. grad.layer0.weight.
+inline std::string tensor_name(const char* prefix, int layer, const char* what) {
+  return std::string(prefix) + ".layer" + std::to_string(layer) + "." + what;
+}
 
 struct bad_args : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -49,6 +58,7 @@ struct Args {
   mlp::Hyper hyper;
   int samples = 4096;
   std::string local_stage = "auto";
+  bool async = false;  ///< --async (train_mlp_async.hpp)
 };
 
 // A whole number in [lo, hi], or bad_args naming the option and what it expects.
@@ -80,6 +90,10 @@ inline Args parse_args(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(usage, stdout);
       std::exit(0);
+    }
+    if (arg == "--async") {  // the one option without a value
+      a.async = true;
+      continue;
     }
     static const char* const known[] = {"--model", "--hidden", "--samples", "--epochs",
                                         "--batch", "--lr",     "--seed",    "--local-stage"};

@@ -35,6 +35,10 @@ constexpr flag flags[] = {
     {"--log-interval-ms", "BYTEPS_SERVER_LOG_INTERVAL_MS",
      "server: log throughput and lagging workers this often (default 10000; 0: off)"},
     {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 0: auto)"},
+    {"--async", "BYTEPS_ENABLE_ASYNC",
+     "1 = asynchronous training: servers hold the parameters (default 0; on every node)"},
+    {"--staleness", "BYTEPS_ASYNC_STALENESS",
+     "async: most pushes a worker may lead the slowest (default unset: unbounded)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
 };
 
@@ -101,8 +105,14 @@ int main(int argc, char** argv) {
     } else if (cfg.node_role == bps::role::server) {
       // Colocated workers that speak ipc send their pushes through shared memory
       // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
-      bps::Server<bps::transport::ipc<bps::transport::tcp>> server(cfg);
-      server.run();
+      using transport = bps::transport::ipc<bps::transport::tcp>;
+      if (cfg.enable_async) {  // BYTEPS_ENABLE_ASYNC=1: servers hold the parameters
+        bps::Server<transport, bps::server::async_sum> server(cfg);
+        server.run();
+      } else {
+        bps::Server<transport> server(cfg);
+        server.run();
+      }
     } else {
       std::fprintf(stderr,
                    "byteps-server: DMLC_ROLE=worker: workers are your training program; run "

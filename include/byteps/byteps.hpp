@@ -22,6 +22,7 @@
 #include "byteps/rendezvous/scheduler_node.hpp"
 #include "byteps/schedule/fifo.hpp"
 #include "byteps/schedule/priority.hpp"
+#include "byteps/server/async_sum.hpp"
 #include "byteps/server/server.hpp"
 #include "byteps/transport/ipc.hpp"
 #include "byteps/transport/ipc_options.hpp"

@@ -59,9 +59,11 @@ class watchdog {
   std::thread thread_;  // last
 };
 
-class faulty_cluster {
+/// Servers run request handler `Handler`.
+template <ServerHandler Handler = server::sync_sum>
+class basic_faulty_cluster {
  public:
-  faulty_cluster(Config base, std::shared_ptr<transport::fault_plan> plan)
+  basic_faulty_cluster(Config base, std::shared_ptr<transport::fault_plan> plan)
       : base_(std::move(base)), plan_(std::move(plan)) {
     Config s = base_;
     s.node_role = role::scheduler;
@@ -74,15 +76,15 @@ class faulty_cluster {
         guard(node_error_, [&] {
           Config c = base_;
           c.node_role = role::server;
-          Server<faulty_tcp> server(c, transport_options<faulty_tcp>(c, plan_));
+          Server<faulty_tcp, Handler> server(c, transport_options<faulty_tcp>(c, plan_));
           server.run();
         });
       });
     }
   }
-  faulty_cluster(const faulty_cluster&) = delete;
-  faulty_cluster& operator=(const faulty_cluster&) = delete;
-  ~faulty_cluster() { join(); }
+  basic_faulty_cluster(const basic_faulty_cluster&) = delete;
+  basic_faulty_cluster& operator=(const basic_faulty_cluster&) = delete;
+  ~basic_faulty_cluster() { join(); }
 
   transport::fault_plan& plan() { return *plan_; }
 
@@ -141,5 +143,7 @@ class faulty_cluster {
   std::exception_ptr worker_error_;
   std::exception_ptr node_error_;
 };
+
+using faulty_cluster = basic_faulty_cluster<>;
 
 }  // namespace bps::test

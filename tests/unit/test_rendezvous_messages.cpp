@@ -43,6 +43,8 @@ bps::rendezvous::hello sample_hello() {
   h.token = 0x0123456789ABCDEFull;
   h.failover = true;
   h.standby = true;
+  h.async_mode = true;
+  h.staleness = 0x0102030405060708ll;
   return h;
 }
 
@@ -62,6 +64,8 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.token == b.token);
   CHECK(a.failover == b.failover);
   CHECK(a.standby == b.standby);
+  CHECK(a.async_mode == b.async_mode);
+  CHECK(a.staleness == b.staleness);
 }
 
 bps::rendezvous::welcome sample_welcome() {
@@ -83,9 +87,9 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
-  // workers, servers, key hash, mixed mode, token, failover, standby
-  CHECK(bytes.size() ==
-        4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 + h.key_hash.size() + 1 + 8 + 1 + 1);
+  // workers, servers, key hash, mixed mode, token, failover, standby, async, staleness
+  CHECK(bytes.size() == 4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 +
+                            h.key_hash.size() + 1 + 8 + 1 + 1 + 1 + 8);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -114,6 +118,13 @@ TEST_CASE("rendezvous hello from a Config", "[wire][rendezvous]") {
   CHECK(w.num_workers == 4);
   CHECK(w.num_servers == 2);
   CHECK(w.key_hash == "naive");
+  CHECK_FALSE(w.async_mode);
+  CHECK(w.staleness == -1);
+  c.enable_async = true;
+  c.async_staleness = 5;
+  const auto a = bps::rendezvous::hello::from(c, bps::role::worker);
+  CHECK(a.async_mode);
+  CHECK(a.staleness == 5);
   const auto s = bps::rendezvous::hello::from(c, bps::role::server);
   CHECK(s.node_role == bps::role::server);
   CHECK(s.requested_rank == -1);
@@ -167,13 +178,26 @@ TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags"
   CHECK_FALSE(bps::rendezvous::hello::from(bps::Config{}, bps::role::worker).failover);
 
   auto bytes = bps::rendezvous::encode(sample_hello());
-  for (std::size_t at : {bytes.size() - 2, bytes.size() - 1}) {  // the failover and standby bytes
+  for (std::size_t at : {bytes.size() - 11, bytes.size() - 10}) {  // failover and standby bytes
     auto bad = bytes;
     bad[at] = std::byte{2};
     CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
   }
   auto h = sample_hello();
   h.node_role = bps::role::worker;  // a worker that says it stands by
+  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)),
+                  bps::wire::decode_error);
+}
+
+TEST_CASE("rendezvous hello refuses a bad async flag or staleness", "[wire][rendezvous][async]") {
+  auto bytes = bps::rendezvous::encode(sample_hello());
+  auto bad = bytes;
+  bad[bytes.size() - 9] = std::byte{2};  // the async flag, before the 8 staleness bytes
+  CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
+  auto h = sample_hello();
+  h.staleness = -1;  // unbounded
+  CHECK(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)).staleness == -1);
+  h.staleness = -2;
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)),
                   bps::wire::decode_error);
 }
@@ -310,13 +334,26 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
     theirs.failover = !mine.failover;
     expect({"BYTEPS_FAILOVER_TIMEOUT_MS", where});
   }
+  SECTION("async mode on one side only, worker or server") {
+    theirs.async_mode = true;
+    expect({"BYTEPS_ENABLE_ASYNC differs", "has 1 (asynchronous)",
+            "the scheduler has 0 or unset (synchronous)", where, "worker"});
+    theirs.node_role = bps::role::server;
+    expect({"BYTEPS_ENABLE_ASYNC differs", "the server at", where});
+  }
+  SECTION("async staleness differs") {
+    mine.async_mode = theirs.async_mode = true;
+    theirs.staleness = 2;
+    expect({"BYTEPS_ASYNC_STALENESS differs", "has 2", "the scheduler has unset (unbounded)",
+            where});
+  }
   SECTION("protocol") {
-    theirs.protocol = 7;
+    theirs.protocol = 99;
     const auto ours = "the scheduler speaks " + std::to_string(bps::rendezvous::protocol_version);
-    expect({"protocol", "speaks 7", ours, where});
+    expect({"protocol", "speaks 99", ours, where});
   }
   SECTION("the first difference is reported: protocol before counts") {
-    theirs.protocol = 7;
+    theirs.protocol = 99;
     theirs.num_workers = 99;
     const auto d = bps::rendezvous::first_difference(mine, theirs, where);
     REQUIRE(d.has_value());

@@ -89,6 +89,13 @@ struct Config {
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
   millis failover_timeout{0};
   bool server_standby = false;                   ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+  /// BYTEPS_ENABLE_ASYNC: asynchronous training (server/async_sum.hpp). Servers hold the
+  /// parameters, seeded from rank 0's first push of each tensor; a worker pushes a delta and
+  /// gets the current parameters back at once, without waiting for the other workers.
+  bool enable_async = false;
+  /// BYTEPS_ASYNC_STALENESS: with async on, the most pushes of a tensor a worker may be ahead of
+  /// the slowest worker before its answer is held (0 = lockstep); -1 (unset) = unbounded.
+  std::int64_t async_staleness = -1;
 
   // The environment's values for the transports' options, recorded here only because
   // from_env() is the one reader of the environment. A node given no transport options builds
@@ -208,6 +215,23 @@ inline void Config::validate() const {
   if (failover_timeout.count() < 0)
     fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
          "0 (off) or more");
+  if (async_staleness < -1)
+    fail("async_staleness (BYTEPS_ASYNC_STALENESS)", async_staleness, "-1 (unbounded) or >= 0");
+  if (async_staleness >= 0 && !enable_async)
+    fail("async_staleness (BYTEPS_ASYNC_STALENESS)", async_staleness,
+         "unset (-1) unless enable_async (BYTEPS_ENABLE_ASYNC=1): staleness bounds async training "
+         "only");
+  // Async mode seeds each tensor from rank 0's first push and adds every later push as it is;
+  // a machine's local ranks would each push its own copy of the parameters (summed by the
+  // local stage), so the seed would be local_size times the parameters.
+  if (enable_async && local_size > 1)
+    fail("local_size (BYTEPS_LOCAL_SIZE)", local_size,
+         "1 with enable_async (BYTEPS_ENABLE_ASYNC=1): async training runs one worker process "
+         "per machine (the local stage's sum would multiply the seeded parameters)");
+  if (enable_async && failover())
+    fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
+         "0 (off) with enable_async (BYTEPS_ENABLE_ASYNC=1): a replacement server cannot recover "
+         "the parameters of async training yet");
   if (trace_start_step < 0)
     fail("trace_start_step (BYTEPS_TRACE_START_STEP)", trace_start_step, ">= 0");
   if (trace_end_step < trace_start_step)
@@ -282,6 +306,8 @@ inline Config Config::from_env() {
       millis(env_integer("BYTEPS_SERVER_LOG_INTERVAL_MS", 10000, 0, 86400000));
   c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
+  c.enable_async = env_integer("BYTEPS_ENABLE_ASYNC", 0, 0, 1) == 1;
+  c.async_staleness = env_integer("BYTEPS_ASYNC_STALENESS", -1, 0, std::int64_t{1} << 40);
   c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;
   c.trace_start_step = static_cast<int>(env_integer("BYTEPS_TRACE_START_STEP", 10, 0, 1 << 30));
   c.trace_end_step = static_cast<int>(env_integer("BYTEPS_TRACE_END_STEP", 20, 0, 1 << 30));

@@ -29,8 +29,9 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 // 2: heartbeats, job token; 3: local ranks; 4: server failover (standby, sum_offer,
 // server_replaced); 5: clock probes (a heartbeat's round and offset carry clock times, for the
 // timeline), the push flag `traced`; 6: answers in pieces (`pull_response` flags `piece`,
-// `last_piece`), for cut-through summation
-inline constexpr std::uint32_t protocol_version = 6;
+// `last_piece`), for cut-through summation; 7: asynchronous training (hello's `async_mode`
+// and `staleness`)
+inline constexpr std::uint32_t protocol_version = 7;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -49,6 +50,8 @@ struct hello {
   std::uint64_t token = 0;  ///< job_token_digest(BYTEPS_JOB_TOKEN): keeps other jobs out
   bool failover = false;    ///< BYTEPS_FAILOVER_TIMEOUT_MS > 0 (must agree across the cluster)
   bool standby = false;     ///< servers: BYTEPS_SERVER_STANDBY, waits to replace a dead server
+  bool async_mode = false;  ///< BYTEPS_ENABLE_ASYNC (must agree across the cluster)
+  std::int64_t staleness = -1;  ///< BYTEPS_ASYNC_STALENESS, -1 unbounded (must agree)
 
   static hello from(const Config& c, role r) {
     hello h;
@@ -66,6 +69,8 @@ struct hello {
     h.token = job_token_digest(c.job_token);
     h.failover = c.failover();
     h.standby = r == role::server && c.server_standby;
+    h.async_mode = c.enable_async;
+    h.staleness = c.async_staleness;
     return h;
   }
 };
@@ -105,6 +110,8 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.token);
   w.put(static_cast<std::uint8_t>(h.failover ? 1 : 0));
   w.put(static_cast<std::uint8_t>(h.standby ? 1 : 0));
+  w.put(static_cast<std::uint8_t>(h.async_mode ? 1 : 0));
+  w.put(h.staleness);
   return w.take();
 }
 
@@ -135,6 +142,11 @@ inline hello decode_hello(std::span<const std::byte> in) {
   h.failover = failover == 1;
   h.standby = standby == 1;
   if (h.standby && h.node_role != role::server) throw wire::decode_error("only servers stand by");
+  const auto async_mode = r.get<std::uint8_t>();
+  if (async_mode > 1) throw wire::decode_error("async flag is neither 0 nor 1");
+  h.async_mode = async_mode == 1;
+  h.staleness = r.get<std::int64_t>();
+  if (h.staleness < -1) throw wire::decode_error("staleness below -1 (unbounded)");
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -237,6 +249,16 @@ inline std::optional<std::string> first_difference(const hello& mine, const hell
   if (theirs.failover != mine.failover) {
     auto on_off = [](bool on) { return on ? "failover on (> 0)" : "failover off (0 or unset)"; };
     return differ("BYTEPS_FAILOVER_TIMEOUT_MS", on_off(theirs.failover), on_off(mine.failover));
+  }
+  if (theirs.async_mode != mine.async_mode) {
+    auto mode = [](bool on) { return on ? "1 (asynchronous)" : "0 or unset (synchronous)"; };
+    return differ("BYTEPS_ENABLE_ASYNC", mode(theirs.async_mode), mode(mine.async_mode));
+  }
+  if (theirs.staleness != mine.staleness) {
+    auto bound = [](std::int64_t s) {
+      return s < 0 ? std::string("unset (unbounded)") : std::to_string(s);
+    };
+    return differ("BYTEPS_ASYNC_STALENESS", bound(theirs.staleness), bound(mine.staleness));
   }
   if (theirs.node_role == role::worker && theirs.key_hash != mine.key_hash)
     return differ("BYTEPS_KEY_HASH_FN", theirs.key_hash, mine.key_hash);

@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
@@ -87,6 +88,13 @@ struct reply {
   std::shared_ptr<const void> keep;
 };
 
+/// A worker held in a key's waiting list, answered by `outcome::release_each` with a reply of
+/// its own (its own round: held workers of one key may be at different rounds).
+struct held_answer {
+  int worker = -1;  ///< the held worker's rank
+  reply answer;
+};
+
 /// What the server does after `handle`. For a push, `wait`, `release` and `fail_round` first put
 /// its worker in the key's waiting list, so it is answered with the others; a `sum_offer` never
 /// waits, since its worker already has the sum.
@@ -101,20 +109,43 @@ struct outcome {
     /// cut-through: answer every waiting worker with `answer`, one piece of the round's sum
     /// (`reply::offset` is the piece's); the round ends with the piece that has `last`
     piece,
+    /// answer this worker with `answer` (it does not wait), and each worker of `released`,
+    /// which must be waiting in the key's list, with its own reply; the others keep waiting
+    /// (asynchronous training's bounded staleness, server/async_sum.hpp)
+    release_each,
   };
 
   kind what = kind::taken;
   std::string error;  ///< refuse, fail_round: the message, naming the tensor and the worker
   reply answer;       ///< answer_now, release, piece
   bool last = false;  ///< piece: the round's last piece
+  std::vector<held_answer> released;  ///< release_each: the held workers it answers
 
-  static outcome refuse(std::string why) { return {kind::refuse, std::move(why), {}}; }
-  static outcome wait() { return {kind::wait, {}, {}}; }
-  static outcome answer_now(reply r) { return {kind::answer_now, {}, std::move(r)}; }
-  static outcome release(reply r) { return {kind::release, {}, std::move(r)}; }
-  static outcome fail_round(std::string why) { return {kind::fail_round, std::move(why), {}}; }
-  static outcome taken() { return {kind::taken, {}, {}}; }
-  static outcome piece(reply r, bool last) { return {kind::piece, {}, std::move(r), last}; }
+  static outcome refuse(std::string why) { return make(kind::refuse, std::move(why), {}); }
+  static outcome wait() { return make(kind::wait, {}, {}); }
+  static outcome answer_now(reply r) { return make(kind::answer_now, {}, std::move(r)); }
+  static outcome release(reply r) { return make(kind::release, {}, std::move(r)); }
+  static outcome fail_round(std::string why) { return make(kind::fail_round, std::move(why), {}); }
+  static outcome taken() { return make(kind::taken, {}, {}); }
+  static outcome piece(reply r, bool last) {
+    outcome o = make(kind::piece, {}, std::move(r));
+    o.last = last;
+    return o;
+  }
+  static outcome release_each(reply r, std::vector<held_answer> held) {
+    outcome o = make(kind::release_each, {}, std::move(r));
+    o.released = std::move(held);
+    return o;
+  }
+
+ private:
+  static outcome make(kind k, std::string error, reply r) {
+    outcome o;
+    o.what = k;
+    o.error = std::move(error);
+    o.answer = std::move(r);
+    return o;
+  }
 };
 
 /// Whether a push of `bytes` is summed as it arrives: the server's chunk is on and the push

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,7 +67,7 @@ class Server {
   /// them with `T::options::from(cfg)` (the environment's).
   explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
   Server(const Config& cfg, const typename T::options& transport_options)
-      : cfg_(cfg),
+      : cfg_(checked_mode(cfg)),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "server"),
@@ -110,6 +111,14 @@ class Server {
   // The failover tests crash a server in process through this accessor, defined in tests/ only
   // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
   friend struct testing::server_access;
+
+  // Before anything connects: a synchronous server in an async job would answer sums.
+  static const Config& checked_mode(const Config& cfg) {
+    if (std::is_same_v<H, server::sync_sum> && cfg.enable_async)
+      throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
+                        "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
+    return cfg;
+  }
 
   using session = server::session<Server>;
   friend session;
@@ -265,6 +274,11 @@ class Server {
           log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
                      h.part, h.round, s->worker, o.answer.round);
         return answer(h, o.answer, std::span(&s, 1));
+      case kind::release_each:  // held workers of one key may wait for different rounds
+        answer(h, o.answer, std::span(&s, 1));
+        for (const auto& a : o.released)
+          if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
+        return;
       default:
         break;
     }

@@ -58,6 +58,16 @@ class waiting_rooms {
   /// The room of `id`, empty when nobody waits.
   room& at(const key_id& id) { return rooms_[id]; }
 
+  /// Takes worker `worker` out of `id`'s room, to be answered alone; null when it is not there.
+  std::shared_ptr<Session> take(const key_id& id, int worker) {
+    auto& w = rooms_[id].workers;
+    auto it = std::find_if(w.begin(), w.end(), [&](const auto& s) { return s->worker == worker; });
+    if (it == w.end()) return nullptr;
+    auto s = std::move(*it);
+    w.erase(it);
+    return s;
+  }
+
   /// Calls `f(id, room)` for each key that has workers waiting.
   template <class F>
   void for_each_waiting(F&& f) {

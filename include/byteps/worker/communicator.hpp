@@ -74,7 +74,11 @@ class Communicator {
   int local_rank() const noexcept { return node_.local_rank(); }
   int local_size() const noexcept { return node_.local_size(); }
 
-  /// Sums `data` over all workers, in place. Returns at once.
+  /// Sums `data` over all workers, in place. Returns at once. In async mode
+  /// (`Config::enable_async`) the first call for a tensor gives every worker rank 0's `data`
+  /// (the servers' initial parameters); each later call pushes `data` as a delta that the
+  /// servers add, and writes the parameters as they are after it into `data`, without waiting
+  /// for the other workers (server/async_sum.hpp); `average` is refused.
   template <element_type E>
   handle push_pull(std::string_view name, std::span<E> data, push_pull_options opts = {}) {
     static_assert(!std::is_const_v<E>,
@@ -104,6 +108,12 @@ class Communicator {
           fmt::format("broadcast of '{}': root {} is outside the group of {} "
                       "workers (0 .. {})",
                       name, root, size(), size() - 1));
+    if (node_.async_mode())
+      throw usage_error(fmt::format(
+          "broadcast of '{}': not available in async mode (BYTEPS_ENABLE_ASYNC=1), where servers "
+          "add every push into the parameters; the first push_pull of a tensor already gives "
+          "every worker rank 0's values",
+          name));
     return node_.submit("broadcast:" + std::string(name),
                         fmt::format("broadcast of '{}' from rank {}", name, root), data, count,
                         type, {}, rank() == root);

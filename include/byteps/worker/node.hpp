@@ -95,6 +95,8 @@ class node {
     trace_.write(control_.clock_offset(), log_);
   }
 
+  /// BYTEPS_ENABLE_ASYNC: a push_pull pushes a delta and gets the parameters back.
+  bool async_mode() const noexcept { return cfg_.enable_async; }
   int rank() const noexcept { return global_rank_; }
   int size() const noexcept { return global_size_; }
   int machine() const noexcept { return rank_; }
@@ -108,6 +110,12 @@ class node {
   handle submit(std::string name, std::string what, void* data, std::size_t count, dtype type,
                 push_pull_options opts, bool contributes) {
     check_request(what, data, count, type, opts);
+    if (cfg_.enable_async && opts.average)
+      throw usage_error(fmt::format(
+          "{}: average is not defined in async mode (BYTEPS_ENABLE_ASYNC=1): the push is a "
+          "delta the servers add into the parameters, and the answer is the parameters, not a "
+          "sum to divide; scale the delta before pushing instead",
+          what));
     const auto deadline = clock::now() + cfg_.op_timeout;
     if constexpr (!L::is_identity) {
       {
