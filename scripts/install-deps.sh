@@ -3,7 +3,9 @@
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make libasio-dev libfmt-dev catch2)
+# libibverbs-dev and librdmacm-dev: bps::transport::rdma over rdma-core (BYTEPS_WITH_RDMA); rdma-core:
+# the ibv_devices and rping tools, for the real-device suite where a device exists.
+packages=(cmake ninja-build g++ make libasio-dev libfmt-dev catch2 libibverbs-dev librdmacm-dev rdma-core)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
