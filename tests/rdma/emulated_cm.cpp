@@ -259,13 +259,14 @@ void emulated_verbs::connect(cm_id* id, std::span<const std::byte> data) {
     return reject();
   }
   auto* listener = it->second;
+  id->where.connection = s.connections[id->dest_port]++;
   auto* child = new cm_id;
   child->ch = listener->ch;
   child->context = listener->context;
   child->host = listener->host;
   child->port = listener->port;
   child->peer = id;
-  child->where = {listener->port, side::passive};
+  child->where = {listener->port, side::passive, id->where.connection};
   ++child->ch->ids;
   ++s.live;
   id->peer = child;
@@ -300,7 +301,7 @@ void emulated_verbs::reject(cm_id* id, std::span<const std::byte> data) {
 void emulated_verbs::disconnect(cm_id* id) {
   auto& s = net_->impl();
   std::lock_guard lock(s.mu);
-  if (id->connected) return s.tear_down(id);
+  if (id->connected) s.tear_down(id);
   if (id->qp) s.to_error(id->qp);  // rdma_disconnect moves the pair to error in any state
 }
 

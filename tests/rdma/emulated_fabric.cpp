@@ -65,11 +65,13 @@ void state::to_error(queue_pair* qp) {
   }
 }
 
+// As rdma_disconnect: the initiator's pair goes to the error state at once; the other end hears
+// DISCONNECTED and keeps its pair until it disconnects too (its sends meanwhile find no peer).
 void state::tear_down(ev::cm_id* id) {
   for (auto* x : {id, id ? id->peer : nullptr}) {
     if (!x || !x->connected) continue;
     x->connected = false;
-    if (x->qp) to_error(x->qp);
+    if (x == id && x->qp) to_error(x->qp);
     push_event(x->ch, {verbs::cm_event_type::disconnected, x, nullptr, 0, {}});
   }
 }

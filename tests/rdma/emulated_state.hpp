@@ -116,6 +116,7 @@ struct state {
   std::vector<cut_fault> cuts;
   std::vector<slow_fault> slows;
   std::map<std::uint16_t, int> rejects;
+  std::map<std::uint16_t, int> connections;  // connects that reached each listener
   std::map<std::string, int> unreachable;
   std::map<std::pair<std::uint16_t, int>, std::pair<std::uint64_t, std::uint64_t>> counts;
 
@@ -127,7 +128,8 @@ struct state {
   // Records a broken rule and throws it. Called with `mu` held (the throw releases it).
   [[noreturn]] void violate(const std::string& what);
   static bool matches(const end& e, const ev::cm_id* id) {
-    return id && id->where.port == e.port && id->where.which == e.which && e.port != 0;
+    return id && id->where.port == e.port && id->where.which == e.which && e.port != 0 &&
+           (e.connection < 0 || e.connection == id->where.connection);
   }
   void push_event(ev::event_channel* ch, verbs::cm_event<ev::cm_id> e);
   void push_completion(queue_pair* qp, verbs::work_completion wc, bool is_send);

@@ -52,10 +52,12 @@ class violation : public std::logic_error {
 
 enum class side { active, passive };  ///< the connecting end, or the accepting one
 
-/// One end of the connections made to listener port `port`.
+/// One end of the connections made to listener port `port`: of every one, or (connection >= 0)
+/// of the connection-th, counted from 0 in the order connects reached the port.
 struct end {
   std::uint16_t port = 0;
   side which = side::active;
+  int connection = -1;
 };
 
 struct state;  // emulated_state.hpp
@@ -87,8 +89,8 @@ class fabric {
   void reject_connects(std::uint16_t port, int count);
   /// Connects to `host` fail address resolution (ADDR_ERROR) `count` times.
   void unreachable(const std::string& host, int count);
-  /// After `sends` more send work requests on `e`, the connection is torn down: both queue
-  /// pairs go to the error state and both ids get DISCONNECTED.
+  /// After `sends` more send work requests on `e`, that end disconnects (mid-transfer): its
+  /// queue pair goes to the error state and both ids get DISCONNECTED.
   void disconnect_after(end e, int sends);
   /// Completions of `e`'s queue pairs become visible `delay` after their work was done.
   void slow(end e, std::chrono::milliseconds delay);

@@ -285,7 +285,7 @@ TEST_CASE("emulated verbs: injected faults show as verbs shows them", "[rdma][em
   }
 }
 
-TEST_CASE("emulated verbs: RLIMIT_MEMLOCK bounds registration; devices and RoCE v2 GID", "[rdma][emulation]") {
+TEST_CASE("emulated verbs: RLIMIT_MEMLOCK bounds registration, and devices and RoCE v2 GID", "[rdma][emulation]") {
   auto net = std::make_shared<fabric>();
   emulated_verbs v{{net, "127.0.0.1"}};
   auto* dev = v.open_device("", 1, -1);

@@ -1,11 +1,12 @@
 // A program outside byteps built against an installed byteps with the rdma component: the verbs
 // policy over rdma-core compiles and links (libibverbs, librdmacm). It needs no RDMA device: it
 // reports the devices it finds and exits 0.
-#include <byteps/transport/rdma/rdma_core.hpp>
+#include <byteps/transport/rdma.hpp>
 
 #include <cstdio>
 
 static_assert(bps::RdmaVerbs<bps::transport::rdma_core>);
+static_assert(bps::Transport<bps::transport::rdma>);
 
 int main() {
   bps::transport::rdma_core verbs;
