@@ -179,7 +179,14 @@ void basic_rdma<V>::handle_event(verbs::cm_event<typename V::cm_id>& e) {
   }
   if (auto it = links_.find(e.id); it != links_.end()) {
     switch (e.type) {
-      case T::disconnected: return it->second->fail("connection closed by " + it->second->peer());
+      case T::disconnected: {
+        // What the peer sent before it disconnected is already in the queue (RC keeps order):
+        // deliver it first, as TCP reads a peer's last frames before its end of stream.
+        auto& l = *it->second;
+        while (l.polling() && !l.released() && l.poll()) {
+        }
+        return l.fail("connection closed by " + l.peer());
+      }
       case T::timewait_exit:
       case T::established: return;
       default: return it->second->fail(it->second->peer() + ": " + what);
