@@ -3,6 +3,11 @@
 #   find_package(byteps CONFIG REQUIRED [COMPONENTS tcp])
 #   target_link_libraries(app PRIVATE byteps::byteps)
 #
+# With rdma-core (BYTEPS_HAVE_RDMA) the package also has the component "rdma":
+#
+#   find_package(byteps CONFIG REQUIRED COMPONENTS rdma)
+#   target_link_libraries(app PRIVATE byteps::rdma)   # rdma.hpp: byteps + libibverbs + librdmacm
+#
 # With CUDA (BYTEPS_HAVE_CUDA) the package also has the component "cuda":
 #
 #   find_package(byteps CONFIG REQUIRED COMPONENTS cuda)
@@ -35,9 +40,24 @@ install(EXPORT byteps-targets
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
-# The cuda component: its own export set, loaded by the config only when a consumer asks for
-# it (and finds CUDA and NCCL), so that a CUDA build still serves consumers without CUDA.
+# The cuda and rdma components: each its own export set, loaded by the config only when a
+# consumer asks for it (and finds what it needs), so that such a build still serves consumers
+# without CUDA or rdma-core.
 set(_byteps_package_files)
+set(BYTEPS_PACKAGE_COMPONENTS "tcp")
+set(BYTEPS_UNBUILT_COMPONENTS "")
+if(BYTEPS_HAVE_RDMA)
+  install(TARGETS byteps_rdma EXPORT byteps-rdma-targets COMPONENT ${_byteps_install_component})
+  install(EXPORT byteps-rdma-targets
+    NAMESPACE byteps::
+    FILE byteps-rdma-targets.cmake
+    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+    COMPONENT ${_byteps_install_component})
+  list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindRdmaCore.cmake")
+  string(APPEND BYTEPS_PACKAGE_COMPONENTS " rdma")
+else()
+  string(APPEND BYTEPS_UNBUILT_COMPONENTS " rdma")
+endif()
 if(BYTEPS_HAVE_CUDA)
   install(TARGETS byteps_cuda EXPORT byteps-cuda-targets COMPONENT ${_byteps_install_component})
   install(EXPORT byteps-cuda-targets
@@ -46,14 +66,13 @@ if(BYTEPS_HAVE_CUDA)
     DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
     COMPONENT ${_byteps_install_component})
   list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake")
-  set(BYTEPS_PACKAGE_COMPONENTS "tcp cuda")
-  set(BYTEPS_UNBUILT_COMPONENTS "rdma")
+  string(APPEND BYTEPS_PACKAGE_COMPONENTS " cuda")
   set(BYTEPS_PACKAGE_CUDA_ROOT "${CUDAToolkit_LIBRARY_ROOT}")
 else()
-  set(BYTEPS_PACKAGE_COMPONENTS "tcp")
-  set(BYTEPS_UNBUILT_COMPONENTS "rdma cuda")
+  string(APPEND BYTEPS_UNBUILT_COMPONENTS " cuda")
   set(BYTEPS_PACKAGE_CUDA_ROOT "")
 endif()
+string(STRIP "${BYTEPS_UNBUILT_COMPONENTS}" BYTEPS_UNBUILT_COMPONENTS)
 
 configure_package_config_file(
   "${CMAKE_CURRENT_LIST_DIR}/byteps-config.cmake.in"

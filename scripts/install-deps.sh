@@ -7,6 +7,9 @@ packages=(cmake ninja-build g++ make libasio-dev libfmt-dev catch2)
 # The deploy tests (tests/deploy, docs/deploy.md): a real Slurm with munge, run in network
 # namespaces (iproute2).
 packages+=(slurm-wlm munge iproute2)
+# bps::transport::rdma over rdma-core's libibverbs and librdmacm (BYTEPS_WITH_RDMA). No device
+# is needed to build it or to run its tests over the emulated verbs layer (tests/rdma).
+packages+=(libibverbs-dev librdmacm-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

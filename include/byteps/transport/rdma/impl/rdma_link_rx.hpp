@@ -1,0 +1,190 @@
+#pragma once
+/// @file
+/// `rdma_link_rx<V>`: the receiving side of one `rdma_link<V>`, on the progress thread. It
+/// reads each message from its receive slot, asks the receiver where a payload goes before any
+/// payload byte lands, grants that place to the sender (or its staging area, a window at a
+/// time, when the place is not registered), and delivers the frame once the last write is in.
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "byteps/transport/rdma/rdma_link.hpp"
+
+namespace bps::transport {
+
+template <class V>
+class rdma_link_rx {
+ public:
+  explicit rdma_link_rx(rdma_link<V>& link) : l_(link) {}
+
+  void on_receive(std::byte* slot, const verbs::work_completion& wc) {
+    if (wc.opcode == verbs::wc_opcode::recv_with_imm) return on_write(wc.byte_len, wc.imm);
+    const std::span<const std::byte> msg(slot, wc.byte_len);
+    auto p = rdma_msg::get_prefix(msg);
+    if (!p) return l_.fail(fmt::format("protocol error: a message of {} bytes from {} is not ours",
+                                       msg.size(), l_.peer_));
+    {
+      std::lock_guard lock(l_.mu_);
+      l_.credits_ += p->credits;
+    }
+    switch (p->k) {
+      case rdma_msg::kind::frame: return on_frame(msg.subspan(rdma_msg::prefix_size));
+      case rdma_msg::kind::announce: return on_announce(p->seq, msg.subspan(rdma_msg::prefix_size));
+      case rdma_msg::kind::grant:
+        if (auto g = rdma_msg::get_grant(msg)) return l_.on_grant(p->seq, *g);
+        return l_.fail("protocol error: a short grant from " + l_.peer_);
+      case rdma_msg::kind::credit: return;
+    }
+  }
+
+ private:
+  // The header at the start of `body`, validated as TCP validates it; false after failing.
+  bool read_header(std::span<const std::byte> body) {
+    if (body.size() < wire::header_size)
+      return l_.fail("protocol error: a short frame from " + l_.peer_), false;
+    auto decoded = wire::decode(body.first<wire::header_size>(), l_.max_frame_);
+    if (!decoded) return l_.fail("protocol error: " + decoded.reason), false;
+    h_ = decoded.value;
+    return true;
+  }
+
+  // Where the payload of h_ goes: the receiver's answer, or a scratch buffer for a transport
+  // frame nobody here handles. Empty with `ok` false after failing the link.
+  std::span<std::byte> destination(bool& ok) {
+    ok = true;
+    if (wire::is_transport_msg(h_.type) && !l_.receiver_->wants_transport_frames()) {
+      skipped_.resize(h_.payload_bytes);
+      deliver_ = false;
+      return skipped_;
+    }
+    deliver_ = true;
+    std::string reason;
+    std::span<std::byte> dest;
+    try {
+      dest = l_.receiver_->payload_destination(h_, reason);
+    } catch (const std::exception& e) {
+      reason = e.what();
+      dest = {};
+    }
+    if (dest.size() != h_.payload_bytes) {
+      if (reason.empty()) reason = "no place for the payload";
+      l_.log_.warn("dropping connection from {}: {} frame refused: {}", l_.peer_,
+                   wire::msg_name(h_.type), reason);
+      l_.fail("protocol error: " + reason);
+      ok = false;
+    }
+    return dest;
+  }
+
+  void on_frame(std::span<const std::byte> body) {
+    if (!read_header(body)) return;
+    if (body.size() - wire::header_size != h_.payload_bytes)
+      return l_.fail(fmt::format("protocol error: {} sent a frame of {} payload bytes that "
+                                 "claims {}", l_.peer_, body.size() - wire::header_size,
+                                 h_.payload_bytes));
+    bool ok = false;
+    auto dest = destination(ok);
+    if (!ok) return;
+    if (!dest.empty()) std::memcpy(dest.data(), body.data() + wire::header_size, dest.size());
+    deliver(dest);
+  }
+
+  void on_announce(std::uint64_t seq, std::span<const std::byte> body) {
+    if (active_) return l_.fail("protocol error: " + l_.peer_ + " announced a frame mid-payload");
+    if (!read_header(body)) return;
+    bool ok = false;
+    dest_ = destination(ok);
+    if (!ok) return;
+    step_ = 0;
+    if (deliver_) {
+      try {
+        step_ = l_.receiver_->progress_step(h_);
+      } catch (const std::exception& e) {
+        return l_.fail(std::string("protocol error: ") + e.what());
+      }
+    }
+    active_ = true;
+    seq_ = seq;
+    done_ = reported_ = 0;
+    auto keys = l_.registry_.lookup(dest_.data(), dest_.size());
+    staged_ = !keys;
+    if (!staged_) {  // straight into the receiver's memory, in pieces of the step if it asked
+      const std::uint64_t piece = step_ ? std::min<std::uint64_t>(step_, dest_.size()) : dest_.size();
+      window_ = dest_.size();
+      return grant({0, reinterpret_cast<std::uint64_t>(dest_.data()), keys->rkey, dest_.size(),
+                    std::min<std::uint64_t>(piece, max_piece)});
+    }
+    next_window();
+  }
+
+  void next_window() {
+    window_ = std::min<std::uint64_t>(l_.staging_, dest_.size() - done_);
+    got_ = 0;
+    grant({done_, reinterpret_cast<std::uint64_t>(l_.rx_staging()), l_.v_.rkey(l_.mr_), window_,
+           window_});
+  }
+
+  void grant(const rdma_msg::grant& g) {
+    got_ = 0;
+    std::unique_lock lock(l_.mu_);
+    l_.grants_out_.push_back({seq_, g});
+    l_.pump_or_fail(lock);
+  }
+
+  void on_write(std::uint32_t bytes, std::uint32_t imm) {
+    if (!active_ || imm != static_cast<std::uint32_t>(seq_) || got_ + bytes > window_)
+      return l_.fail(fmt::format("protocol error: {} wrote {} bytes that no grant of this link "
+                                 "asked for", l_.peer_, bytes));
+    got_ += bytes;
+    if (!staged_) {
+      done_ += bytes;
+    } else if (got_ == window_) {
+      std::memcpy(dest_.data() + done_, l_.rx_staging(), window_);
+      done_ += window_;
+    } else {
+      return;  // the rest of this window is still coming
+    }
+    if (done_ == dest_.size()) {
+      active_ = false;
+      return deliver(dest_);
+    }
+    if (step_ && deliver_ && done_ - reported_ >= step_) {
+      reported_ = done_;
+      try {
+        l_.receiver_->on_progress(h_, done_);
+      } catch (const std::exception& e) {
+        return l_.fail(std::string("protocol error: ") + e.what());
+      }
+    }
+    if (staged_) next_window();
+  }
+
+  void deliver(std::span<std::byte> payload) {
+    if (!deliver_) return;
+    try {
+      l_.receiver_->on_message(h_, payload);
+    } catch (const std::exception& e) {
+      l_.log_.warn("dropping connection from {}: handling a {} frame failed: {}", l_.peer_,
+                   wire::msg_name(h_.type), e.what());
+      l_.fail(std::string("protocol error: ") + e.what());
+    }
+  }
+
+  static constexpr std::uint64_t max_piece = 1u << 30;  // one WRITE moves at most 1 GiB
+
+  rdma_link<V>& l_;
+  wire::header h_{};
+  bool deliver_ = true;
+  std::vector<std::byte> skipped_;
+  // The large frame being received.
+  bool active_ = false;
+  bool staged_ = false;
+  std::uint64_t seq_ = 0;
+  std::span<std::byte> dest_;
+  std::size_t step_ = 0;
+  std::uint64_t window_ = 0, got_ = 0, done_ = 0, reported_ = 0;
+};
+
+}  // namespace bps::transport
