@@ -134,12 +134,12 @@ struct sent_counter {
       std::lock_guard lock(mu);
       if (calls.size() <= i) calls.resize(i + 1);
     }
+    // Notified under the lock: the test may destroy the counter as soon as wait_all returns,
+    // which it cannot do before this callback has let go of the mutex.
     return [this, i] {
-      {
-        std::lock_guard lock(mu);
-        ++calls[i];
-        inside_send = inside_send || in_send;
-      }
+      std::lock_guard lock(mu);
+      ++calls[i];
+      inside_send = inside_send || in_send;
       cv.notify_all();
     };
   }

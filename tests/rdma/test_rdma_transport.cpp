@@ -93,6 +93,7 @@ TEST_CASE("rdma transport: registered memory is written directly (one WRITE), un
 TEST_CASE("rdma transport: a receiver asking for progress hears it per written piece", "[rdma][transport]") {
   auto net = std::make_shared<emu::fabric>();
   constexpr std::size_t step = 4096, n = 10 * step + 12;
+  const auto payload = pattern(5, n);  // outlives the pair: the transport reads it until on_sent
   {
     rdma_pair p(emu_options(net));
     std::vector<std::byte> arena(n);
@@ -100,7 +101,7 @@ TEST_CASE("rdma transport: a receiver asking for progress hears it per written p
     p.connect_one();
     p.server_rx[0]->use_arena(&arena);
     p.server_rx[0]->ask_progress(step);
-    send_frame(*p.client[0], 5, pattern(5, n));
+    send_frame(*p.client[0], 5, payload);
     REQUIRE(p.server_rx[0]->wait_messages(1));
     auto f = p.server_rx[0]->frames()[0];
     std::vector<std::size_t> expected;
