@@ -10,6 +10,15 @@
 /// must be that dtype's values, summable as they are, until servers decode pushes themselves
 /// (a server request handler, server/handler.hpp, is where that goes).
 ///
+/// Built in, one header each, with BytePS's algorithms and parameters: `fp16` and `bf16` casts
+/// (cast.hpp), `onebit` (onebit.hpp), `topk` (topk.hpp), `randomk` (randomk.hpp), `dithering`
+/// (dithering.hpp); the decorators `error_feedback<C>` (error_feedback.hpp) and `nesterov<C>`
+/// (nesterov.hpp). Each header states its encoded format. registry.hpp makes any of them from a
+/// name and string parameters, as BytePS's `byteps_compressor_type` and friends do.
+///
+/// A compressor may also have `set_learning_rate(double)` (error feedback does): the
+/// communicator forwards `comm.set_learning_rate(lr)` to it, through `any` when type-erased.
+///
 /// @code
 /// struct halve {  // sends x/2, gets back the sum of halves, doubles it
 ///   std::string name() const { return "halve"; }
@@ -62,10 +71,19 @@ struct identity {
   }
 };
 
+/// A compressor with `set_learning_rate(double)`, which error feedback needs.
+template <class C>
+concept takes_learning_rate = requires(C& c, double lr) {
+  c.set_learning_rate(lr);
+};
+
 /// A compressor of any type, as the worker holds one per partition.
 class any {
  public:
   virtual ~any() = default;
+  virtual std::string name() const = 0;
+  /// Forwarded to the compressor if it takes a learning rate; ignored otherwise.
+  virtual void set_learning_rate(double) {}
   virtual std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const = 0;
   virtual std::size_t encode(std::span<const std::byte> in, dtype type,
                              std::span<std::byte> out) = 0;
@@ -76,6 +94,10 @@ template <Compressor C>
 class holder final : public any {
  public:
   explicit holder(C c) : c_(std::move(c)) {}
+  std::string name() const override { return c_.name(); }
+  void set_learning_rate(double lr) override {
+    if constexpr (takes_learning_rate<C>) c_.set_learning_rate(lr);
+  }
   std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const override {
     return c_.max_encoded_bytes(bytes, type);
   }
@@ -88,6 +110,27 @@ class holder final : public any {
 
  private:
   C c_;
+};
+
+/// A `Compressor` over a type-erased one: lets a decorator wrap a compressor chosen at run time
+/// (registry.hpp) without a template instance per combination.
+class erased {
+ public:
+  explicit erased(std::unique_ptr<any> c) : c_(std::move(c)) {}
+  std::string name() const { return c_->name(); }
+  void set_learning_rate(double lr) { c_->set_learning_rate(lr); }
+  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
+    return c_->max_encoded_bytes(bytes, type);
+  }
+  std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
+    return c_->encode(in, type, out);
+  }
+  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
+    c_->decode(in, type, out);
+  }
+
+ private:
+  std::unique_ptr<any> c_;
 };
 
 /// How to make a tensor's compressors: one per partition, made when the tensor is first used.
