@@ -1,5 +1,7 @@
 #include <bit>
+#include <byteps/compress/bitstream.hpp>
 #include <byteps/compress/cast.hpp>
+#include <byteps/compress/dithering.hpp>
 #include <byteps/compress/onebit.hpp>
 #include <byteps/compress/randomk.hpp>
 #include <byteps/compress/topk.hpp>
@@ -50,6 +52,38 @@ std::vector<std::uint32_t> reference_randomk(xorshift_ref& g, std::size_t n, std
     s.insert(s.count(t) ? static_cast<std::uint32_t>(j) : t);
   }
   return {s.begin(), s.end()};
+}
+
+// The reference dithering: the decoded values the header's definition gives, drawing from `g`
+// as the compressor draws from its generator.
+std::vector<float> reference_dithering(const std::vector<float>& x, unsigned s, bool natural,
+                                       bool l2, xorshift_ref& g) {
+  double norm = 0;
+  for (float v : x) norm = l2 ? norm + double{v} * v : std::max(norm, double{std::fabs(v)});
+  const float norm32 = static_cast<float>(l2 ? std::sqrt(norm) : norm);
+  const double S = natural ? std::ldexp(1.0, static_cast<int>(s) - 1) : s;
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double u = static_cast<double>(g.next() >> 11) / 9007199254740992.0;
+    if (norm32 == 0) continue;
+    const double r = std::min(std::fabs(double{x[i]}) / norm32 * S, S);
+    double lo = std::floor(r), hi = lo + 1;
+    if (natural) {
+      lo = r < 1 ? 0 : std::exp2(std::floor(std::log2(r)));
+      hi = lo == 0 ? 1 : 2 * lo;
+    }
+    const double level = u < (r - lo) / (hi - lo) ? hi : lo;
+    const auto v = static_cast<float>(level * norm32 / S);
+    y[i] = x[i] < 0 ? -v : v;
+  }
+  return y;
+}
+
+bytes bits_from(const std::string& text) {
+  bytes b((text.size() + 7) / 8);
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if (text[i] == '1') b[i / 8] |= std::byte{0x80} >> (i % 8);
+  return b;
 }
 
 }  // namespace
@@ -288,4 +322,190 @@ TEST_CASE("randomk: unbiased scales the values sent by n / k", "[compress][rando
   REQUIRE(p.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) CHECK(p[i] == pair{idx[i], x[idx[i]] * 4.0f});
   CHECK(c.name() == "randomk(k=2,seed=5,unbiased=true)");
+}
+
+TEST_CASE("Elias delta: the known codes, and a round trip from 1 to 2^64 - 1",
+          "[compress][dithering][bitstream]") {
+  const std::pair<std::uint64_t, std::string> known[] = {
+      {1, "1"}, {2, "0100"}, {3, "0101"}, {4, "01100"}, {7, "01111"}, {17, "001010001"}};
+  for (const auto& [x, code] : known) {
+    CAPTURE(x);
+    bytes buf(4);
+    bps::compress::bit_writer w(buf);
+    bps::compress::put_elias_delta(w, x);
+    CHECK(w.bits() == code.size());
+    CHECK(bps::compress::elias_delta_bits(x) == code.size());
+    buf.resize(w.bytes());
+    CHECK(buf == bits_from(code));
+  }
+  std::vector<std::uint64_t> values;
+  for (std::uint64_t x = 1; x <= 5000; ++x) values.push_back(x);
+  for (int b = 12; b < 64; ++b) {
+    values.push_back((std::uint64_t{1} << b) - 1);
+    values.push_back(std::uint64_t{1} << b);
+    values.push_back((std::uint64_t{1} << b) + 12345);
+  }
+  values.push_back(~std::uint64_t{0});
+  bytes buf(values.size() * 16);
+  bps::compress::bit_writer w(buf);
+  for (auto x : values) bps::compress::put_elias_delta(w, x);
+  bps::compress::bit_reader r("test", buf, w.bits());
+  for (auto x : values) REQUIRE(bps::compress::get_elias_delta(r) == x);
+  CHECK(r.done());
+  // Seven leading zeros: longer than any 64-bit value; a code cut short.
+  auto zeros = bits_from("00000001000000000");
+  bps::compress::bit_reader z("test", zeros, 17);
+  CHECK_THROWS_AS(bps::compress::get_elias_delta(z), usage_error);
+  auto cut = bits_from("0010100");
+  bps::compress::bit_reader c("test", cut, 7);
+  CHECK_THROWS_AS(bps::compress::get_elias_delta(c), usage_error);
+}
+
+TEST_CASE("dithering: the documented stream, bit for bit", "[compress][dithering]") {
+  // Max norm 1, s = 2 linear: r = 0, 1, 0, 2 exactly, so no draw changes a level.
+  const std::vector<float> x = {0.0f, 0.5f, 0.0f, -1.0f};
+  bps::compress::dithering c(2);
+  const auto enc = encode(c, bytes_of(x));
+  // i = 1: gap 2 "0100", sign "0", level 1 "1"; i = 3: gap 2 "0100", sign "1", level 2 "0100".
+  const std::string stream =
+      "0100"
+      "0"
+      "1"
+      "0100"
+      "1"
+      "0100";
+  REQUIRE(enc.size() == 8 + 2);
+  CHECK(lef32(enc, 0) == 1.0f);
+  CHECK(le32(enc, 4) == stream.size());
+  CHECK(bytes(enc.begin() + 8, enc.end()) == bits_from(stream));
+  CHECK(values_of<float>(decode(c, enc, 16)) == x);
+  // All zeros: norm 0, no bits.
+  const auto zero = encode(c, bytes_of(std::vector<float>(5, 0.0f)));
+  CHECK(zero.size() == 8);
+  CHECK(values_of<float>(decode(c, zero, 20)) == std::vector<float>(5, 0.0f));
+}
+
+TEST_CASE("dithering: decodes to the reference's quantised values, linear and natural, max and l2",
+          "[compress][dithering]") {
+  bps_rng r{11};
+  for (std::size_t n : {1u, 10u, 1000u}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = static_cast<float>(r.between(-100000, 100000)) * 1e-3f;
+    for (bool natural : {false, true}) {
+      for (bool l2 : {false, true}) {
+        for (unsigned s : {1u, 3u, 8u}) {
+          CAPTURE(n, natural, l2, s);
+          using D = bps::compress::dithering;
+          D c(s, natural ? D::partition::natural : D::partition::linear,
+              l2 ? D::normalize::l2 : D::normalize::max, 77);
+          xorshift_ref g(77);
+          for (int round = 0; round < 3; ++round) {
+            const auto expected = reference_dithering(x, s, natural, l2, g);
+            const auto enc = encode(c, bytes_of(x));
+            CHECK(values_of<float>(decode(c, enc, n * 4)) == expected);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dithering: bad parameters, non-finite input and malformed streams are refused",
+          "[compress][dithering]") {
+  using D = bps::compress::dithering;
+  CHECK_THROWS_AS(D(0), usage_error);
+  auto text = message_of<usage_error>([] { D(32, D::partition::natural); });
+  CHECK(text.find("natural") != std::string::npos);
+  CHECK_THROWS_AS(D(3, D::partition::linear, D::normalize::max, 0), usage_error);
+  D c(2);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    const std::vector<float> x = {1.0f, bad};
+    bytes out(c.max_encoded_bytes(8, dtype::float32));
+    CHECK_THROWS_AS(c.encode(bytes_of(x), dtype::float32, out), usage_error);
+  }
+  const auto stream = [](const std::string& bits) {
+    bytes b;
+    putf32(b, 1.0f);
+    put32(b, static_cast<std::uint32_t>(bits.size()));
+    auto body = bits_from(bits);
+    b.insert(b.end(), body.begin(), body.end());
+    return b;
+  };
+  bytes out(16);  // 4 elements, top level 2
+  CHECK_NOTHROW(c.decode(stream("0100"
+                                "0"
+                                "1"),
+                         dtype::float32, out));
+  CHECK(values_of<float>(out) == std::vector<float>{0, 0.5f, 0, 0});
+  const std::string bad[] = {
+      "01101"
+      "0"
+      "1",  // gap 5: past 4 elements
+      "1"
+      "0"
+      "0101",  // level 3 above 2
+      "1"
+      "0",  // ends inside an entry
+      "1"
+      "0"
+      "1"
+      "1"
+      "0"
+      "1"
+      "1"
+      "0"
+      "1"
+      "1"
+      "0"
+      "1"
+      "1"
+      "0"
+      "1",  // a fifth element
+  };
+  for (const auto& b : bad) {
+    CAPTURE(b);
+    auto msg = message_of<usage_error>([&] { c.decode(stream(b), dtype::float32, out); });
+    INFO(msg);
+    CHECK(msg.find("malformed") != std::string::npos);
+  }
+  auto padded = stream(
+      "1"
+      "0"
+      "1");
+  padded.back() |= std::byte{0x01};
+  CHECK_THROWS_AS(c.decode(padded, dtype::float32, out), usage_error);
+  auto longer = stream(
+      "1"
+      "0"
+      "1");
+  longer.push_back(std::byte{0});
+  CHECK_THROWS_AS(c.decode(longer, dtype::float32, out), usage_error);
+  auto lying = stream(
+      "1"
+      "0"
+      "1");
+  lying[4] = std::byte{200};  // claims 200 bits
+  CHECK_THROWS_AS(c.decode(lying, dtype::float32, out), usage_error);
+  CHECK_THROWS_AS(c.decode(bytes(5), dtype::float32, out), usage_error);
+}
+
+TEST_CASE("dithering: max_encoded_bytes bounds the worst streams", "[compress][dithering]") {
+  using D = bps::compress::dithering;
+  for (auto p : {D::partition::linear, D::partition::natural}) {
+    for (unsigned s : {1u, 2u, 7u, 20u}) {
+      CAPTURE(s);
+      D c(s, p);
+      // Every element at the top level; one element far from the start; alternating signs.
+      std::vector<std::vector<float>> worst = {std::vector<float>(257, 1.0f),
+                                               std::vector<float>(300, 0.0f)};
+      worst[1].back() = -1.0f;
+      std::vector<float> alt(64);
+      for (std::size_t i = 0; i < alt.size(); ++i) alt[i] = i % 2 ? -1.0f : 1.0f;
+      worst.push_back(alt);
+      for (const auto& x : worst) {
+        const auto enc = encode(c, bytes_of(x));  // checks the bound
+        CHECK(values_of<float>(decode(c, enc, x.size() * 4)) == x);
+      }
+    }
+  }
 }

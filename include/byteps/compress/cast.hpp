@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -29,7 +30,7 @@ template <class Half>
 requires std::is_same_v<Half, float16> || std::is_same_v<Half, bfloat16>
 class cast {
  public:
-  std::string name() const { return std::is_same_v<Half, float16> ? "fp16" : "bf16"; }
+  std::string name() const { return std::string(name_); }
 
   std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
     return elements(bytes, type) * 2;
@@ -37,7 +38,7 @@ class cast {
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
     const std::size_t n = elements(in.size(), type);
-    require_room(name(), out.size(), n * 2);
+    require_room(name_, out.size(), n * 2);
     const auto x = read_floats(in, type, scratch_);
     stream_writer w(out);
     for (float v : x) w.put_u16(narrow(v).bits);
@@ -46,9 +47,9 @@ class cast {
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
     const std::size_t n = elements(out.size(), type);
-    require_size(name(), "stream", in.size(), n * 2);
+    require_size(name_, "stream", in.size(), n * 2);
     const auto y = float_target(out, type, scratch_);
-    stream_reader r(name(), in);
+    stream_reader r(name_, in);
     for (std::size_t i = 0; i < n; ++i) y[i] = to_float(Half{r.get_u16()});
     write_floats(y, type, out);
   }
@@ -59,8 +60,8 @@ class cast {
       throw usage_error(fmt::format(
           "compressor '{}': casts float32 tensors only, not {} (push this tensor without a "
           "compressor, or with another one)",
-          name(), dtype_name(type)));
-    return float_elements(name(), bytes, type);
+          name_, dtype_name(type)));
+    return float_elements(name_, bytes, type);
   }
   static Half narrow(float v) noexcept {
     if constexpr (std::is_same_v<Half, float16>)
@@ -69,6 +70,7 @@ class cast {
       return to_bfloat16(v);
   }
 
+  static constexpr std::string_view name_ = std::is_same_v<Half, float16> ? "fp16" : "bf16";
   std::vector<float> scratch_;  // unaligned input or output only
 };
 

@@ -26,18 +26,19 @@ namespace bps::compress {
 
 class onebit {
  public:
-  explicit onebit(bool scaling = false) noexcept : scaling_(scaling) {}
+  explicit onebit(bool scaling = false)
+      : scaling_(scaling), name_(scaling ? "onebit(scaling=true)" : "onebit(scaling=false)") {}
 
-  std::string name() const { return scaling_ ? "onebit(scaling=true)" : "onebit(scaling=false)"; }
+  std::string name() const { return name_; }
   bool scaling() const noexcept { return scaling_; }
 
   std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return encoded_bytes(float_elements(name(), bytes, type));
+    return encoded_bytes(float_elements(name_, bytes, type));
   }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name(), in.size(), type);
-    require_room(name(), out.size(), encoded_bytes(n));
+    const std::size_t n = float_elements(name_, in.size(), type);
+    require_room(name_, out.size(), encoded_bytes(n));
     const auto x = read_floats(in, type, scratch_);
     stream_writer w(out);
     w.put_f32(scale_of(x));
@@ -53,13 +54,13 @@ class onebit {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name(), out.size(), type);
-    require_size(name(), "stream", in.size(), encoded_bytes(n));
-    stream_reader r(name(), in);
+    const std::size_t n = float_elements(name_, out.size(), type);
+    require_size(name_, "stream", in.size(), encoded_bytes(n));
+    stream_reader r(name_, in);
     const float scale = r.get_f32();
     const std::byte* bits = r.rest().data();
     if (n % 8 != 0 && (std::to_integer<unsigned>(bits[n / 8]) >> (n % 8)) != 0)
-      malformed(name(), "padding bits after the last element are set");
+      malformed(name_, "padding bits after the last element are set");
     const auto y = float_target(out, type, scratch_);
     for (std::size_t i = 0; i < n; ++i)
       y[i] = (std::to_integer<unsigned>(bits[i / 8]) >> (i % 8)) & 1u ? -scale : scale;
@@ -77,6 +78,7 @@ class onebit {
   }
 
   bool scaling_;
+  std::string name_;
   std::vector<float> scratch_;  // non-float32 or unaligned tensors only
 };
 

@@ -41,25 +41,27 @@ class randomk {
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements; `seed`:
   /// not 0, the same on every node.
   explicit randomk(double k, std::uint64_t seed = default_seed, bool unbiased = false)
-      : k_(k, "randomk"), seed_(seed), unbiased_(unbiased), rng_(seed, "randomk") {}
+      : k_(k, "randomk"),
+        seed_(seed),
+        unbiased_(unbiased),
+        rng_(seed, "randomk"),
+        name_(fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
+                          unbiased_ ? ",unbiased=true" : "")) {}
 
-  std::string name() const {
-    return fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
-                       unbiased_ ? ",unbiased=true" : "");
-  }
+  std::string name() const { return name_; }
   double k() const noexcept { return k_.value(); }
   std::uint64_t seed() const noexcept { return seed_; }
   bool unbiased() const noexcept { return unbiased_; }
 
   std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return sparse_bytes(k_.of(float_elements(name(), bytes, type)));
+    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
   }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name(), in.size(), type);
-    require_u32_indices(name(), n);
+    const std::size_t n = float_elements(name_, in.size(), type);
+    require_u32_indices(name_, n);
     const std::size_t k = k_.of(n);
-    require_room(name(), out.size(), sparse_bytes(k));
+    require_room(name_, out.size(), sparse_bytes(k));
     const auto x = read_floats(in, type, scratch_);
     choose(n, k);
     const float scale = unbiased_ && k > 0 ? static_cast<float>(n) / static_cast<float>(k) : 1.0f;
@@ -67,9 +69,9 @@ class randomk {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    float_elements(name(), out.size(), type);
+    float_elements(name_, out.size(), type);
     const auto y = float_target(out, type, scratch_);
-    read_sparse(name(), in, y);
+    read_sparse(name_, in, y);
     write_floats(y, type, out);
   }
 
@@ -92,6 +94,7 @@ class randomk {
   std::uint64_t seed_;
   bool unbiased_;
   xorshift128p rng_;
+  std::string name_;
   std::vector<float> scratch_;  // non-float32 or unaligned tensors only
   std::vector<bool> taken_;
   std::vector<std::uint32_t> chosen_;

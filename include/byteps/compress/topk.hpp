@@ -30,20 +30,20 @@ namespace bps::compress {
 class topk {
  public:
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements.
-  explicit topk(double k) : k_(k, "topk") {}
+  explicit topk(double k) : k_(k, "topk"), name_("topk(k=" + k_.text() + ")") {}
 
-  std::string name() const { return "topk(k=" + k_.text() + ")"; }
+  std::string name() const { return name_; }
   double k() const noexcept { return k_.value(); }
 
   std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return sparse_bytes(k_.of(float_elements(name(), bytes, type)));
+    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
   }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name(), in.size(), type);
-    require_u32_indices(name(), n);
+    const std::size_t n = float_elements(name_, in.size(), type);
+    require_u32_indices(name_, n);
     const std::size_t k = k_.of(n);
-    require_room(name(), out.size(), sparse_bytes(k));
+    require_room(name_, out.size(), sparse_bytes(k));
     const auto x = read_floats(in, type, scratch_);
     const auto magnitude = [&](std::uint32_t i) {
       return std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
@@ -61,14 +61,15 @@ class topk {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    float_elements(name(), out.size(), type);
+    float_elements(name_, out.size(), type);
     const auto y = float_target(out, type, scratch_);
-    read_sparse(name(), in, y);
+    read_sparse(name_, in, y);
     write_floats(y, type, out);
   }
 
  private:
   sparse_k k_;
+  std::string name_;
   std::vector<float> scratch_;        // non-float32 or unaligned tensors only
   std::vector<std::uint32_t> order_;  // element indices, reused from round to round
 };
