@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -108,7 +109,8 @@ inline std::span<float> float_target(std::span<std::byte> out, dtype type,
 /// already there.
 inline void write_floats(std::span<const float> values, dtype type, std::span<std::byte> out) {
   if (static_cast<const void*>(values.data()) == static_cast<const void*>(out.data())) return;
-  const std::size_t n = values.size();
+  // The same count, but bounded by `out` where the compiler can see it.
+  const std::size_t n = std::min(values.size(), out.size() / dtype_size(type));
   switch (type) {
     case dtype::float32:
       std::memcpy(out.data(), values.data(), n * sizeof(float));
