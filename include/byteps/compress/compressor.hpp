@@ -16,6 +16,10 @@
 /// (nesterov.hpp). Each header states its encoded format. registry.hpp makes any of them from a
 /// name and string parameters, as BytePS's `byteps_compressor_type` and friends do.
 ///
+/// `in` and `out` never overlap. `decode` reads bytes that may come off the network (a server
+/// decodes each worker's push): whatever they are, it must not read or write out of bounds; the
+/// built-ins throw `usage_error` for a malformed stream.
+///
 /// A compressor may also have `set_learning_rate(double)` (error feedback does): the
 /// communicator forwards `comm.set_learning_rate(lr)` to it, through `any` when type-erased.
 ///
