@@ -810,3 +810,49 @@ TEST_CASE("registry: a prototype's own algorithm, with the prefixes, and by_name
   CHECK(bps::compress::by_name(bps::compress::recipe{"ef_halve", {}}, reg)->name() == "ef(halve)");
   CHECK_THROWS_AS(bps::compress::by_name("topk"), usage_error);  // k missing: refused at once
 }
+
+TEST_CASE("every decoder survives random and bit-flipped bytes: decoded or refused, in bounds",
+          "[compress][malformed]") {
+  bps_rng r{2024};
+  const std::vector<bps::compress::recipe> all = {
+      {"fp16", {}},
+      {"bf16", {}},
+      {"onebit", {}},
+      {"topk", {{"k", "5"}}},
+      {"randomk", {{"k", "0.2"}}},
+      {"dithering", {{"s", "3"}}},
+      {"dithering", {{"s", "5"}, {"partition", "natural"}, {"normalize", "l2"}}},
+      {"ef_topk", {{"k", "3"}}}};
+  std::vector<float> x(37);
+  for (auto& v : x) v = static_cast<float>(r.between(-100, 100)) / 8.0f;
+  for (const auto& recipe : all) {
+    CAPTURE(bps::compress::to_string(recipe));
+    auto c = bps::compress::make(recipe);
+    const auto in = bytes_of(x);
+    bytes good(c->max_encoded_bytes(in.size(), dtype::float32));
+    good.resize(c->encode(in, dtype::float32, good));
+    bytes out(in.size());
+    int refused = 0;
+    for (int trial = 0; trial < 2000; ++trial) {
+      bytes b = good;
+      if (trial % 2 == 0) {
+        b.resize(
+            static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(good.size()) + 8)));
+        for (auto& byte : b) byte = static_cast<std::byte>(r.between(0, 255));
+      } else {
+        const auto flips = r.between(1, 3);
+        for (int f = 0; f < flips; ++f) {
+          const auto bit =
+              static_cast<std::size_t>(r.between(0, static_cast<std::int64_t>(b.size()) * 8 - 1));
+          b[bit / 8] ^= std::byte{1} << (bit % 8);
+        }
+      }
+      try {
+        c->decode(b, dtype::float32, out);
+      } catch (const usage_error&) {
+        ++refused;
+      }
+    }
+    CHECK(refused > 0);
+  }
+}
