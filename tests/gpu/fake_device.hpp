@@ -1,5 +1,5 @@
 #pragma once
-// Knobs of the fake CUDA runtime and NCCL in fake_device.cpp (tests without a GPU).
+// Knobs of the fake CUDA runtime and NCCL in fake_cuda.cpp and fake_nccl.cpp (tests without a GPU).
 #include <cstddef>
 
 namespace fake_device {

@@ -1,6 +1,6 @@
 // bps::local::nccl's whole pipeline on machines with no GPU: the real header, linked against
-// the CPU model of the CUDA runtime and NCCL in fake_device.cpp instead of libcudart and
-// libnccl. Local ranks are threads, each with its own communicator, its own "device" (its
+// the CPU model of the CUDA runtime and NCCL (fake_cuda.cpp, fake_nccl.cpp) instead of
+// libcudart and libnccl. Local ranks are threads, each with its own communicator, its own "device" (its
 // local rank) and its own stream; servers and the scheduler run in-process over loopback.
 // Every result is compared with the exact reference sum. This shows the stage thread, the
 // order board, the events, the slices through the servers and the failure paths; it cannot

@@ -5,7 +5,7 @@
 /// is the shipped one, a few lines) or its own request handler.
 ///
 /// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
-/// threads, who waits for which round (`waiting.hpp`), the timeline, stall reports, the
+/// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports, the
 /// periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
 /// (`handler.hpp`): the default, `server::sync_sum`, sums one round from every worker and then
 /// answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
@@ -30,7 +30,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
@@ -38,9 +37,9 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/detail/periodic.hpp"
-#include "byteps/detail/task_queue.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/rendezvous/client.hpp"
+#include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
 #include "byteps/server/session.hpp"
@@ -148,7 +147,8 @@ class Server {
               cfg_.server_engine_threads, cfg_.num_workers);
     const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
     stall_check_.start(period, [this] {
-      for (auto& e : engines_) e->post([this, ep = e.get()] { report_stalls(*ep); });
+      for (auto& e : engines_)
+        e->post([this, ep = e.get()] { ep->report_stalls(cfg_, names_, log_); });
     });
     if (cfg_.server_log_interval.count() > 0 && log_.enabled(log_level::info)) {
       stats_.restart_clock();  // the first interval starts now; pushes may have come already
@@ -156,23 +156,7 @@ class Server {
     }
   }
 
-  struct engine {
-    engine(const Config& cfg, detail::buffer_pool& pool) : handler(cfg, pool) {}
-    std::mutex mu;  // guards handler and waiting: held by the engine thread per task, or by an
-                    // I/O thread, or by the throughput report
-    H handler;
-    server::waiting_rooms<session> waiting;
-    detail::task_thread thread;  // last: joins before the rest is destroyed
-
-    /// Runs `task` on the engine thread, holding `mu`.
-    template <class F>
-    void post(F task) {
-      thread.post([this, task = std::move(task)]() mutable {
-        std::lock_guard lock(mu);
-        task();
-      });
-    }
-  };
+  using engine = server::engine<H, session>;
 
   using waiting_room = typename server::waiting_rooms<session>::room;
 
@@ -333,28 +317,6 @@ class Server {
   void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to) {
     for (auto& w : to) w->send_answer(h, a);
     stats_.sent(a.bytes.size() * to.size());
-  }
-
-  // Engine thread. Like Horovod's stall inspector: name the workers a round has waited for
-  // longer than BYTEPS_STALL_WARNING_MS, once per round, so a slow job says why.
-  void report_stalls(engine& e) {
-    const auto now = std::chrono::steady_clock::now();
-    int reported = 0, more = 0;
-    e.waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
-      if (r.stall_reported || now - r.started < cfg_.stall_warning) return;
-      r.stall_reported = true;
-      if (reported++ >= 10) {
-        ++more;
-        return;
-      }
-      auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - r.started);
-      log_.warn("stalled: {} partition {} round {} has waited {} s for worker(s) {} to push it "
-                "({} of {} pushed)",
-                names_.quoted(id.key), id.part, r.round, waited.count(),
-                fmt::join(decltype(e.waiting)::missing(r, cfg_.num_workers), ", "),
-                r.workers.size(), cfg_.num_workers);
-    });
-    if (more > 0) log_.warn("stalled: {} more partitions are waiting the same way", more);
   }
 
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the

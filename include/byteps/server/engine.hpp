@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// `server::engine<H, Session>`: one of a server's engine threads (`BYTEPS_SERVER_ENGINE_THREAD`)
+/// with what belongs to it alone: its own request handler `H` for the keys it owns, and who
+/// waits for which round of those keys. Owning both per thread is why no lock guards a sum.
+/// Also its stall report, which reads only its own waiting rooms.
+///
+/// @par Thread Safety
+/// `mu` guards `handler` and `waiting`: the engine thread holds it for each posted task; an I/O
+/// thread that handles a small push inline, and the throughput report, take it too.
+
+#include <chrono>
+#include <mutex>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "byteps/core/config.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/detail/task_queue.hpp"
+#include "byteps/server/handler.hpp"
+#include "byteps/server/names.hpp"
+#include "byteps/server/waiting.hpp"
+
+namespace bps::server {
+
+template <ServerHandler H, class Session>
+struct engine {
+  engine(const Config& cfg, detail::buffer_pool& pool) : handler(cfg, pool) {}
+
+  std::mutex mu;
+  H handler;
+  waiting_rooms<Session> waiting;
+  detail::task_thread thread;  // last: joins before the rest is destroyed
+
+  /// Runs `task` on the engine thread, holding `mu`.
+  template <class F>
+  void post(F task) {
+    thread.post([this, task = std::move(task)]() mutable {
+      std::lock_guard lock(mu);
+      task();
+    });
+  }
+
+  /// On the engine thread. Like Horovod's stall inspector: names the workers a round has waited
+  /// for longer than BYTEPS_STALL_WARNING_MS, once per round (at most 10 lines, then a count),
+  /// so a slow job says why.
+  void report_stalls(const Config& cfg, const tensor_names& names, logger& log) {
+    const auto now = std::chrono::steady_clock::now();
+    int reported = 0, more = 0;
+    waiting.for_each_waiting([&](const key_id& id, typename waiting_rooms<Session>::room& r) {
+      if (r.stall_reported || now - r.started < cfg.stall_warning) return;
+      r.stall_reported = true;
+      if (reported++ >= 10) {
+        ++more;
+        return;
+      }
+      auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - r.started);
+      log.warn("stalled: {} partition {} round {} has waited {} s for worker(s) {} to push it "
+               "({} of {} pushed)",
+               names.quoted(id.key), id.part, r.round, waited.count(),
+               fmt::join(waiting_rooms<Session>::missing(r, cfg.num_workers), ", "),
+               r.workers.size(), cfg.num_workers);
+    });
+    if (more > 0) log.warn("stalled: {} more partitions are waiting the same way", more);
+  }
+};
+
+}  // namespace bps::server
