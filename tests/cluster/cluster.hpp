@@ -58,7 +58,7 @@ inline Config base_config(int workers, int servers) {
 
 /// Runs `worker(comm, rank)` on `workers` threads against `servers` servers, each with request
 /// handler `Handler`. Rethrows the first exception any node threw.
-template <ServerHandler Handler = server::sync_sum>
+template <ServerHandler Handler = server::decoding<>>
 class basic_cluster {
  public:
   using server_type = Server<transport::tcp, Handler>;

@@ -6,9 +6,16 @@
 /// rounds (error feedback keeps the residual). Chosen per tensor in
 /// `push_pull_options::compressor`, made with `compress::use<C>(args...)`.
 ///
-/// Servers sum what workers push as values of the tensor's dtype, so a compressor's encoding
-/// must be that dtype's values, summable as they are, until servers decode pushes themselves
-/// (a server request handler, server/handler.hpp, is where that goes).
+/// Two kinds, by what the servers do with a push (docs/architecture.md, "Encode and decode"):
+/// - *Decoded by the servers* (every built-in, and the default): each server decodes every
+///   worker's push with its own compressor for the partition, sums, and encodes the sum with it
+///   (with its own error feedback) for the answer (server/decoding.hpp). The servers make that
+///   compressor from the recipe the worker declares with the tensor (`spec::declared`): a
+///   compressor made with `use<C>` is declared by its `name()` with no parameters, so a
+///   server built with a `registry` knowing that name (registry.hpp's `add`) can make it.
+/// - *Summable*: a compressor with `static constexpr bool summable = true` encodes into values
+///   of the tensor's dtype that the servers sum as they are (no server decodes anything, no
+///   declare recipe); the answer is the sum of the encodings, decoded by the worker.
 ///
 /// Built in, one header each, with BytePS's algorithms and parameters: `fp16` and `bf16` casts
 /// (cast.hpp), `onebit` (onebit.hpp), `topk` (topk.hpp), `randomk` (randomk.hpp), `dithering`
@@ -37,11 +44,13 @@
 #include <concepts>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
 #include <utility>
 
+#include "byteps/compress/recipe.hpp"
 #include "byteps/core/dtype.hpp"
 
 namespace bps {
@@ -137,6 +146,17 @@ class erased {
   std::unique_ptr<any> c_;
 };
 
+template <class C>
+inline constexpr bool is_identity_v = requires {
+  requires C::is_identity;
+};
+
+/// Whether the servers sum `C`'s encoding as the dtype (see the file comment).
+template <class C>
+inline constexpr bool is_summable_v = requires {
+  requires C::summable;
+};
+
 /// How to make a tensor's compressors: one per partition, made when the tensor is first used.
 /// Tensors are matched by `name()`: a tensor keeps the compressor it was first used with.
 class spec {
@@ -144,6 +164,11 @@ class spec {
   virtual ~spec() = default;
   virtual const std::string& name() const = 0;
   virtual std::unique_ptr<any> make() const = 0;
+  /// The recipe a worker declares to the servers, which make their compressor from it
+  /// (`for_server(*declared())`); none for a summable compressor, whose pushes servers sum.
+  virtual std::optional<recipe> declared() const { return recipe{name(), {}}; }
+  /// No compression at all (`none()`): overrides `Config::compressor` for one tensor.
+  virtual bool is_none() const { return false; }
 };
 
 template <Compressor C, class... Args>
@@ -155,23 +180,38 @@ class spec_of final : public spec {
   std::unique_ptr<any> make() const override {
     return std::make_unique<holder<C>>(std::make_from_tuple<C>(args_));
   }
+  std::optional<recipe> declared() const override {
+    if constexpr (is_summable_v<C>)
+      return std::nullopt;
+    else
+      return recipe{name_, {}};
+  }
 
  private:
   std::tuple<Args...> args_;
   std::string name_;
 };
 
-template <class C>
-inline constexpr bool is_identity_v = requires {
-  requires C::is_identity;
-};
+/// The spec that asks for no compression, even where `Config::compressor` (BYTEPS_COMPRESSOR)
+/// gives every tensor one. Broadcasts always use it: their values must arrive exactly.
+inline std::shared_ptr<const spec> none() {
+  struct none_spec final : spec {
+    const std::string& name() const override { return name_; }
+    std::unique_ptr<any> make() const override { return nullptr; }
+    std::optional<recipe> declared() const override { return std::nullopt; }
+    bool is_none() const override { return true; }
+    std::string name_ = "none";
+  };
+  static const auto the = std::make_shared<const none_spec>();
+  return the;
+}
 
-/// The value of `push_pull_options::compressor` that compresses with `C(args...)`; null (no
-/// compression) for `identity`.
+/// The value of `push_pull_options::compressor` that compresses with `C(args...)`; `none()`
+/// for `identity`.
 template <Compressor C, class... Args>
 std::shared_ptr<const spec> use(Args... args) {
   if constexpr (is_identity_v<C>)
-    return nullptr;
+    return none();
   else
     return std::make_shared<const spec_of<C, Args...>>(std::move(args)...);
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/recipe_text.hpp"
 #include "byteps/wire/codec.hpp"
 
 namespace bps::compress {
@@ -48,6 +49,15 @@ inline std::string to_string(const recipe& r) {
   const char* sep = "";
   for (const auto& [k, v] : r.params) s += fmt::format("{}{}={}", std::exchange(sep, ","), k, v);
   return s + ")";
+}
+
+/// The recipe in `text` (core/recipe_text.hpp's form: "ef_topk:k=0.01"); a `usage_error`
+/// naming `what` (the variable or option) and quoting the text for anything else.
+inline recipe parse(std::string_view text, std::string_view what = "compressor") {
+  auto t = detail::parse_recipe_text(text, what);
+  recipe r{std::move(t.name), {}};
+  for (auto& [k, v] : t.params) r.params.emplace(std::move(k), std::move(v));
+  return r;
 }
 
 inline constexpr std::uint8_t recipe_format_version = 1;

@@ -28,6 +28,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -163,6 +164,7 @@ class recipe_spec final : public spec {
   const std::string& name() const override { return name_; }
   std::unique_ptr<any> make() const override { return registry_.make(recipe_); }
   const compress::recipe& made_from() const noexcept { return recipe_; }
+  std::optional<compress::recipe> declared() const override { return recipe_; }
 
  private:
   compress::recipe recipe_;
@@ -170,7 +172,9 @@ class recipe_spec final : public spec {
   std::string name_;
 };
 
+/// `none()` for the recipe "none" (no parameters).
 inline std::shared_ptr<const spec> by_name(recipe r, registry reg = {}) {
+  if (r.name == "none" && r.params.empty()) return none();
   return std::make_shared<const recipe_spec>(std::move(r), std::move(reg));
 }
 inline std::shared_ptr<const spec> by_name(std::string_view name, param_map params = {}) {

@@ -21,6 +21,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/recipe_text.hpp"
 
 namespace bps {
 
@@ -89,6 +90,15 @@ struct Config {
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
   millis failover_timeout{0};
   bool server_standby = false;                   ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+
+  /// BYTEPS_COMPRESSOR: workers only. The compressor of every tensor whose push_pull names none
+  /// (`push_pull_options::compressor` overrides it per tensor), as a recipe's text
+  /// (core/recipe_text.hpp: "topk:k=0.01", "ef_onebit:scaling=1"); "" or "none": no compression.
+  /// The worker makes it with compress/registry.hpp's built-ins when it joins.
+  std::string compressor;
+  /// BYTEPS_MIN_COMPRESS_BYTES: a tensor smaller than this goes uncompressed whatever its
+  /// compressor, as in BytePS (the encoding would cost more than it saves).
+  std::size_t min_compress_bytes = 65536;
 
   // The environment's values for the transports' options, recorded here only because
   // from_env() is the one reader of the environment. A node given no transport options builds
@@ -208,6 +218,18 @@ inline void Config::validate() const {
   if (failover_timeout.count() < 0)
     fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
          "0 (off) or more");
+  if (!compressor.empty() && compressor != "none") {
+    try {
+      detail::parse_recipe_text(compressor, "BYTEPS_COMPRESSOR");
+    } catch (const usage_error& e) {
+      fail("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor), e.what());
+    }
+    if (failover())
+      fail("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor),
+           "none while failover is on (BYTEPS_FAILOVER_TIMEOUT_MS > 0): a replacement server "
+           "cannot rebuild the dead one's error feedback, so compression that the servers "
+           "decode does not fail over yet");
+  }
   if (trace_start_step < 0)
     fail("trace_start_step (BYTEPS_TRACE_START_STEP)", trace_start_step, ">= 0");
   if (trace_end_step < trace_start_step)
@@ -282,6 +304,12 @@ inline Config Config::from_env() {
       millis(env_integer("BYTEPS_SERVER_LOG_INTERVAL_MS", 10000, 0, 86400000));
   c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
+  if (const char* z = env_or_null("BYTEPS_COMPRESSOR")) {
+    detail::parse_recipe_text(z, "BYTEPS_COMPRESSOR");  // the form only: the worker makes it
+    c.compressor = z;
+  }
+  c.min_compress_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_MIN_COMPRESS_BYTES", 65536, 0, std::int64_t{1} << 40));
   c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;
   c.trace_start_step = static_cast<int>(env_integer("BYTEPS_TRACE_START_STEP", 10, 0, 1 << 30));
   c.trace_end_step = static_cast<int>(env_integer("BYTEPS_TRACE_END_STEP", 20, 0, 1 << 30));

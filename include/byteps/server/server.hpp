@@ -26,11 +26,15 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "byteps/compress/recipe.hpp"
+#include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
@@ -39,6 +43,7 @@
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/rendezvous/client.hpp"
+#include "byteps/server/decoding.hpp"
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
@@ -47,6 +52,7 @@
 #include "byteps/server/sync_sum.hpp"
 #include "byteps/server/waiting.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/declare.hpp"
 
 namespace bps {
 
@@ -54,7 +60,7 @@ namespace testing {
 struct server_access;  // the tests' way into a server; not defined by the library
 }  // namespace testing
 
-template <Transport T, ServerHandler H = server::sync_sum>
+template <Transport T, ServerHandler H = server::decoding<server::sync_sum>>
 class Server {
  public:
   using link_ptr = std::shared_ptr<typename T::link>;
@@ -64,9 +70,14 @@ class Server {
   /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
   /// dead server or the job ends). The transport is built with `transport_options`, or without
   /// them with `T::options::from(cfg)` (the environment's).
+  ///
+  /// `compressors` makes the compressors of the tensors that workers declare with one the
+  /// servers decode (the built-ins by default; add a prototype's own with `registry::add`).
   explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
-  Server(const Config& cfg, const typename T::options& transport_options)
+  Server(const Config& cfg, const typename T::options& transport_options,
+         compress::registry compressors = {})
       : cfg_(cfg),
+        compressors_(std::move(compressors)),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "server"),
@@ -189,13 +200,26 @@ class Server {
     return dead_;
   }
 
-  void declare(session& s, std::uint64_t key, const std::string& name) {
-    if (auto clash = names_.declare(key, name)) {
-      wire::header h;
-      h.key = key;
-      h.part = server::whole_tensor;
-      s.send_error(h, *clash, wire::flag_usage);
+  // A declare's name and recipe (a malformed payload throws: the link closes, as for any
+  // malformed control frame). A refused declare is a usage error to that worker, whose pushes
+  // of the tensor are refused from then on: they cannot be summed with the others'.
+  void declare(session& s, std::uint64_t key, std::span<const std::byte> payload) {
+    wire::declaration d;
+    try {
+      d = wire::decode_declare(payload);
+    } catch (const wire::decode_error& e) {
+      throw std::runtime_error(fmt::format("malformed declare: {}", e.what()));
     }
+    const auto problem = names_.declare(key, d, compressors_, s.worker);
+    if (!problem) return;
+    log_.warn("refused {}'s declare: {}", s.describe(), *problem);
+    wire::header h;
+    h.key = key;
+    h.part = server::whole_tensor;
+    s.send_error(h, *problem, wire::flag_usage);
+    s.refuse_key(key, fmt::format("push of tensor '{}' refused: this worker's declare of it was "
+                                  "refused ({})",
+                                  d.name, *problem));
   }
 
   void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
@@ -250,9 +274,19 @@ class Server {
     const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
     const auto sum_ns = traced ? trace_.now() : 0;
     const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
-    const server::outcome o =
-        e.handler.handle(server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(),
-                                         name, call.in, call.bytes_in, call.first, call.complete});
+    std::shared_ptr<const compress::spec> codec;  // compressed pushes only: a lock, a lookup
+    if ((h.flags & wire::flag_compressed) != 0) {
+      if constexpr (!server::decodes_pushes<H>)
+        return s->send_error(h,
+                             fmt::format("{} partition {}: a compressed push, but this server's "
+                                         "handler does not decode (use server::decoding<>)",
+                                         name(), h.part),
+                             wire::flag_usage);
+      codec = names_.codec(h.key);
+    }
+    const server::outcome o = e.handler.handle(
+        server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name, call.in,
+                        call.bytes_in, call.first, call.complete, codec.get()});
     using kind = server::outcome::kind;
     const key_id id{h.key, h.part};
     switch (o.what) {
@@ -376,6 +410,7 @@ class Server {
   }
 
   Config cfg_;
+  compress::registry compressors_;  // makes each declared key's server compressor
   T transport_;  // first: the links below need its I/O context
   rendezvous::client<T> control_;
   logger log_;
