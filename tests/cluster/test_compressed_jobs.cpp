@@ -48,6 +48,8 @@ std::vector<float> input(int rank, int round, std::size_t n) {
 
 // `rounds` rounds of tensor `name` with compressor `text` on `comm`, each result compared with
 // the reference. `lr(round)` > 0: the learning rate set before that round.
+std::atomic<int> rounds_checked{0};  // results compared with the reference, by every worker
+
 template <class Comm, class Rate>
 void exact_rounds(Comm& comm, const Config& cfg, const std::string& name, const std::string& text,
                   std::size_t n, int rounds, bool average, Rate&& lr) {
@@ -67,6 +69,7 @@ void exact_rounds(Comm& comm, const Config& cfg, const std::string& name, const 
     const auto at = test::first_different(mine, expected);
     BPS_EXPECT(at == n, "{} '{}' round {} rank {} ({} partitions): element {} is {}, expected {}",
                name, text, round, comm.rank(), parts.size(), at, mine[at], expected[at]);
+    ++rounds_checked;
   }
 }
 
@@ -84,12 +87,14 @@ TEST_CASE("compressed jobs: every built-in compressor, 2 workers x 2 servers, se
           "[cluster][compress]") {
   const auto cfg = small_partitions(2, 2);
   cluster c(cfg);
+  rounds_checked = 0;
   c.run_workers([&](comm_t& comm, int) {
     for (const auto& text : every_recipe) {
       // 3000 floats: partitions of 1024, 1024 and 952 elements on both servers.
       exact_rounds(comm, cfg, "t." + text, text, 3000, 4, true, [](int) { return 0.0; });
     }
   });
+  CHECK(rounds_checked == 2 * static_cast<int>(every_recipe.size()) * 4);
 }
 
 TEST_CASE("compressed jobs: one partition, no averaging - bit for bit the reference",
@@ -97,10 +102,12 @@ TEST_CASE("compressed jobs: one partition, no averaging - bit for bit the refere
   auto cfg = small_partitions(2, 2);
   cfg.partition_bytes = 65536;
   cluster c(cfg);
+  rounds_checked = 0;
   c.run_workers([&](comm_t& comm, int) {
     for (const std::string text : {"ef_topk:k=0.01", "onebit:scaling=1", "dithering:s=2"})
       exact_rounds(comm, cfg, "one." + text, text, 5000, 3, false, [](int) { return 0.0; });
   });
+  CHECK(rounds_checked == 2 * 3 * 3);
 }
 
 TEST_CASE("compressed jobs: set_learning_rate changes the error feedback's ratio",
