@@ -54,7 +54,7 @@ inline std::string to_string(const recipe& r) {
 /// The recipe in `text` (core/recipe_text.hpp's form: "ef_topk:k=0.01"); a `usage_error`
 /// naming `what` (the variable or option) and quoting the text for anything else.
 inline recipe parse(std::string_view text, std::string_view what = "compressor") {
-  auto t = detail::parse_recipe_text(text, what);
+  auto t = bps::detail::parse_recipe_text(text, what);
   recipe r{std::move(t.name), {}};
   for (auto& [k, v] : t.params) r.params.emplace(std::move(k), std::move(v));
   return r;
