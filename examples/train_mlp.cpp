@@ -26,8 +26,8 @@
 //
 // With --compressor RECIPE (e.g. ef_onebit:scaling=1) the gradients are compressed (the servers
 // decode, sum and re-encode; see docs/architecture.md "Encode and decode"), so the parameters no
-// longer match the single-process run: the third check becomes "the final loss is within
-// `loss_tolerance` of the uncompressed single-process run's final loss".
+// longer match the single-process run: the third check becomes "the final loss ends at most
+// `loss_tolerance` above the uncompressed single-process run's final loss".
 //
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--model large|small] [--epochs N] ...
 //   byteps-launch --workers 2 --local-size 2 -- train_mlp   (2 processes per machine)
@@ -158,10 +158,14 @@ std::string join_widths(const std::vector<int>& sizes) {
   return s;
 }
 
-// With --compressor: how far the final loss may be from the uncompressed run's (absolute, in
+// With --compressor: how far the final loss may end above the uncompressed run's (absolute, in
 // nats of cross-entropy). Lossy compression changes every step, so only the outcome can be
-// compared; docs/performance.md gives the losses measured, which this bound covers with room.
-constexpr double loss_tolerance = 0.05;
+// compared, and only one way: ending lower is no fault (nesterov_ adds momentum, which the plain
+// SGD reference lacks, and ends far lower). On the small model (20 epochs, k = 0.01) the
+// error-feedback compressors, the casts and dithering end within 0.05 of it; 0.1 leaves room
+// for other shapes and seeds, while topk, randomk and unscaled onebit without error feedback
+// miss it by far (docs/performance.md has every figure).
+constexpr double loss_tolerance = 0.1;
 
 // --compressor's recipe, made with the built-ins (a bad one is a usage error naming it).
 std::shared_ptr<const bps::compress::spec> gradient_compressor(const Args& args) {
@@ -291,12 +295,12 @@ int run(const bps::Config& cfg, const Args& args) {
   report(same, same ? "parameters equal rank 0's bit for bit"
                     : "parameters differ from rank 0's: the workers diverged");
   if (codec) {
-    const double diff = std::fabs(epoch_loss.back() - rel[1]);
+    const double above = epoch_loss.back() - rel[1];
     std::snprintf(buf, sizeof buf,
-                  "final loss %.4f with %s is within %.3f of the uncompressed run's %.4f "
-                  "(limit %.3f)",
-                  epoch_loss.back(), codec->name().c_str(), diff, rel[1], loss_tolerance);
-    report(diff <= loss_tolerance, buf);
+                  "final loss %.4f with %s is %+.4f from the uncompressed run's %.4f (at most "
+                  "+%.2f)",
+                  epoch_loss.back(), codec->name().c_str(), above, rel[1], loss_tolerance);
+    report(above <= loss_tolerance, buf);
   } else {
     std::snprintf(buf, sizeof buf,
                   "max relative difference to the single-process reference %.3g (limit 1e-05)",
