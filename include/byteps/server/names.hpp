@@ -16,12 +16,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
 #include "byteps/compress/recipe.hpp"
 #include "byteps/compress/registry.hpp"
+#include "byteps/core/log.hpp"
 #include "byteps/wire/declare.hpp"
+#include "byteps/wire/frame.hpp"
 
 namespace bps::server {
 
@@ -116,5 +120,30 @@ class tensor_names {
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, entry> names_;
 };
+
+/// A server's `declare` frame from session `s` (session.hpp): recorded in `names`, or refused
+/// with a usage error to that worker, whose pushes of the tensor the session refuses from then
+/// on (they cannot be summed with the others'). A malformed payload throws: the link closes, as
+/// for any malformed control frame.
+template <class Session>
+void take_declare(tensor_names& names, Session& s, std::uint64_t key,
+                  std::span<const std::byte> payload, const compress::registry& reg, logger& log) {
+  wire::declaration d;
+  try {
+    d = wire::decode_declare(payload);
+  } catch (const wire::decode_error& e) {
+    throw std::runtime_error(fmt::format("malformed declare: {}", e.what()));
+  }
+  const auto problem = names.declare(key, d, reg, s.worker);
+  if (!problem) return;
+  log.warn("refused {}'s declare: {}", s.describe(), *problem);
+  wire::header h;
+  h.key = key;
+  h.part = whole_tensor;
+  s.send_error(h, *problem, wire::flag_usage);
+  s.refuse_key(key, fmt::format("push of tensor '{}' refused: this worker's declare of it was "
+                                "refused ({})",
+                                d.name, *problem));
+}
 
 }  // namespace bps::server

@@ -27,13 +27,11 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "byteps/compress/recipe.hpp"
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
@@ -52,7 +50,6 @@
 #include "byteps/server/sync_sum.hpp"
 #include "byteps/server/waiting.hpp"
 #include "byteps/transport/transport.hpp"
-#include "byteps/wire/declare.hpp"
 
 namespace bps {
 
@@ -200,26 +197,8 @@ class Server {
     return dead_;
   }
 
-  // A declare's name and recipe (a malformed payload throws: the link closes, as for any
-  // malformed control frame). A refused declare is a usage error to that worker, whose pushes
-  // of the tensor are refused from then on: they cannot be summed with the others'.
   void declare(session& s, std::uint64_t key, std::span<const std::byte> payload) {
-    wire::declaration d;
-    try {
-      d = wire::decode_declare(payload);
-    } catch (const wire::decode_error& e) {
-      throw std::runtime_error(fmt::format("malformed declare: {}", e.what()));
-    }
-    const auto problem = names_.declare(key, d, compressors_, s.worker);
-    if (!problem) return;
-    log_.warn("refused {}'s declare: {}", s.describe(), *problem);
-    wire::header h;
-    h.key = key;
-    h.part = server::whole_tensor;
-    s.send_error(h, *problem, wire::flag_usage);
-    s.refuse_key(key, fmt::format("push of tensor '{}' refused: this worker's declare of it was "
-                                  "refused ({})",
-                                  d.name, *problem));
+    server::take_declare(names_, s, key, payload, compressors_, log_);
   }
 
   void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
@@ -356,19 +335,7 @@ class Server {
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
   // rest of the last interval. An idle interval with nobody behind says nothing.
   void report_throughput(bool last) {
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<server::worker_lag> lag(static_cast<std::size_t>(cfg_.num_workers));
-    if (!last) {  // at shutdown the engines are stopped and nobody waits any more
-      for (auto& e : engines_) {
-        std::lock_guard lock(e->mu);
-        e->waiting.add_lag(now, cfg_.num_workers, lag);
-      }
-    }
-    const auto i = stats_.take(now);
-    const bool behind =
-        std::any_of(lag.begin(), lag.end(), [](const auto& l) { return l.partitions > 0; });
-    if (i.bytes_in == 0 && i.bytes_out == 0 && i.rounds == 0 && !behind) return;
-    log_.info("{}", server::report_line(i, lag));
+    server::report_throughput(engines_, cfg_.num_workers, stats_, log_, last);
   }
 
   void worker_lost(session& s, const std::string& reason) {
