@@ -7,8 +7,8 @@
 /// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
 /// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports, the
 /// periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
-/// (`handler.hpp`): the default, `server::sync_sum`, sums one round from every worker and then
-/// answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
+/// (`handler.hpp`): the default, `server::decoding<server::sync_sum>`, decodes compressed pushes
+/// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
