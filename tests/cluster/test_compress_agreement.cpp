@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 
 using namespace bps;
 using bps::test::cluster;
@@ -186,6 +187,32 @@ TEST_CASE("compression agreement: a push that does not decode is refused naming 
     comm.push_pull("good", std::span(w), {.compressor = compress::by_name("fp16")}).wait();
     for (float x : w) BPS_EXPECT(x == 2.0f, "good: {}", x);
   });
+}
+
+TEST_CASE("compression agreement: a compressed push whose raw size was corrupted on the way is "
+          "refused naming the tensor, partition and worker",
+          "[cluster][compress][fault-injection]") {
+  using transport::fault;
+  auto plan = std::make_shared<transport::fault_plan>();
+  // Byte 7 is the top byte of the u64 raw size: inverted, the size is about 2^64.
+  auto corrupt = plan->add({.when = {.type = wire::msg::push, .sender = 0},
+                            .action = fault::corrupt_payload(7),
+                            .times = 1});
+  auto cfg = test::base_config(1, 1);
+  cfg.min_compress_bytes = 0;
+  test::faulty_cluster c(cfg, plan);
+  c.run_workers([&](test::faulty_comm_t& comm, int) {
+    std::vector<float> v(100, 1.0f);
+    const auto text = test::message_of<usage_error>(
+        [&] { comm.push_pull("sized", std::span(v), {.compressor = compress::by_name("fp16")}).wait(); });
+    BPS_EXPECT(has(text, "malformed compressed push of 'sized' partition 0 from worker 0") &&
+                   has(text, "raw size of 18374686479671624080 bytes"),
+               "message: {}", text);
+    // Only that push was corrupted: the next call goes through, decoded and re-encoded.
+    comm.push_pull("other", std::span(v), {.compressor = compress::by_name("fp16")}).wait();
+    for (float x : v) BPS_EXPECT(x == 1.0f, "other: {}", x);
+  });
+  CHECK(plan->fired(corrupt) == 1);
 }
 
 TEST_CASE("compression agreement: failover with a compressor the servers decode is refused at "
