@@ -3,9 +3,14 @@
 // prints an nccl-tests style table on stdout (see common.hpp); progress goes to stderr.
 // Every result is compared with the exact reference sum; the exit status is 1 if any was wrong.
 #include <byteps/byteps.hpp>
+#include <byteps/compress/registry.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <map>
+#include <numeric>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -26,6 +31,12 @@ void usage(std::FILE* out) {
                "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
                "      build/benchmarks/bps-bench --max-bytes 64M\n\n"
                "Options:\n%s"
+               "  --compressor R     after the sweep, the same sweep (float32 only, no check: the\n"
+               "                     compression is lossy) with every tensor compressed by recipe\n"
+               "                     R (BYTEPS_COMPRESSOR's syntax, e.g. ef_onebit:scaling=1), then\n"
+               "                     per size: bytes pushed per push_pull / raw bytes, and the\n"
+               "                     uncompressed p50 over the compressed p50 (speed-up). Sizes under\n"
+               "                     BYTEPS_MIN_COMPRESS_BYTES (65536) stay raw.\n"
                "  --idle S           after the sweep, keep the job up and idle for S seconds\n"
                "                     (for scripts/bench-idle-cpu.sh: idle nodes should use no CPU)\n"
                "  --help             print this help\n\n"
@@ -42,17 +53,76 @@ void usage(std::FILE* out) {
 using Comm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
                                bps::partition::by_bytes, bps::schedule::priority>;
 
+std::uint64_t pushed_bytes(Comm& comm) {
+  const auto s = comm.stats();
+  return std::accumulate(s.bytes_per_server.begin(), s.bytes_per_server.end(), std::uint64_t{0});
+}
+
+// The sweep again with every tensor compressed by `recipe`, then rank 0's table: per size, the
+// bytes this worker pushed per push_pull (its encodings, with their 8-byte raw sizes) over the
+// raw bytes, and the uncompressed p50 (from `plain`, the sweep just run) over the compressed one.
+void compressed_sweep(Comm& comm, const bps::Config& cfg, bench::options opts, bench::backend b,
+                      const std::string& recipe, const std::vector<bench::row>& plain) {
+  const auto spec = bps::compress::by_name(bps::compress::parse(recipe, "--compressor"));
+  opts.check = false;  // lossy: the exact sum is not the answer
+  opts.label = "compressed " + spec->name();
+  std::string tensor;
+  std::map<std::size_t, std::uint64_t> wire;  // raw bytes -> bytes pushed over the size's calls
+  std::size_t current = 0;
+  std::uint64_t mark = 0;
+  auto close_size = [&] {
+    const auto now = pushed_bytes(comm);
+    if (current != 0) wire[current] = now - mark;
+    mark = now;
+  };
+  b.supports = [](bps::dtype t) { return t == bps::dtype::float32; };
+  b.prepare = [&](bps::dtype t, std::size_t bytes) {
+    close_size();
+    current = bytes;
+    tensor = fmt::format("bench.{}.{}.{}", recipe, bps::dtype_name(t), bytes);
+  };
+  b.all_reduce = [&](void* data, std::size_t count, bps::dtype t) {
+    comm.push_pull(tensor, data, count, t, {.compressor = spec}).wait();
+  };
+  std::vector<bench::row> packed;
+  bench::run_sweep(opts, b, &packed);
+  close_size();
+  if (b.rank != 0) return;
+  std::printf("# %s vs uncompressed, rank 0: wire = bytes pushed per push_pull (min compress "
+              "bytes %zu); ratio = raw / wire; speed-up = uncompressed p50 / compressed p50\n",
+              spec->name().c_str(), cfg.min_compress_bytes);
+  std::printf("#%11s %12s %8s %12s %12s %9s\n", "size", "wire_bytes", "ratio", "plain_p50_us",
+              "comp_p50_us", "speed-up");
+  const double calls = opts.warmup + opts.iters;
+  for (const auto& r : packed) {
+    const auto base = std::find_if(plain.begin(), plain.end(), [&](const bench::row& p) {
+      return p.bytes == r.bytes && p.type == r.type;
+    });
+    const double per_call = static_cast<double>(wire[r.bytes]) / calls;
+    std::printf("%12zu %12.0f %8.2f %12.1f %12.1f %9.2f\n", r.bytes, per_call,
+                per_call > 0 ? static_cast<double>(r.bytes) / per_call : 0,
+                base != plain.end() ? base->p50_s * 1e6 : 0, r.p50_s * 1e6,
+                base != plain.end() && r.p50_s > 0 ? base->p50_s / r.p50_s : 0);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::options opts;
   int idle_s = 0;
+  std::string compressor;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string_view a = argv[i];
       if (a == "--help" || a == "-h") {
         usage(stdout);
         return 0;
+      }
+      if (a == "--compressor" && i + 1 < argc) {
+        compressor = argv[++i];
+        continue;
       }
       if (a == "--idle" && i + 1 < argc) {
         char* end = nullptr;
@@ -90,7 +160,9 @@ int main(int argc, char** argv) {
     };
     b.barrier = [&] { comm.barrier(); };
     b.sum_doubles = [&](std::vector<double>& v) {
-      comm.push_pull(fmt::format("bench.stats.{}", v.size()), std::span<double>(v)).wait();
+      comm.push_pull(fmt::format("bench.stats.{}", v.size()), std::span<double>(v),
+                     {.compressor = bps::compress::none()})  // exact, whatever BYTEPS_COMPRESSOR
+          .wait();
     };
     if (b.rank == 0)
       std::fprintf(
@@ -98,8 +170,10 @@ int main(int argc, char** argv) {
           cfg.num_servers,
           cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
           cfg.scheduling_credit);
-    const double wrong = bench::run_sweep(opts, b);
+    std::vector<bench::row> plain;
+    const double wrong = bench::run_sweep(opts, b, &plain);
     comm.barrier();
+    if (!compressor.empty()) compressed_sweep(comm, cfg, opts, b, compressor, plain);
     if (idle_s > 0) {
       if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle for %d s\n", idle_s);
       std::this_thread::sleep_for(std::chrono::seconds(idle_s));

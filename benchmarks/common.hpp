@@ -111,9 +111,10 @@ struct aligned_buffer {
   std::byte* p;
 };
 
-/// Runs the sweep; rank 0 prints the table on stdout and progress on stderr. Returns the total
-/// number of wrong elements seen by any rank (0 when --check 0).
-inline double run_sweep(const options& o, backend& b) {
+/// Runs the sweep; rank 0 prints the table on stdout and progress on stderr, and appends each
+/// row to `rows` when given. Returns the total number of wrong elements seen by any rank (0
+/// when --check 0).
+inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = nullptr) {
   using clock = std::chrono::steady_clock;
   const auto sizes = sweep(o);
   const bool root = b.rank == 0;
@@ -175,6 +176,7 @@ inline double run_sweep(const options& o, backend& b) {
       const double bound = bound_seconds(o.topo, n, k, static_cast<double>(real_bytes), link_Bps);
       out.bound_ratio = bound > 0 ? out.p50_s / bound : 0;
       print_row(stdout, o, out);
+      if (rows != nullptr) rows->push_back(out);
       std::fprintf(stderr, "%s: %s %s done (p50 %.1f us)\n", b.name.c_str(),
                    format_bytes(real_bytes).c_str(), std::string(bps::dtype_name(type)).c_str(),
                    out.p50_s * 1e6);

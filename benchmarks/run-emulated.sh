@@ -47,6 +47,9 @@ Options:
   --cc NAME         emulated: TCP congestion control inside the hosts (default reno)
   --emulate-args A  extra arguments for emulate.sh, e.g. '--burst 131072 --limit 32M'
   --timeout S       give up on one system's sweep after S seconds (default 3600)
+  --bench-args A    extra arguments for bps-bench (byteps systems only), e.g.
+                    '--compressor ef_onebit:scaling=1' (its table then follows the sweep's in
+                    OUT/byteps-*.txt)
   --help            print this help
 
 Environment: BYTEPS_* variables (e.g. BYTEPS_PARTITION_BYTES) reach every byteps process.
@@ -82,6 +85,7 @@ verify=5
 verify_load=0
 cc=reno
 emulate_args=
+bench_args=
 timeout_s=3600
 inside=0
 orig_args=("$@")
@@ -107,6 +111,7 @@ while (($# > 0)); do
     --cc) cc=${2:?}; shift 2 ;;
     --emulate-args) emulate_args=${2-}; shift 2 ;;
     --timeout) timeout_s=${2:?}; shift 2 ;;
+    --bench-args) bench_args=${2-}; shift 2 ;;
     --inside) inside=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -228,7 +233,7 @@ run_byteps() {
     on_host "$i" env "${common_env[@]}" DMLC_ROLE=worker DMLC_WORKER_ID=$i \
       DMLC_NODE_HOST="${host_addr[i]}" \
       timeout "$timeout_s" "$bench_bin" "${sweep_args[@]}" --topology "$topo" \
-      "${bound_args[@]}" --label "$topo ${workers}w+${k}s" \
+      "${bound_args[@]}" --label "$topo ${workers}w+${k}s" $bench_args \
       >"$stdout" 2>"$out/logs/$name-worker$i.log" &
     pids+=($!) all+=($!) worker_pids+=($!)
   done
@@ -253,7 +258,7 @@ run_byteps_loopback() {
   # byteps-launch prefixes each line with its process; worker 0's stdout lines are the table.
   BYTEPS_LOG_LEVEL="${BYTEPS_LOG_LEVEL:-WARNING}" "$launch_bin" --workers "$workers" \
     --servers "$servers" --server-bin "$server_bin" --timeout "$timeout_s" -- \
-    "$bench_bin" "${sweep_args[@]}" --topology ps --label "loopback ${workers}w+${servers}s" \
+    "$bench_bin" "${sweep_args[@]}" --topology ps --label "loopback ${workers}w+${servers}s" $bench_args \
     >"$out/logs/$name.launch.log" 2>&1 || rc=$?
   # Table rows and '#' comments of worker 0 (its stderr lines are progress, not table).
   sed -n 's/^\[worker 0\] //p' "$out/logs/$name.launch.log" |

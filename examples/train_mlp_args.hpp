@@ -20,7 +20,7 @@ namespace train_mlp {
 constexpr const char* usage =
     "Usage: train_mlp [--model large|small] [--hidden W,W,...] [--samples N] [--epochs N]\n"
     "                 [--batch B] [--lr LR] [--seed S] [--local-stage auto|host|none] [--async]\n"
-    "                 [--help]\n"
+    "                 [--compressor RECIPE] [--help]\n"
     "  --model M       large (default): hidden layers 1024,1024,1024 (2.1 M parameters),\n"
     "                  2048 samples, 6 epochs; small: hidden layers 64,64 (7 K parameters),\n"
     "                  4096 samples, 20 epochs (what the tests train). The options below\n"
@@ -40,6 +40,11 @@ constexpr const char* usage =
     "  --async         asynchronous training (needs BYTEPS_ENABLE_ASYNC=1 on every node): each\n"
     "                  step pushes its update, -lr/N x its gradient, and gets the servers'\n"
     "                  current parameters back without waiting for the other workers\n"
+    "  --compressor R  compress the gradients with recipe R, e.g. fp16, ef_onebit:scaling=1,\n"
+    "                  topk:k=0.01 (the syntax of BYTEPS_COMPRESSOR, docs/env.md); tensors under\n"
+    "                  BYTEPS_MIN_COMPRESS_BYTES (default 65536) stay raw. The end check then\n"
+    "                  compares the final loss with the uncompressed run's instead of the\n"
+    "                  parameters\n"
     "Rank 0 prints per epoch: the mean loss, samples/s (global samples per second of wall\n"
     "time), push_pull MB/s (comm.stats(): bytes push_pulled in the last 10 s over the time\n"
     "transfers were in flight) and the share of communication hidden behind backward.\n"
@@ -59,6 +64,7 @@ struct Args {
   int samples = 4096;
   std::string local_stage = "auto";
   bool async = false;  ///< --async (train_mlp_async.hpp)
+  std::string compressor;  ///< --compressor: a recipe's text; empty for none
 };
 
 // A whole number in [lo, hi], or bad_args naming the option and what it expects.
@@ -96,7 +102,8 @@ inline Args parse_args(int argc, char** argv) {
       continue;
     }
     static const char* const known[] = {"--model", "--hidden", "--samples", "--epochs",
-                                        "--batch", "--lr",     "--seed",    "--local-stage"};
+                                        "--batch", "--lr",     "--seed",    "--local-stage",
+                                        "--compressor"};
     if (std::find(std::begin(known), std::end(known), arg) == std::end(known))
       throw bad_args("unknown option '" + arg + "'");
     if (i + 1 >= argc) throw bad_args(arg + " needs a value");
@@ -140,6 +147,8 @@ inline Args parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(x > 0 && x < 100))
         throw bad_args("--lr '" + v + "': expected a number above 0 and below 100");
       lr = static_cast<float>(x);
+    } else if (arg == "--compressor") {
+      a.compressor = v;  // checked by train_mlp.cpp, which has the registry
     } else {  // --local-stage
       if (v != "auto" && v != "host" && v != "none")
         throw bad_args("--local-stage '" + v + "': expected auto, host or none");

@@ -13,6 +13,7 @@
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/server/sync_sum.hpp>
 #include <byteps/wire/codec.hpp>
+#include <byteps/wire/declare.hpp>
 #include <byteps/wire/frame.hpp>
 
 #include <algorithm>
@@ -98,8 +99,14 @@ void handle_frame(summation_server& server, const wire::header& h,
       } catch (const wire::decode_error&) {
       }
       break;
+    case wire::msg::declare:
+      try {
+        (void)wire::decode_declare(payload);
+      } catch (const wire::decode_error&) {
+      }
+      break;
     default: {
-      // declare, error, refuse, node_failed carry text; the others nothing.
+      // error, refuse, node_failed carry text; the others nothing.
       std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
       (void)text;
       break;

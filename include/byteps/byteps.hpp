@@ -10,6 +10,7 @@
 /// One include per layer, as the folders are laid out.
 
 #include "byteps/compress/compressor.hpp"
+#include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"

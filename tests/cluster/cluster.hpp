@@ -2,6 +2,7 @@
 // An in-process cluster for tests: the scheduler, the servers and the workers each run on their
 // own thread with their own Config, over loopback with an ephemeral scheduler port.
 #include <byteps/byteps.hpp>
+#include <byteps/compress/registry.hpp>
 
 #include <exception>
 #include <stdexcept>
@@ -58,15 +59,19 @@ inline Config base_config(int workers, int servers) {
 
 /// Runs `worker(comm, rank)` on `workers` threads against `servers` servers, each with request
 /// handler `Handler`. Rethrows the first exception any node threw.
-template <ServerHandler Handler = server::sync_sum>
+template <ServerHandler Handler = server::decoding<>>
 class basic_cluster {
  public:
   using server_type = Server<transport::tcp, Handler>;
 
   /// `on_server`, when given, runs on each server's thread once it joined, before it serves
   /// (a test that captures a server's log sets its sink there).
-  explicit basic_cluster(Config base, std::function<void(server_type&)> on_server = {})
-      : base_(std::move(base)), on_server_(std::move(on_server)) {
+  /// `compressors`: what the servers make declared compressors with (the built-ins by default).
+  explicit basic_cluster(Config base, std::function<void(server_type&)> on_server = {},
+                         compress::registry compressors = {})
+      : base_(std::move(base)),
+        on_server_(std::move(on_server)),
+        compressors_(std::move(compressors)) {
     Config s = base_;
     s.node_role = role::scheduler;
     scheduler_ = std::make_unique<SchedulerNode<transport::tcp>>(s);
@@ -77,7 +82,7 @@ class basic_cluster {
         guard(node_error_, [&] {
           Config c = base_;
           c.node_role = role::server;
-          server_type server(c);
+          server_type server(c, transport::tcp::options::from(c), compressors_);
           if (on_server_) on_server_(server);
           {
             std::lock_guard lock(mu_);
@@ -180,6 +185,7 @@ class basic_cluster {
 
   Config base_;
   std::function<void(server_type&)> on_server_;
+  compress::registry compressors_;
   std::unique_ptr<SchedulerNode<transport::tcp>> scheduler_;
   std::vector<std::thread> threads_;
   std::mutex mu_;

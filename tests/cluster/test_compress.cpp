@@ -23,6 +23,7 @@ struct codec_counts {
 // is still the exact sum (IEEE rounding is symmetric; integers wrap alike), and a stage that did
 // not run shows as a wrong sign.
 struct negating_codec {
+  static constexpr bool summable = true;  // servers sum the negated values as they are
   explicit negating_codec(codec_counts* c) : c_(c) { ++c_->made; }
   std::string name() const { return "negate"; }
   std::size_t max_encoded_bytes(std::size_t bytes, dtype) const { return bytes; }
@@ -85,6 +86,7 @@ TEST_CASE(
   auto cfg = test::base_config(2, 2);
   cfg.partition_bytes = 4096;
   cfg.server_chunk_bytes = chunk;
+  cfg.min_compress_bytes = 0;  // these tensors are small
   cluster c(cfg);
   constexpr int rounds = 3;
   constexpr std::size_t n = 5000;
@@ -117,7 +119,9 @@ TEST_CASE(
 
 TEST_CASE("compressor: servers sum the encoded bytes - one worker negating shows it",
           "[cluster][compress]") {
-  cluster c(test::base_config(2, 1));
+  auto cfg = test::base_config(2, 1);
+  cfg.min_compress_bytes = 0;  // a small tensor
+  cluster c(cfg);
   c.run_workers([&](comm_t& comm, int rank) {
     codec_counts k;
     std::vector<float> v(100, rank == 0 ? 3.0f : 5.0f);
@@ -133,7 +137,9 @@ TEST_CASE("compressor: servers sum the encoded bytes - one worker negating shows
 TEST_CASE(
     "compressor: a tensor keeps its first compressor - another one is a usage error naming both",
     "[cluster][compress]") {
-  cluster c(test::base_config(1, 1));
+  auto cfg = test::base_config(1, 1);
+  cfg.min_compress_bytes = 0;  // a small tensor
+  cluster c(cfg);
   c.run_workers([&](comm_t& comm, int) {
     codec_counts k;
     std::vector<float> v(10, 1.0f);

@@ -135,7 +135,7 @@ TEST_CASE("a server logs its throughput every interval and the rounds add up to 
   constexpr int rounds = 15;
   captured_log log;
   {
-    basic_cluster<> c(cfg, log.hook<server::sync_sum>());
+    basic_cluster<> c(cfg, log.hook<server::decoding<>>());
     c.run_workers([&](comm_t& comm, int rank) {
       for (int round = 0; round < rounds; ++round) {
         std::vector<float> a(1000, static_cast<float>(rank)), b(3000, 1.0f);
@@ -175,7 +175,7 @@ TEST_CASE("a server's log names the worker that is behind and for how long",
   cfg.server_log_interval = std::chrono::milliseconds(100);
   captured_log log;
   {
-    basic_cluster<> c(cfg, log.hook<server::sync_sum>());
+    basic_cluster<> c(cfg, log.hook<server::decoding<>>());
     c.run_workers([&](comm_t& comm, int rank) {
       for (int round = 0; round < 3; ++round) {
         if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(350));

@@ -46,6 +46,8 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_TRACE_START_STEP",
     "BYTEPS_TRACE_END_STEP",
     "BYTEPS_TRACE_DIR",
+    "BYTEPS_COMPRESSOR",
+    "BYTEPS_MIN_COMPRESS_BYTES",
 };
 
 inline void clear_env() {

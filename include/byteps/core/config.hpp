@@ -21,6 +21,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/recipe_text.hpp"
 
 namespace bps {
 
@@ -96,6 +97,15 @@ struct Config {
   /// BYTEPS_ASYNC_STALENESS: with async on, the most pushes of a tensor a worker may be ahead of
   /// the slowest worker before its answer is held (0 = lockstep); -1 (unset) = unbounded.
   std::int64_t async_staleness = -1;
+
+  /// BYTEPS_COMPRESSOR: workers only. The compressor of every tensor whose push_pull names none
+  /// (`push_pull_options::compressor` overrides it per tensor), as a recipe's text
+  /// (core/recipe_text.hpp: "topk:k=0.01", "ef_onebit:scaling=1"); "" or "none": no compression.
+  /// The worker makes it with compress/registry.hpp's built-ins when it joins.
+  std::string compressor;
+  /// BYTEPS_MIN_COMPRESS_BYTES: a tensor smaller than this goes uncompressed whatever its
+  /// compressor, as in BytePS (the encoding would cost more than it saves).
+  std::size_t min_compress_bytes = 65536;
 
   // The environment's values for the transports' options, recorded here only because
   // from_env() is the one reader of the environment. A node given no transport options builds
@@ -232,6 +242,22 @@ inline void Config::validate() const {
     fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
          "0 (off) with enable_async (BYTEPS_ENABLE_ASYNC=1): a replacement server cannot recover "
          "the parameters of async training yet");
+  if (!compressor.empty() && compressor != "none") {
+    try {
+      detail::parse_recipe_text(compressor, "BYTEPS_COMPRESSOR");
+    } catch (const usage_error& e) {
+      fail("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor), e.what());
+    }
+    if (enable_async)
+      fail("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor),
+           "none with enable_async (BYTEPS_ENABLE_ASYNC=1): async servers (server::async_sum) "
+           "add pushes as they come and do not decode compressed ones");
+    if (failover())
+      fail("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor),
+           "none while failover is on (BYTEPS_FAILOVER_TIMEOUT_MS > 0): a replacement server "
+           "cannot rebuild the dead one's error feedback, so compression that the servers "
+           "decode does not fail over yet");
+  }
   if (trace_start_step < 0)
     fail("trace_start_step (BYTEPS_TRACE_START_STEP)", trace_start_step, ">= 0");
   if (trace_end_step < trace_start_step)
@@ -308,6 +334,12 @@ inline Config Config::from_env() {
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
   c.enable_async = env_integer("BYTEPS_ENABLE_ASYNC", 0, 0, 1) == 1;
   c.async_staleness = env_integer("BYTEPS_ASYNC_STALENESS", -1, 0, std::int64_t{1} << 40);
+  if (const char* z = env_or_null("BYTEPS_COMPRESSOR")) {
+    detail::parse_recipe_text(z, "BYTEPS_COMPRESSOR");  // the form only: the worker makes it
+    c.compressor = z;
+  }
+  c.min_compress_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_MIN_COMPRESS_BYTES", 65536, 0, std::int64_t{1} << 40));
   c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;
   c.trace_start_step = static_cast<int>(env_integer("BYTEPS_TRACE_START_STEP", 10, 0, 1 << 30));
   c.trace_end_step = static_cast<int>(env_integer("BYTEPS_TRACE_END_STEP", 20, 0, 1 << 30));

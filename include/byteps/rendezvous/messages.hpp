@@ -30,8 +30,9 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 // server_replaced); 5: clock probes (a heartbeat's round and offset carry clock times, for the
 // timeline), the push flag `traced`; 6: answers in pieces (`pull_response` flags `piece`,
 // `last_piece`), for cut-through summation; 7: asynchronous training (hello's `async_mode`
-// and `staleness`)
-inline constexpr std::uint32_t protocol_version = 7;
+// and `staleness`); 8: compression decoded by servers (`declare` carries the name and a
+// compressor recipe, wire/declare.hpp; the flag `compressed`)
+inline constexpr std::uint32_t protocol_version = 8;
 
 struct hello {
   std::uint32_t protocol = protocol_version;

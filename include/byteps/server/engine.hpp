@@ -9,9 +9,11 @@
 /// `mu` guards `handler` and `waiting`: the engine thread holds it for each posted task; an I/O
 /// thread that handles a small push inline, and the throughput report, take it too.
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,6 +24,7 @@
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
+#include "byteps/server/stats.hpp"
 #include "byteps/server/waiting.hpp"
 
 namespace bps::server {
@@ -67,5 +70,26 @@ struct engine {
     if (more > 0) log.warn("stalled: {} more partitions are waiting the same way", more);
   }
 };
+
+/// The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown (`last`)
+/// for the rest of the last interval: `stats`' throughput and, from every engine's waiting
+/// rooms, the workers behind. An idle interval with nobody behind says nothing.
+template <class Engines>
+void report_throughput(Engines& engines, int num_workers, throughput& stats, logger& log,
+                       bool last) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<worker_lag> lag(static_cast<std::size_t>(num_workers));
+  if (!last) {  // at shutdown the engines are stopped and nobody waits any more
+    for (auto& e : engines) {
+      std::lock_guard lock(e->mu);
+      e->waiting.add_lag(now, num_workers, lag);
+    }
+  }
+  const auto i = stats.take(now);
+  const bool behind =
+      std::any_of(lag.begin(), lag.end(), [](const auto& l) { return l.partitions > 0; });
+  if (i.bytes_in == 0 && i.bytes_out == 0 && i.rounds == 0 && !behind) return;
+  log.info("{}", report_line(i, lag));
+}
 
 }  // namespace bps::server

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/compress/compressor.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/detail/buffer_pool.hpp"
@@ -74,6 +75,9 @@ struct request {
   std::size_t bytes_in = 0;  ///< streamed: the first `bytes_in` bytes are in
   bool first = true;
   bool complete = true;
+  /// A push flagged `wire::flag_compressed`: how to make the key's server compressor, from the
+  /// recipe its workers declared (server/decoding.hpp decodes with it); null otherwise.
+  const compress::spec* codec = nullptr;
 };
 
 /// The bytes a worker pulls, with the fields of the `pull_response` header that carries them.
@@ -86,6 +90,9 @@ struct reply {
   /// Held by the server until every send of `bytes` is done; empty when the handler keeps the
   /// bytes alive itself (see the file comment).
   std::shared_ptr<const void> keep;
+  /// `bytes` are the key's server compressor's encoding (the pull_response is flagged
+  /// `wire::flag_compressed`).
+  bool compressed = false;
 };
 
 /// A worker held in a key's waiting list, answered by `outcome::release_each` with a reply of
@@ -159,6 +166,14 @@ inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {
 template <class H>
 concept streams_pushes = requires {
   requires H::cut_through;
+};
+
+/// A handler that decodes pushes flagged `wire::flag_compressed` (server/decoding.hpp) has
+/// `static constexpr bool decodes_compressed = true`; a server whose handler has not refuses
+/// them, since summing an encoding as the dtype would give workers a wrong answer.
+template <class H>
+concept decodes_pushes = requires {
+  requires H::decodes_compressed;
 };
 
 }  // namespace bps::server

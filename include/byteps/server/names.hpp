@@ -1,7 +1,10 @@
 #pragma once
 /// @file
 /// The tensor names a server learned from `declare` frames, by key: its messages name tensors as
-/// the user does, and two names that hash to one key are caught (their sums would mix).
+/// the user does, and two names that hash to one key are caught (their sums would mix). Beside
+/// each name, the recipe of the compressor its workers declared, if the servers decode it, and
+/// how to make the server's compressor from it (server/decoding.hpp): the first declare fixes
+/// it, and a later one with another recipe (or none where there is one) is refused naming both.
 ///
 /// @par Thread Safety
 /// Safe to use from several threads at once (the I/O threads declare, the engines read).
@@ -9,10 +12,20 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
+
+#include "byteps/compress/recipe.hpp"
+#include "byteps/compress/registry.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/wire/declare.hpp"
+#include "byteps/wire/frame.hpp"
 
 namespace bps::server {
 
@@ -21,33 +34,116 @@ inline constexpr std::uint32_t whole_tensor = 0xffffffffu;
 
 class tensor_names {
  public:
-  /// Records `name` for `key`. Returns the message for the worker when another name holds the
-  /// key already.
-  std::optional<std::string> declare(std::uint64_t key, const std::string& name) {
+  /// Records `name` for `key`, with the `recipe` worker `worker` declared it with (none: no
+  /// compressor that servers decode). Returns the message for the worker when another name
+  /// holds the key, when `reg` cannot make the server's compressor of `recipe`, or when the
+  /// key was declared with another recipe.
+  std::optional<std::string> declare(std::uint64_t key, const std::string& name,
+                                     const std::optional<compress::recipe>& recipe,
+                                     const compress::registry& reg, int worker) {
     std::lock_guard lock(mu_);
-    auto [it, inserted] = names_.emplace(key, name);
-    if (inserted || it->second == name) return std::nullopt;
-    return fmt::format("tensor names '{}' and '{}' hash to the same key {:#x}; rename one of them",
-                       it->second, name, key);
+    auto it = names_.find(key);
+    if (it == names_.end()) {
+      entry e{name, recipe, nullptr};
+      if (recipe) {
+        try {
+          e.codec = std::make_shared<const compress::recipe_spec>(compress::for_server(*recipe),
+                                                                  reg);
+        } catch (const std::exception& x) {
+          return fmt::format("tensor '{}': this server cannot make compressor '{}' that worker "
+                             "{} declared: {}",
+                             name, compress::to_string(*recipe), worker, x.what());
+        }
+      }
+      names_.emplace(key, std::move(e));
+      return std::nullopt;
+    }
+    if (it->second.name != name)
+      return fmt::format(
+          "tensor names '{}' and '{}' hash to the same key {:#x}; rename one of them",
+          it->second.name, name, key);
+    if (it->second.recipe != recipe)
+      return fmt::format("tensor '{}': worker {} declared it with {}, but another worker "
+                         "declared it with {}; every worker must give a tensor the same "
+                         "compressor",
+                         name, worker, describe(recipe), describe(it->second.recipe));
+    return std::nullopt;
+  }
+
+  /// `declare` of a declare frame's payload, whose recipe bytes may be malformed.
+  std::optional<std::string> declare(std::uint64_t key, const wire::declaration& d,
+                                     const compress::registry& reg, int worker) {
+    std::optional<compress::recipe> recipe;
+    if (!d.recipe.empty()) {
+      try {
+        recipe = compress::deserialise(d.recipe);
+      } catch (const std::exception& e) {
+        return fmt::format("tensor '{}' from worker {}: {}", d.name, worker, e.what());
+      }
+    }
+    return declare(key, d.name, recipe, reg, worker);
+  }
+
+  /// How to make the server compressor of `key`; null when it was declared without one (or
+  /// not declared).
+  std::shared_ptr<const compress::spec> codec(std::uint64_t key) const {
+    std::lock_guard lock(mu_);
+    auto it = names_.find(key);
+    return it == names_.end() ? nullptr : it->second.codec;
   }
 
   /// For messages: `'name'`, or `key 0x...` before it was declared.
   std::string quoted(std::uint64_t key) const {
     std::lock_guard lock(mu_);
     auto it = names_.find(key);
-    return it != names_.end() ? "'" + it->second + "'" : fmt::format("key {:#x}", key);
+    return it != names_.end() ? "'" + it->second.name + "'" : fmt::format("key {:#x}", key);
   }
 
   /// For the timeline: `name`, or `key 0x...` before it was declared.
   std::string plain(std::uint64_t key) const {
     std::lock_guard lock(mu_);
     auto it = names_.find(key);
-    return it != names_.end() ? it->second : fmt::format("key {:#x}", key);
+    return it != names_.end() ? it->second.name : fmt::format("key {:#x}", key);
   }
 
  private:
+  struct entry {
+    std::string name;
+    std::optional<compress::recipe> recipe;
+    std::shared_ptr<const compress::spec> codec;  // from for_server(recipe); null without
+  };
+  static std::string describe(const std::optional<compress::recipe>& r) {
+    return r ? fmt::format("compressor '{}'", compress::to_string(*r))
+             : std::string("no compressor that servers decode");
+  }
+
   mutable std::mutex mu_;
-  std::unordered_map<std::uint64_t, std::string> names_;
+  std::unordered_map<std::uint64_t, entry> names_;
 };
+
+/// A server's `declare` frame from session `s` (session.hpp): recorded in `names`, or refused
+/// with a usage error to that worker, whose pushes of the tensor the session refuses from then
+/// on (they cannot be summed with the others'). A malformed payload throws: the link closes, as
+/// for any malformed control frame.
+template <class Session>
+void take_declare(tensor_names& names, Session& s, std::uint64_t key,
+                  std::span<const std::byte> payload, const compress::registry& reg, logger& log) {
+  wire::declaration d;
+  try {
+    d = wire::decode_declare(payload);
+  } catch (const wire::decode_error& e) {
+    throw std::runtime_error(fmt::format("malformed declare: {}", e.what()));
+  }
+  const auto problem = names.declare(key, d, reg, s.worker);
+  if (!problem) return;
+  log.warn("refused {}'s declare: {}", s.describe(), *problem);
+  wire::header h;
+  h.key = key;
+  h.part = whole_tensor;
+  s.send_error(h, *problem, wire::flag_usage);
+  s.refuse_key(key, fmt::format("push of tensor '{}' refused: this worker's declare of it was "
+                                "refused ({})",
+                                d.name, *problem));
+}
 
 }  // namespace bps::server

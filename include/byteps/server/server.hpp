@@ -7,8 +7,8 @@
 /// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
 /// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports, the
 /// periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
-/// (`handler.hpp`): the default, `server::sync_sum`, sums one round from every worker and then
-/// answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
+/// (`handler.hpp`): the default, `server::decoding<server::sync_sum>`, decodes compressed pushes
+/// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
@@ -26,12 +26,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
@@ -40,6 +42,7 @@
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/rendezvous/client.hpp"
+#include "byteps/server/decoding.hpp"
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
@@ -55,7 +58,7 @@ namespace testing {
 struct server_access;  // the tests' way into a server; not defined by the library
 }  // namespace testing
 
-template <Transport T, ServerHandler H = server::sync_sum>
+template <Transport T, ServerHandler H = server::decoding<server::sync_sum>>
 class Server {
  public:
   using link_ptr = std::shared_ptr<typename T::link>;
@@ -65,9 +68,14 @@ class Server {
   /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
   /// dead server or the job ends). The transport is built with `transport_options`, or without
   /// them with `T::options::from(cfg)` (the environment's).
+  ///
+  /// `compressors` makes the compressors of the tensors that workers declare with one the
+  /// servers decode (the built-ins by default; add a prototype's own with `registry::add`).
   explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
-  Server(const Config& cfg, const typename T::options& transport_options)
+  Server(const Config& cfg, const typename T::options& transport_options,
+         compress::registry compressors = {})
       : cfg_(checked_mode(cfg)),
+        compressors_(std::move(compressors)),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "server"),
@@ -114,7 +122,9 @@ class Server {
 
   // Before anything connects: a synchronous server in an async job would answer sums.
   static const Config& checked_mode(const Config& cfg) {
-    if (std::is_same_v<H, server::sync_sum> && cfg.enable_async)
+    constexpr bool sums_rounds = std::is_same_v<H, server::sync_sum> ||
+                                 std::is_same_v<H, server::decoding<server::sync_sum>>;
+    if (sums_rounds && cfg.enable_async)
       throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
                         "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
     return cfg;
@@ -198,13 +208,8 @@ class Server {
     return dead_;
   }
 
-  void declare(session& s, std::uint64_t key, const std::string& name) {
-    if (auto clash = names_.declare(key, name)) {
-      wire::header h;
-      h.key = key;
-      h.part = server::whole_tensor;
-      s.send_error(h, *clash, wire::flag_usage);
-    }
+  void declare(session& s, std::uint64_t key, std::span<const std::byte> payload) {
+    server::take_declare(names_, s, key, payload, compressors_, log_);
   }
 
   void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
@@ -259,9 +264,19 @@ class Server {
     const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
     const auto sum_ns = traced ? trace_.now() : 0;
     const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
-    const server::outcome o =
-        e.handler.handle(server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(),
-                                         name, call.in, call.bytes_in, call.first, call.complete});
+    std::shared_ptr<const compress::spec> codec;  // compressed pushes only: a lock, a lookup
+    if ((h.flags & wire::flag_compressed) != 0) {
+      if constexpr (!server::decodes_pushes<H>)
+        return s->send_error(h,
+                             fmt::format("{} partition {}: a compressed push, but this server's "
+                                         "handler does not decode (use server::decoding<>)",
+                                         name(), h.part),
+                             wire::flag_usage);
+      codec = names_.codec(h.key);
+    }
+    const server::outcome o = e.handler.handle(
+        server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name, call.in,
+                        call.bytes_in, call.first, call.complete, codec.get()});
     using kind = server::outcome::kind;
     const key_id id{h.key, h.part};
     switch (o.what) {
@@ -336,19 +351,7 @@ class Server {
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
   // rest of the last interval. An idle interval with nobody behind says nothing.
   void report_throughput(bool last) {
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<server::worker_lag> lag(static_cast<std::size_t>(cfg_.num_workers));
-    if (!last) {  // at shutdown the engines are stopped and nobody waits any more
-      for (auto& e : engines_) {
-        std::lock_guard lock(e->mu);
-        e->waiting.add_lag(now, cfg_.num_workers, lag);
-      }
-    }
-    const auto i = stats_.take(now);
-    const bool behind =
-        std::any_of(lag.begin(), lag.end(), [](const auto& l) { return l.partitions > 0; });
-    if (i.bytes_in == 0 && i.bytes_out == 0 && i.rounds == 0 && !behind) return;
-    log_.info("{}", server::report_line(i, lag));
+    server::report_throughput(engines_, cfg_.num_workers, stats_, log_, last);
   }
 
   void worker_lost(session& s, const std::string& reason) {
@@ -390,6 +393,7 @@ class Server {
   }
 
   Config cfg_;
+  compress::registry compressors_;  // makes each declared key's server compressor
   T transport_;  // first: the links below need its I/O context
   rendezvous::client<T> control_;
   logger log_;

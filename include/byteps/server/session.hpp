@@ -6,7 +6,7 @@
 ///
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `now_ns()` (the timeline's
-/// clock, 0 when tracing is off); `declare(session&, key, name)`; `post_push(session_ptr,
+/// clock, 0 when tracing is off); `declare(session&, key, payload)` (wire/declare.hpp); `post_push(session_ptr,
 /// header, buffer, receive_times)`; `worker_lost(session&, reason)`. For cut-through:
 /// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
 /// `post_stream(session_ptr, header, payload_ref, bytes_in, first, complete, receive_times)`.
@@ -23,6 +23,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/declare.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
@@ -55,7 +57,10 @@ class session final : public transport::receiver,
           return {};
         }
         received_ns_ = owner_->now_ns();
-        if (owner_->streams(h.payload_bytes)) {
+        // A compressed push is decoded whole, and a refused key's push is not summed at all,
+        // so neither streams; the common case pays the flag test and an empty() only.
+        if ((h.flags & wire::flag_compressed) == 0 && owner_->streams(h.payload_bytes) &&
+            (refused_.empty() || !refused_.contains(h.key))) {
           streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
           first_ = true;
           return streaming_->span();
@@ -74,8 +79,9 @@ class session final : public transport::receiver,
         incoming_ = owner_->receive_buffer(h.payload_bytes);
         return incoming_.span();
       case wire::msg::declare:
-        if (h.payload_bytes > 4096) {
-          reason = "tensor name longer than 4096 bytes";
+        if (h.payload_bytes > wire::max_declare_bytes) {
+          reason = fmt::format("declare of {} bytes (at most {})", h.payload_bytes,
+                               wire::max_declare_bytes);
           return {};
         }
         small_.resize(h.payload_bytes);
@@ -108,14 +114,19 @@ class session final : public transport::receiver,
         worker = static_cast<int>(h.sender);
         return;
       case wire::msg::declare:
-        return owner_->declare(
-            *this, h.key,
-            std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
+        return owner_->declare(*this, h.key, payload);  // throws for a malformed payload
       case wire::msg::push:
       case wire::msg::sum_offer:
         if (h.sender != static_cast<std::uint32_t>(worker))
           throw std::runtime_error(
               fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
+        if (!refused_.empty()) {
+          if (auto it = refused_.find(h.key); it != refused_.end()) {
+            streaming_.reset();
+            owner_->recycle(std::move(incoming_));
+            return send_error(h, it->second, wire::flag_usage);
+          }
+        }
         if (streaming_) {
           auto in = streamed();
           streaming_.reset();
@@ -160,6 +171,10 @@ class session final : public transport::receiver,
     link->send(r, wire::as_bytes(*body), [body] {});
   }
 
+  /// I/O thread (the declare's): this worker's pushes of `key` are refused with `why` from now
+  /// on (its declare was: another compressor, or one the server cannot make).
+  void refuse_key(std::uint64_t key, std::string why) { refused_.emplace(key, std::move(why)); }
+
   std::string describe() const {
     return worker >= 0 ? fmt::format("worker {} at {}", worker, link->peer())
                        : fmt::format("a peer at {}", link->peer());
@@ -173,7 +188,7 @@ class session final : public transport::receiver,
   void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
     wire::header r;
     r.type = wire::msg::pull_response;
-    r.flags = flags;
+    r.flags = flags | (a.compressed ? wire::flag_compressed : 0u);
     r.key = about.key;
     r.part = about.part;
     r.round = a.round;
@@ -197,6 +212,7 @@ class session final : public transport::receiver,
   bool first_ = false;                    // streaming_ has not been handed over yet
   std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
+  std::unordered_map<std::uint64_t, std::string> refused_;  // I/O thread only: key -> why
 };
 
 }  // namespace bps::server

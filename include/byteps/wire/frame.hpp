@@ -93,6 +93,13 @@ inline constexpr std::uint32_t flag_traced = 4;
 /// partition's sum; a partition's pieces come in order, and the last one has both flags.
 inline constexpr std::uint32_t flag_piece = 8;
 inline constexpr std::uint32_t flag_last_piece = 16;
+/// Flag of a `push` and a `pull_response`: the payload is a compressor's encoding that the
+/// server decodes (server/decoding.hpp). A push's payload is then a u64 (little-endian) of the
+/// partition's raw bytes followed by the encoding; an answer's is the encoding alone (the worker
+/// knows its partition's size). A server never streams such a push (cut-through).
+inline constexpr std::uint32_t flag_compressed = 32;
+/// Bytes before the encoding in a compressed push: the partition's raw size.
+inline constexpr std::size_t compressed_prefix_bytes = 8;
 
 struct header {
   msg type = msg::hello;

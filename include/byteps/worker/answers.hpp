@@ -47,6 +47,8 @@ class answers {
     auto* p = node_.ops().awaiting(key_id{h.key, h.part});
     if (p == nullptr || p->round != h.round || p->op->failure) return {};
     tensor* t = p->op->compressed ? &node_.ops().at(h.key) : nullptr;
+    // A server encodes the answer exactly when it decodes the pushes.
+    if (((h.flags & wire::flag_compressed) != 0) != (t != nullptr && t->server_decoded)) return {};
     const std::size_t at = p->answered_bytes, n = h.payload_bytes;
     const bool fits = t != nullptr
                           ? at + n <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
@@ -74,16 +76,27 @@ class answers {
   bool deliver(const wire::header& h, const op_ptr& op, std::span<const std::byte> in) {
     std::span<std::byte> dest;
     compress::any* codec = nullptr;
+    int server = 0;
     {
       std::lock_guard lock(node_.mu_);
       auto* p = node_.ops().awaiting(key_id{h.key, h.part});
       if (p == nullptr || p->op != op || op->failure) return false;
       dest = op->data.subspan(p->offset, p->bytes);
+      server = p->server;
       if (op->compressed) codec = node_.ops().at(h.key).codecs[h.part].get();
     }
-    if (codec != nullptr)
-      codec->decode(in, op->type, dest);
-    else if (in.data() != dest.data())
+    if (codec != nullptr) {
+      try {
+        codec->decode(in, op->type, dest);
+      } catch (const std::exception& e) {  // a malformed answer: this operation fails, no crash
+        std::lock_guard lock(node_.mu_);
+        node_.ops().fail(op, std::make_exception_ptr(communicator_error(fmt::format(
+                                 "{}: the answer for partition {} from server {} does not "
+                                 "decode with compressor '{}': {}",
+                                 op->what, h.part, server, codec->name(), e.what()))));
+        return true;  // its partition is done with: the caller marks it answered
+      }
+    } else if (in.data() != dest.data())
       std::memcpy(dest.data(), in.data(), dest.size());
     if (op->average)
       reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type,

@@ -30,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include "byteps/compress/compressor.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
@@ -116,8 +117,15 @@ class Communicator {
           name));
     return node_.submit("broadcast:" + std::string(name),
                         fmt::format("broadcast of '{}' from rank {}", name, root), data, count,
-                        type, {}, rank() == root);
+                        type, {.compressor = compress::none()}, rank() == root);
   }
+
+  /// The learning rate the trainer uses from now on, for error-feedback compressors
+  /// (`ef_...`): the error kept from a round is scaled by the previous rate over this one, as
+  /// BytePS does, so call it whenever the rate changes (each step under a schedule, or once at
+  /// the start), between steps. Every compressor of this worker gets it before its next encode.
+  /// Throws `usage_error` unless `lr` is positive and finite.
+  void set_learning_rate(double lr) { node_.set_learning_rate(lr); }
 
   /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
   /// with no operation in flight: a trainer can call it between steps.

@@ -37,11 +37,13 @@ inline wire::header push_frame(const tensor& t, std::uint64_t key, std::uint32_t
   h.tensor_bytes = t.bytes;
   h.offset = p.offset;
   if (p.op->trace) h.flags = wire::flag_traced;  // timeline: the server traces it too
+  if (t.server_decoded) h.flags |= wire::flag_compressed;
   return h;
 }
 
-/// Sends `t`'s name to `server` over `link` before its first partition there: servers learn
-/// names without a global barrier, in order on the link that then carries the pushes.
+/// Sends `t`'s name (and the recipe of a compressor the servers decode) to `server` over `link`
+/// before its first partition there: servers learn names and compressors without a global
+/// barrier, in order on the link that then carries the pushes.
 template <class Link>
 void declare_once(tensor& t, std::uint64_t key, int server, Link& link, int machine) {
   if (t.declared[static_cast<std::size_t>(server)]) return;
@@ -50,7 +52,7 @@ void declare_once(tensor& t, std::uint64_t key, int server, Link& link, int mach
   d.type = wire::msg::declare;
   d.sender = static_cast<std::uint32_t>(machine);
   d.key = key;
-  link.send(d, wire::as_bytes(t.name), {});  // t.name lives as long as the worker
+  link.send(d, t.declaration, {});  // t.declaration lives as long as the worker
 }
 
 template <Partitioner P, Scheduler S>
@@ -74,8 +76,10 @@ class dispatcher {
   /// active. Throws what `op_table::begin` throws.
   tensor& enqueue(const op_ptr& op, std::string name, std::size_t count, std::size_t servers,
                   const push_pull_options& opts) {
-    tensor& t =
-        ops_.begin(op, std::move(name), count, partitioner_, servers, opts.compressor.get());
+    // The node resolved the compressor (Config's default, the size threshold); none() is null.
+    const compress::spec* codec = opts.compressor.get();
+    if (codec != nullptr && codec->is_none()) codec = nullptr;
+    tensor& t = ops_.begin(op, std::move(name), count, partitioner_, servers, codec);
     op->compressed = !t.codecs.empty();
     if (t.parts.empty()) return t;
     t.active = op;
@@ -117,7 +121,9 @@ class dispatcher {
   }
 
   /// What partition `part` pushes: the caller's bytes, or with a compressor their encoding
-  /// (made now if `encode`, else the one made at dispatch, for a re-push).
+  /// (made now if `encode`, else the one made at dispatch, for a re-push). A compressor the
+  /// servers decode gets the partition's raw size first (wire::flag_compressed), and the
+  /// learning rate if it changed since its last encode.
   std::span<const std::byte> push_payload(tensor& t, std::uint32_t part, const pending_part& p,
                                           bool encode) {
     auto raw = p.op->data.subspan(p.offset, p.bytes);
@@ -125,10 +131,23 @@ class dispatcher {
     auto& out = t.encoded[part];
     if (encode) {
       auto& codec = *t.codecs[part];
-      out.resize(codec.max_encoded_bytes(p.bytes, t.type));
-      out.resize(codec.encode(raw, t.type, out));
+      if (t.rate_seen[part] != rate_version_) {
+        codec.set_learning_rate(rate_);
+        t.rate_seen[part] = rate_version_;
+      }
+      const std::size_t at = t.server_decoded ? wire::compressed_prefix_bytes : 0;
+      out.resize(at + codec.max_encoded_bytes(p.bytes, t.type));
+      if (t.server_decoded) wire::detail::put_le<std::uint64_t>(out.data(), p.bytes);
+      out.resize(at + codec.encode(raw, t.type, std::span(out).subspan(at)));
     }
     return out;
+  }
+
+  /// `Communicator::set_learning_rate`: every compressor gets `lr` before its next encode (so
+  /// never while an I/O thread decodes with it). Call it under the worker's mutex.
+  void set_learning_rate(double lr) {
+    rate_ = lr;
+    ++rate_version_;
   }
 
   /// A dispatched partition's payload left (or was dropped): its credit returns.
@@ -140,6 +159,8 @@ class dispatcher {
   S scheduler_;
   op_table ops_;
   std::uint64_t order_ = 0;  // push_pull calls so far: earlier calls go first among equals
+  double rate_ = 0;                // the learning rate last set
+  std::uint64_t rate_version_ = 0;  // 0: never set; tensors' compressors have seen 0
 };
 
 }  // namespace bps::worker

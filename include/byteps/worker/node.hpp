@@ -16,6 +16,7 @@
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
@@ -63,6 +65,7 @@ class node {
         control_(transport_, cfg),
         log_(cfg.log, "worker"),
         local_(cfg),
+        default_codec_(default_compressor(cfg)),
         dispatcher_(cfg),
         trace_(cfg, role::worker),
         stage_(
@@ -116,6 +119,7 @@ class node {
           "delta the servers add into the parameters, and the answer is the parameters, not a "
           "sum to divide; scale the delta before pushing instead",
           what));
+    opts.compressor = compressor_for(what, count * dtype_size(type), std::move(opts.compressor));
     const auto deadline = clock::now() + cfg_.op_timeout;
     if constexpr (!L::is_identity) {
       {
@@ -151,6 +155,15 @@ class node {
     if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
   }
 
+  /// Every compressor gets `lr` before its next encode (error feedback's rate ratio).
+  void set_learning_rate(double lr) {
+    if (!(lr > 0) || !std::isfinite(lr))
+      throw usage_error(
+          fmt::format("set_learning_rate: the rate must be positive and finite, got {}", lr));
+    std::lock_guard lock(mu_);
+    dispatcher_.set_learning_rate(lr);
+  }
+
   void barrier() {
     std::uint64_t n;
     {
@@ -172,6 +185,32 @@ class node {
   friend class failover<node>;
 
   op_table& ops() noexcept { return dispatcher_.ops(); }
+
+  // BYTEPS_COMPRESSOR made with the built-ins, checked before the worker joins.
+  static std::shared_ptr<const compress::spec> default_compressor(const Config& cfg) {
+    if (cfg.compressor.empty()) return nullptr;
+    try {
+      return compress::by_name(compress::parse(cfg.compressor, "BYTEPS_COMPRESSOR"));
+    } catch (const usage_error& e) {
+      throw usage_error(fmt::format("BYTEPS_COMPRESSOR='{}': {}", cfg.compressor, e.what()));
+    }
+  }
+
+  // The compressor an operation on `bytes` bytes runs with: the one asked for, else the
+  // default; none (null) below BYTEPS_MIN_COMPRESS_BYTES, so a small tensor keeps "none" on
+  // every call whatever it asks for.
+  std::shared_ptr<const compress::spec> compressor_for(
+      const std::string& what, std::size_t bytes, std::shared_ptr<const compress::spec> asked) {
+    if (!asked) asked = default_codec_;
+    if (!asked || asked->is_none() || bytes < cfg_.min_compress_bytes) return nullptr;
+    if (cfg_.failover() && asked->declared())
+      throw usage_error(fmt::format(
+          "{}: compressor '{}' is decoded by the servers, which failover "
+          "(BYTEPS_FAILOVER_TIMEOUT_MS > 0) does not support yet: a replacement server cannot "
+          "rebuild the dead one's error feedback; use no compressor or a summable one",
+          what, asked->name()));
+    return asked;
+  }
 
   void join() {
     cfg_.validate();
@@ -339,6 +378,7 @@ class node {
   rendezvous::client<T> control_;
   logger log_;
   L local_;
+  std::shared_ptr<const compress::spec> default_codec_;  // BYTEPS_COMPRESSOR; null for none
   mutable std::mutex mu_;
   dispatcher<P, S> dispatcher_;
   server_links<T> links_;

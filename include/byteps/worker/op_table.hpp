@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
+#include "byteps/wire/declare.hpp"
 #include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
@@ -38,10 +40,17 @@ struct tensor {
   std::vector<bool> declared;  ///< by server: has it seen this tensor's name?
   op_ptr active;
   std::string compressor;  ///< the name of its compressor; empty for none
+  /// Its compressor is decoded by the servers (not summable): pushes are flagged `compressed`
+  /// and carry the raw size first; the servers' answers are their own encoding.
+  bool server_decoded = false;
+  /// The `declare` payload (wire/declare.hpp): the name, and the recipe when server_decoded.
+  std::vector<std::byte> declaration;
   /// With a compressor, by partition: its compressor, its push in flight (encoded), and the
   /// encoded sum being read. Empty without one.
   std::vector<std::unique_ptr<compress::any>> codecs;
   std::vector<std::vector<std::byte>> encoded, answers;
+  /// By partition: the learning rate version its compressor was last given (dispatcher.hpp).
+  std::vector<std::uint64_t> rate_seen;
   op_timing timing;  ///< the operation in flight's stage times, for `stats()`
 };
 
@@ -74,6 +83,12 @@ class op_table {
     auto [it, fresh] = tensors_.try_emplace(op->key);
     tensor& t = it->second;
     if (fresh) {
+      try {
+        t.declaration = declaration_of(op->what, name, codec);
+      } catch (...) {
+        tensors_.erase(it);
+        throw;
+      }
       t.name = std::move(name);
       t.type = op->type;
       t.bytes = bytes;
@@ -81,9 +96,11 @@ class op_table {
       t.declared.assign(servers, false);
       if (codec != nullptr) {
         t.compressor = codec->name();
+        t.server_decoded = codec->declared().has_value();
         for (std::size_t i = 0; i < t.parts.size(); ++i) t.codecs.push_back(codec->make());
         t.encoded.resize(t.parts.size());
         t.answers.resize(t.parts.size());
+        t.rate_seen.assign(t.parts.size(), 0);
       }
     } else if (t.name != name) {
       throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
@@ -107,6 +124,25 @@ class op_table {
                                     op->what));
     }
     return t;
+  }
+
+  /// What a `declare` of the tensor carries: its name and, for a compressor the servers
+  /// decode, the recipe they make theirs from.
+  static std::vector<std::byte> declaration_of(const std::string& what, const std::string& name,
+                                               const compress::spec* codec) {
+    if (name.size() > wire::max_tensor_name_bytes)
+      throw usage_error(fmt::format("{}: the tensor name is {} bytes long; at most {} are allowed",
+                                    what, name.size(), wire::max_tensor_name_bytes));
+    wire::declaration d{name, {}};
+    if (auto r = codec != nullptr ? codec->declared() : std::nullopt) {
+      d.recipe = compress::serialise(*r);
+      if (d.recipe.size() > wire::max_recipe_bytes)
+        throw usage_error(fmt::format("{}: compressor '{}' has a recipe of {} bytes; at most {} "
+                                      "are allowed",
+                                      what, compress::to_string(*r), d.recipe.size(),
+                                      wire::max_recipe_bytes));
+    }
+    return wire::encode_declare(d);
   }
 
   tensor& at(std::uint64_t key) { return tensors_.at(key); }

@@ -1,0 +1,103 @@
+#pragma once
+/// @file
+/// `randomk`: k elements chosen at random, as (index, value) pairs (BytePS's `randomk`;
+/// `compressor_k`, a count or a fraction of the partition's elements, see sparse.hpp; `seed`).
+///
+/// The generator is xorshift128+ (xorshift.hpp), seeded with `seed` on every node, and each
+/// encode draws the next k distinct indices from it (Robert Floyd's sampling: for j from n - k
+/// to n - 1, draw t in [0, j]; take t, or j if t is taken). Workers and the servers that
+/// re-encode the sum encode once per round each, so with the same seed they pick the same
+/// indices in the same round, and the server's re-encoding keeps every value the workers sent.
+///
+/// `unbiased` multiplies the values sent by n / k, so that the expected decoded tensor is the
+/// input (BytePS does this when there is no error feedback). Only workers should: a server
+/// re-encoding a sum of scaled values must not scale again (registry.hpp's `for_server`).
+///
+/// Encoded format: the sparse stream of sparse.hpp, [u32 count][count x (u32 index, f32 value)]
+/// little-endian, indices ascending, count = min(k, n); 4 + 8 * count bytes exactly.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "byteps/compress/byte_stream.hpp"
+#include "byteps/compress/elements.hpp"
+#include "byteps/compress/sparse.hpp"
+#include "byteps/compress/xorshift.hpp"
+#include "byteps/core/dtype.hpp"
+
+namespace bps::compress {
+
+class randomk {
+ public:
+  /// BytePS's sparse error feedback seeds its generator with this when given none.
+  static constexpr std::uint64_t default_seed = 2020;
+
+  /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements; `seed`:
+  /// not 0, the same on every node.
+  explicit randomk(double k, std::uint64_t seed = default_seed, bool unbiased = false)
+      : k_(k, "randomk"),
+        seed_(seed),
+        unbiased_(unbiased),
+        rng_(seed, "randomk"),
+        name_(fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
+                          unbiased_ ? ",unbiased=true" : "")) {}
+
+  std::string name() const { return name_; }
+  double k() const noexcept { return k_.value(); }
+  std::uint64_t seed() const noexcept { return seed_; }
+  bool unbiased() const noexcept { return unbiased_; }
+
+  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
+    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
+  }
+
+  std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
+    const std::size_t n = float_elements(name_, in.size(), type);
+    require_u32_indices(name_, n);
+    const std::size_t k = k_.of(n);
+    require_room(name_, out.size(), sparse_bytes(k));
+    const auto x = read_floats(in, type, scratch_);
+    choose(n, k);
+    const float scale = unbiased_ && k > 0 ? static_cast<float>(n) / static_cast<float>(k) : 1.0f;
+    return write_sparse(out, chosen_, x, scale);
+  }
+
+  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
+    float_elements(name_, out.size(), type);
+    const auto y = float_target(out, type, scratch_);
+    read_sparse(name_, in, y);
+    write_floats(y, type, out);
+  }
+
+ private:
+  // Floyd's algorithm: exactly k draws, k distinct indices, each k-subset equally likely (up
+  // to the modulo's bias, as in BytePS).
+  void choose(std::size_t n, std::size_t k) {
+    taken_.assign(n, false);
+    chosen_.clear();
+    for (std::size_t j = n - k; j < n; ++j) {
+      const auto t = static_cast<std::uint32_t>(rng_.below(j + 1));
+      const auto pick = taken_[t] ? static_cast<std::uint32_t>(j) : t;
+      taken_[pick] = true;
+      chosen_.push_back(pick);
+    }
+    std::sort(chosen_.begin(), chosen_.end());
+  }
+
+  sparse_k k_;
+  std::uint64_t seed_;
+  bool unbiased_;
+  xorshift128p rng_;
+  std::string name_;
+  std::vector<float> scratch_;  // non-float32 or unaligned tensors only
+  std::vector<bool> taken_;
+  std::vector<std::uint32_t> chosen_;
+};
+
+}  // namespace bps::compress

@@ -1,0 +1,107 @@
+#pragma once
+/// @file
+/// The (index, value) stream that `topk` and `randomk` share, and their `k`.
+///
+/// Encoded format, little-endian:
+///   [u32 count][count x (u32 index, f32 value)]
+/// with indices strictly ascending and below the tensor's element count; 4 + 8 * count bytes.
+/// Decoding zeroes the tensor and writes the values at their indices. A stream of another size,
+/// an index out of range, or indices out of order (which is also how a repeated index shows)
+/// is refused.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "byteps/compress/byte_stream.hpp"
+#include "byteps/core/error.hpp"
+
+namespace bps::compress {
+
+/// How many elements a sparse compressor sends: BytePS's `compressor_k`, a fraction of the
+/// partition's elements when below 1, else a count. Checked on construction.
+class sparse_k {
+ public:
+  sparse_k(double k, std::string_view compressor) : k_(k) {
+    const bool fraction = k > 0 && k < 1;
+    const bool count =
+        k >= 1 && k <= std::numeric_limits<std::uint32_t>::max() && k == std::floor(k);
+    if (!fraction && !count)
+      throw usage_error(fmt::format(
+          "compressor '{}': k = {} is neither a fraction of the elements (0 < k < 1) nor a whole "
+          "count (1, 2, ...)",
+          compressor, k));
+  }
+
+  /// The count for a partition of `n` elements: floor(k * n) but at least 1 for a fraction
+  /// (as BytePS), and never more than n.
+  std::size_t of(std::size_t n) const noexcept {
+    std::size_t k = k_ < 1 ? static_cast<std::size_t>(k_ * static_cast<double>(n))
+                           : static_cast<std::size_t>(k_);
+    if (k == 0) k = 1;
+    return k < n ? k : n;
+  }
+
+  double value() const noexcept { return k_; }
+  std::string text() const { return fmt::format("{}", k_); }
+
+ private:
+  double k_;
+};
+
+/// Throws unless every index of an `n`-element partition fits the stream's u32.
+inline void require_u32_indices(std::string_view compressor, std::size_t n) {
+  if (n > std::numeric_limits<std::uint32_t>::max())
+    throw usage_error(fmt::format(
+        "compressor '{}': a partition of {} elements is too large for 32-bit indices; set "
+        "BYTEPS_PARTITION_BYTES smaller",
+        compressor, n));
+}
+
+inline std::size_t sparse_bytes(std::size_t count) noexcept {
+  return 4 + 8 * count;
+}
+
+/// Writes the pairs (indices[i], x[indices[i]] * scale); `indices` ascending.
+inline std::size_t write_sparse(std::span<std::byte> out, std::span<const std::uint32_t> indices,
+                                std::span<const float> x, float scale = 1.0f) noexcept {
+  stream_writer w(out);
+  w.put_u32(static_cast<std::uint32_t>(indices.size()));
+  for (std::uint32_t i : indices) {
+    w.put_u32(i);
+    w.put_f32(scale == 1.0f ? x[i] : x[i] * scale);
+  }
+  return w.written();
+}
+
+/// Decodes a sparse stream into `y` (all of it: zeros where no pair is), validating it.
+inline void read_sparse(std::string_view compressor, std::span<const std::byte> in,
+                        std::span<float> y) {
+  stream_reader r(compressor, in);
+  const std::uint32_t count = r.get_u32();
+  if (count > y.size())
+    malformed(compressor, fmt::format("{} pairs for a tensor of {} elements", count, y.size()));
+  require_size(compressor, fmt::format("stream of {} pairs", count), in.size(),
+               sparse_bytes(count));
+  std::fill(y.begin(), y.end(), 0.0f);
+  std::uint64_t next_allowed = 0;
+  for (std::uint32_t p = 0; p < count; ++p) {
+    const std::uint32_t i = r.get_u32();
+    const float v = r.get_f32();
+    if (i < next_allowed || i >= y.size())
+      malformed(compressor,
+                fmt::format("pair {} has index {}, but indices must ascend and stay below {}", p, i,
+                            y.size()));
+    y[i] = v;
+    next_allowed = std::uint64_t{i} + 1;
+  }
+}
+
+}  // namespace bps::compress
