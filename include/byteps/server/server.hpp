@@ -46,6 +46,7 @@
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
+#include "byteps/server/round_trace.hpp"
 #include "byteps/server/session.hpp"
 #include "byteps/server/stats.hpp"
 #include "byteps/server/sync_sum.hpp"
@@ -299,14 +300,15 @@ class Server {
     }
     auto& room =
         h.type == wire::msg::push && call.first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
-    if (traced && h.type == wire::msg::push) trace_pushed(room, h, s->worker, received, sum_ns);
+    if (traced && h.type == wire::msg::push)
+      server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
     if (o.what == kind::wait) return;
     if (o.what == kind::piece) {
       for (auto& w : room.workers) w->send_piece(h, o.answer, o.last);
       stats_.sent(o.answer.bytes.size() * room.workers.size());
       if (!o.last) return;
       stats_.round_done();
-      if (trace_.on()) trace_answered(room, h, trace_.now());
+      if (trace_.on()) server::trace_answers(trace_, names_, room, h, trace_.now());
       room.workers.clear();
       return;
     }
@@ -320,26 +322,8 @@ class Server {
     } else {
       for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
     }
-    if (trace_.on()) trace_answered(room, h, complete_ns);
+    if (trace_.on()) server::trace_answers(trace_, names_, room, h, complete_ns);
     room.workers.clear();
-  }
-
-  // Timeline: the spans of worker `worker`'s traced push (receive, sum), and of the round's
-  // answer to each traced worker (wait, answer), with the flows to and from the workers.
-  void trace_pushed(waiting_room& r, const wire::header& h, int worker,
-                    server::receive_times received, std::int64_t sum_ns) {
-    r.trace_summed_ns.resize(static_cast<std::size_t>(cfg_.num_workers), 0);
-    r.trace_summed_ns[static_cast<std::size_t>(worker)] =
-        trace_.pushed(h.key, h.part, h.round, worker, h.payload_bytes, received.began_ns,
-                      received.arrived_ns, sum_ns, trace_.now(),
-                      [&] { return names_.plain(h.key); });
-  }
-  void trace_answered(const waiting_room& r, const wire::header& h, std::int64_t complete_ns) {
-    for (const auto& w : r.workers)
-      if (static_cast<std::size_t>(w->worker) < r.trace_summed_ns.size())
-        trace_.answered(h.key, h.part, r.round, w->worker,
-                        r.trace_summed_ns[static_cast<std::size_t>(w->worker)], complete_ns,
-                        [&] { return names_.plain(h.key); });
   }
 
   // Sends the handler's answer about `h`'s partition to each of `to`.
