@@ -60,7 +60,7 @@ class watchdog {
 };
 
 /// Servers run request handler `Handler`.
-template <ServerHandler Handler = server::sync_sum>
+template <ServerHandler Handler = server::decoding<>>
 class basic_faulty_cluster {
  public:
   basic_faulty_cluster(Config base, std::shared_ptr<transport::fault_plan> plan)
