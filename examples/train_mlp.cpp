@@ -190,10 +190,19 @@ int run(const bps::Config& cfg, const Args& args) {
         "workers (%d machines): %d samples, global batch %d, %d steps/epoch, lr %g\n",
         join_widths(sizes).c_str(), parameters, step_bytes / 1e6, n, comm.machines(), data.size(),
         hp.batch, steps, hp.lr);
-  if (rank == 0 && codec)
-    std::printf("gradients compressed with %s, those of at least %zu bytes "
-                "(BYTEPS_MIN_COMPRESS_BYTES)\n",
-                codec->name().c_str(), cfg.min_compress_bytes);
+  if (rank == 0 && codec) {
+    // Say how much is compressed: a small model's tensors may all be under the threshold.
+    int compressed = 0, tensors = 0;
+    for (const auto& layer : params)
+      for (std::size_t count : {layer.w.size(), layer.b.size()}) {
+        ++tensors;
+        if (count * sizeof(float) >= cfg.min_compress_bytes) ++compressed;
+      }
+    std::printf("gradients compressed with %s: %d of %d tensors, those of at least %zu bytes "
+                "(BYTEPS_MIN_COMPRESS_BYTES)%s\n",
+                codec->name().c_str(), compressed, tensors, cfg.min_compress_bytes,
+                compressed == 0 ? "; none is that large, so nothing is compressed" : "");
+  }
 
   broadcast_params(comm, params);  // all start from the same seed anyway; shows the API
   mlp::Params grad = mlp::zeros_like(params);
