@@ -22,27 +22,26 @@
 /// logic tested through the emulation (tests/rdma/); tests/rdma/test_rdma_device.cpp runs where
 /// a device exists.
 
-#include <fcntl.h>
-#include <netdb.h>
 #include <arpa/inet.h>
-#include <sys/resource.h>
-
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <infiniband/verbs.h>
+#include <netdb.h>
 #include <rdma/rdma_cma.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <memory>
-#include <span>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "byteps/core/error.hpp"
+#include "byteps/transport/rdma/rdma_core_detail.hpp"
 #include "byteps/transport/rdma/verbs.hpp"
 
 namespace bps::transport {
@@ -100,16 +99,16 @@ class rdma_core {
     }
     rdma_free_devices(list);
     if (!chosen)
-      throw communicator_error(fmt::format(
-          "rdma: {} (devices: {}; set BYTEPS_RDMA_DEVICE and BYTEPS_RDMA_PORT)",
-          want.empty() ? fmt::format("no device has port {} active", port)
-                       : fmt::format("no device named '{}'", want),
-          seen));
+      throw communicator_error(
+          fmt::format("rdma: {} (devices: {}; set BYTEPS_RDMA_DEVICE and BYTEPS_RDMA_PORT)",
+                      want.empty() ? fmt::format("no device has port {} active", port)
+                                   : fmt::format("no device named '{}'", want),
+                      seen));
     auto d = std::make_unique<device>();
     d->ctx = chosen;
-    d->info = query_port(chosen, port, gid_index);
+    d->info = rdma_core_detail::query_port(chosen, port, gid_index);
     d->pd = ibv_alloc_pd(chosen);
-    if (!d->pd) fail("ibv_alloc_pd", d->info.device);
+    if (!d->pd) rdma_core_detail::fail("ibv_alloc_pd", d->info.device);
     return d.release();
   }
   verbs::port_info port(device* d) { return d->info; }
@@ -138,25 +137,32 @@ class rdma_core {
   }
   std::uint32_t lkey(mr* m) { return m->lkey; }
   std::uint32_t rkey(mr* m) { return m->rkey; }
-  void dereg_mr(mr* m) { if (m) ibv_dereg_mr(m); }
+  void dereg_mr(mr* m) {
+    if (m) ibv_dereg_mr(m);
+  }
 
   comp_channel* create_comp_channel(device* d) {
     comp_channel* c = ibv_create_comp_channel(d->ctx);
-    if (!c) fail("ibv_create_comp_channel", d->info.device);
-    nonblocking(c->fd, "ibv_create_comp_channel");
+    if (!c) rdma_core_detail::fail("ibv_create_comp_channel", d->info.device);
+    rdma_core_detail::nonblocking(c->fd, "ibv_create_comp_channel");
     return c;
   }
   int fd(comp_channel* c) { return c->fd; }
-  void destroy_comp_channel(comp_channel* c) { if (c) ibv_destroy_comp_channel(c); }
+  void destroy_comp_channel(comp_channel* c) {
+    if (c) ibv_destroy_comp_channel(c);
+  }
 
   cq* create_cq(device* d, comp_channel* c, int depth) {
     cq* q = ibv_create_cq(d->ctx, depth, nullptr, c, 0);
-    if (!q) fail("ibv_create_cq", d->info.device);
+    if (!q) rdma_core_detail::fail("ibv_create_cq", d->info.device);
     return q;
   }
-  void destroy_cq(cq* q) { if (q) ibv_destroy_cq(q); }
+  void destroy_cq(cq* q) {
+    if (q) ibv_destroy_cq(q);
+  }
   void req_notify_cq(cq* q) {
-    if (ibv_req_notify_cq(q, 0) != 0) fail("ibv_req_notify_cq", "a completion queue");
+    if (ibv_req_notify_cq(q, 0) != 0)
+      rdma_core_detail::fail("ibv_req_notify_cq", "a completion queue");
   }
   cq* get_cq_event(comp_channel* c) {
     ibv_cq* q = nullptr;
@@ -170,45 +176,51 @@ class rdma_core {
     const int want = static_cast<int>(std::min<std::size_t>(out.size(), 32));
     const int n = ibv_poll_cq(q, want, wc);
     if (n < 0) throw communicator_error("rdma: ibv_poll_cq failed");
-    for (int i = 0; i < n; ++i) out[i] = convert(wc[i]);
+    for (int i = 0; i < n; ++i) out[i] = rdma_core_detail::convert(wc[i]);
     return n;
   }
 
   event_channel* create_event_channel() {
     event_channel* c = rdma_create_event_channel();
-    if (!c) fail("rdma_create_event_channel", "rdma_cm");
-    nonblocking(c->fd, "rdma_create_event_channel");
+    if (!c) rdma_core_detail::fail("rdma_create_event_channel", "rdma_cm");
+    rdma_core_detail::nonblocking(c->fd, "rdma_create_event_channel");
     return c;
   }
   int fd(event_channel* c) { return c->fd; }
-  void destroy_event_channel(event_channel* c) { if (c) rdma_destroy_event_channel(c); }
+  void destroy_event_channel(event_channel* c) {
+    if (c) rdma_destroy_event_channel(c);
+  }
 
   cm_id* create_id(event_channel* c, void* context) {
     cm_id* id = nullptr;
-    if (rdma_create_id(c, &id, context, RDMA_PS_TCP) != 0) fail("rdma_create_id", "rdma_cm");
+    if (rdma_create_id(c, &id, context, RDMA_PS_TCP) != 0)
+      rdma_core_detail::fail("rdma_create_id", "rdma_cm");
     return id;
   }
   void* context(cm_id* id) { return id->context; }
   void set_context(cm_id* id, void* context) { id->context = context; }
-  void destroy_id(cm_id* id) { if (id) rdma_destroy_id(id); }
+  void destroy_id(cm_id* id) {
+    if (id) rdma_destroy_id(id);
+  }
 
   std::uint16_t listen(cm_id* id, const std::string& host, std::uint16_t port) {
-    auto where = resolve(host, port);
+    auto where = rdma_core_detail::resolve(host, port);
     if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&where)) != 0)
-      fail("rdma_bind_addr", host + ":" + std::to_string(port));
-    if (rdma_listen(id, 1024) != 0) fail("rdma_listen", host + ":" + std::to_string(port));
+      rdma_core_detail::fail("rdma_bind_addr", host + ":" + std::to_string(port));
+    if (rdma_listen(id, 1024) != 0)
+      rdma_core_detail::fail("rdma_listen", host + ":" + std::to_string(port));
     return ntohs(rdma_get_src_port(id));
   }
   void resolve_addr(cm_id* id, const std::string& host, std::uint16_t port,
                     std::chrono::milliseconds timeout) {
-    auto where = resolve(host, port);
+    auto where = rdma_core_detail::resolve(host, port);
     if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&where),
                           static_cast<int>(timeout.count())) != 0)
-      fail("rdma_resolve_addr", host + ":" + std::to_string(port));
+      rdma_core_detail::fail("rdma_resolve_addr", host + ":" + std::to_string(port));
   }
   void resolve_route(cm_id* id, std::chrono::milliseconds timeout) {
     if (rdma_resolve_route(id, static_cast<int>(timeout.count())) != 0)
-      fail("rdma_resolve_route", peer_address(id));
+      rdma_core_detail::fail("rdma_resolve_route", peer_address(id));
   }
   void create_qp(cm_id* id, device* d, cq* q, verbs::qp_caps caps) {
     if (id->verbs != d->ctx)
@@ -226,16 +238,19 @@ class rdma_core {
     attr.cap.max_recv_wr = caps.recv_depth;
     attr.cap.max_send_sge = 1;
     attr.cap.max_recv_sge = 1;
-    if (rdma_create_qp(id, d->pd, &attr) != 0) fail("rdma_create_qp", peer_address(id));
+    if (rdma_create_qp(id, d->pd, &attr) != 0)
+      rdma_core_detail::fail("rdma_create_qp", peer_address(id));
   }
-  void destroy_qp(cm_id* id) { if (id && id->qp) rdma_destroy_qp(id); }
+  void destroy_qp(cm_id* id) {
+    if (id && id->qp) rdma_destroy_qp(id);
+  }
   void connect(cm_id* id, std::span<const std::byte> data) {
-    auto p = conn_param(data);
-    if (rdma_connect(id, &p) != 0) fail("rdma_connect", peer_address(id));
+    auto p = rdma_core_detail::conn_param(data);
+    if (rdma_connect(id, &p) != 0) rdma_core_detail::fail("rdma_connect", peer_address(id));
   }
   void accept(cm_id* id, std::span<const std::byte> data) {
-    auto p = conn_param(data);
-    if (rdma_accept(id, &p) != 0) fail("rdma_accept", peer_address(id));
+    auto p = rdma_core_detail::conn_param(data);
+    if (rdma_accept(id, &p) != 0) rdma_core_detail::fail("rdma_accept", peer_address(id));
   }
   void reject(cm_id* id, std::span<const std::byte> data) {
     rdma_reject(id, data.data(), static_cast<std::uint8_t>(data.size()));  // best effort
@@ -246,7 +261,7 @@ class rdma_core {
     rdma_cm_event* ev = nullptr;
     if (rdma_get_cm_event(c, &ev) != 0) return std::nullopt;  // EAGAIN: none pending
     verbs::cm_event<cm_id> out;
-    out.type = convert(ev->event);
+    out.type = rdma_core_detail::convert(ev->event);
     out.id = ev->id;
     out.listen_id = ev->listen_id;
     out.status = ev->status;
@@ -276,7 +291,8 @@ class rdma_core {
       wr.wr.rdma.remote_addr = w.remote_addr;
       wr.wr.rdma.rkey = w.rkey;
     }
-    if (const int e = ibv_post_send(id->qp, &wr, &bad); e != 0) fail("ibv_post_send", peer_address(id), e);
+    if (const int e = ibv_post_send(id->qp, &wr, &bad); e != 0)
+      rdma_core_detail::fail("ibv_post_send", peer_address(id), e);
   }
   void post_recv(cm_id* id, const verbs::recv_wr& w) {
     ibv_sge s{reinterpret_cast<std::uintptr_t>(w.local.addr), w.local.length, w.local.lkey};
@@ -285,128 +301,16 @@ class rdma_core {
     wr.wr_id = w.wr_id;
     wr.sg_list = &s;
     wr.num_sge = 1;
-    if (const int e = ibv_post_recv(id->qp, &wr, &bad); e != 0) fail("ibv_post_recv", peer_address(id), e);
+    if (const int e = ibv_post_recv(id->qp, &wr, &bad); e != 0)
+      rdma_core_detail::fail("ibv_post_recv", peer_address(id), e);
   }
 
   std::string peer_address(cm_id* id) {
-    return address_text(rdma_get_peer_addr(id)) + ":" + std::to_string(ntohs(rdma_get_dst_port(id)));
+    return rdma_core_detail::address_text(rdma_get_peer_addr(id)) + ":" +
+           std::to_string(ntohs(rdma_get_dst_port(id)));
   }
-  std::string local_host(cm_id* id) { return address_text(rdma_get_local_addr(id)); }
-
- private:
-  [[noreturn]] static void fail(std::string_view call, std::string_view what, int e = errno) {
-    throw communicator_error(fmt::format("rdma: {} ({}) failed: {}", call, what, std::strerror(e)));
-  }
-  static void nonblocking(int fd, std::string_view call) {
-    const int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) fail(call, "O_NONBLOCK");
-  }
-  static sockaddr_storage resolve(const std::string& host, std::uint16_t port) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const auto service = std::to_string(port);
-    if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0 || !res)
-      throw communicator_error(
-          fmt::format("rdma: cannot resolve '{}': {}", host, gai_strerror(rc)));
-    sockaddr_storage out{};
-    std::memcpy(&out, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return out;
-  }
-  static std::string address_text(const sockaddr* a) {
-    char text[INET6_ADDRSTRLEN] = "?";
-    if (a && a->sa_family == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, text, sizeof text);
-    else if (a && a->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr, text, sizeof text);
-    return text;
-  }
-  static rdma_conn_param conn_param(std::span<const std::byte> data) {
-    rdma_conn_param p{};
-    p.private_data = data.data();
-    p.private_data_len = static_cast<std::uint8_t>(data.size());
-    p.responder_resources = 1;
-    p.initiator_depth = 1;
-    p.retry_count = 7;
-    p.rnr_retry_count = 0;  // credits guarantee a posted receive; see the file comment
-    return p;
-  }
-  static verbs::port_info query_port(ibv_context* ctx, int port, int gid_index) {
-    verbs::port_info info;
-    info.device = ibv_get_device_name(ctx->device);
-    info.port = port;
-    ibv_port_attr attr{};
-    if (ibv_query_port(ctx, static_cast<std::uint8_t>(port), &attr) != 0)
-      fail("ibv_query_port", fmt::format("{} port {}", info.device, port));
-    info.mtu_bytes = 128u << static_cast<int>(attr.active_mtu);  // IBV_MTU_256 = 1 ... 4096 = 5
-    info.ethernet = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
-    info.gid_index = gid_index < 0 ? 0 : gid_index;
-    if (gid_index >= attr.gid_tbl_len)
-      throw communicator_error(fmt::format(
-          "rdma: BYTEPS_RDMA_GID_INDEX = {} is past the GID table of {} port {} ({} entries)",
-          gid_index, info.device, port, attr.gid_tbl_len));
-    for (int i = 0; i < attr.gid_tbl_len && info.ethernet; ++i) {
-      ibv_gid_entry entry{};
-      if (ibv_query_gid_ex(ctx, static_cast<std::uint32_t>(port), static_cast<std::uint32_t>(i),
-                           &entry, 0) != 0)
-        continue;
-      const bool v2 = entry.gid_type == IBV_GID_TYPE_ROCE_V2;
-      if (gid_index == i) info.roce_v2 = v2;
-      if (gid_index < 0 && v2) {
-        info.gid_index = i;
-        info.roce_v2 = true;
-        break;
-      }
-    }
-    return info;
-  }
-  static verbs::work_completion convert(const ibv_wc& wc) {
-    verbs::work_completion out;
-    out.wr_id = wc.wr_id;
-    out.byte_len = wc.byte_len;
-    out.imm = (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0;
-    switch (wc.status) {
-      case IBV_WC_SUCCESS: out.status = verbs::wc_status::success; break;
-      case IBV_WC_LOC_LEN_ERR: out.status = verbs::wc_status::local_length_error; break;
-      case IBV_WC_LOC_PROT_ERR: out.status = verbs::wc_status::local_protection_error; break;
-      case IBV_WC_REM_ACCESS_ERR: out.status = verbs::wc_status::remote_access_error; break;
-      case IBV_WC_REM_OP_ERR: out.status = verbs::wc_status::remote_operation_error; break;
-      case IBV_WC_RETRY_EXC_ERR: out.status = verbs::wc_status::retry_exceeded; break;
-      case IBV_WC_RNR_RETRY_EXC_ERR: out.status = verbs::wc_status::rnr_retry_exceeded; break;
-      case IBV_WC_WR_FLUSH_ERR: out.status = verbs::wc_status::flushed; break;
-      default: out.status = verbs::wc_status::general_error; break;
-    }
-    switch (wc.opcode) {
-      case IBV_WC_SEND: out.opcode = verbs::wc_opcode::send; break;
-      case IBV_WC_RDMA_WRITE: out.opcode = verbs::wc_opcode::write; break;
-      case IBV_WC_RECV_RDMA_WITH_IMM: out.opcode = verbs::wc_opcode::recv_with_imm; break;
-      default: out.opcode = verbs::wc_opcode::recv; break;  // flushed receives report IBV_WC_RECV
-    }
-    return out;
-  }
-  static verbs::cm_event_type convert(rdma_cm_event_type t) {
-    using T = verbs::cm_event_type;
-    switch (t) {
-      case RDMA_CM_EVENT_ADDR_RESOLVED: return T::addr_resolved;
-      case RDMA_CM_EVENT_ADDR_ERROR: return T::addr_error;
-      case RDMA_CM_EVENT_ROUTE_RESOLVED: return T::route_resolved;
-      case RDMA_CM_EVENT_ROUTE_ERROR: return T::route_error;
-      case RDMA_CM_EVENT_CONNECT_REQUEST: return T::connect_request;
-      case RDMA_CM_EVENT_CONNECT_RESPONSE: return T::connect_response;
-      case RDMA_CM_EVENT_CONNECT_ERROR: return T::connect_error;
-      case RDMA_CM_EVENT_UNREACHABLE: return T::unreachable;
-      case RDMA_CM_EVENT_REJECTED: return T::rejected;
-      case RDMA_CM_EVENT_ESTABLISHED: return T::established;
-      case RDMA_CM_EVENT_DISCONNECTED: return T::disconnected;
-      case RDMA_CM_EVENT_DEVICE_REMOVAL: return T::device_removal;
-      case RDMA_CM_EVENT_MULTICAST_JOIN: return T::multicast_join;
-      case RDMA_CM_EVENT_MULTICAST_ERROR: return T::multicast_error;
-      case RDMA_CM_EVENT_ADDR_CHANGE: return T::addr_change;
-      case RDMA_CM_EVENT_TIMEWAIT_EXIT: return T::timewait_exit;
-      default: return T::other;
-    }
+  std::string local_host(cm_id* id) {
+    return rdma_core_detail::address_text(rdma_get_local_addr(id));
   }
 };
 
