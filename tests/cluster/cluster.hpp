@@ -59,7 +59,9 @@ inline Config base_config(int workers, int servers) {
 
 /// Runs `worker(comm, rank)` on `workers` threads against `servers` servers, each with request
 /// handler `Handler`. Rethrows the first exception any node threw.
-template <ServerHandler Handler = server::decoding<>>
+// The library's own default handler, whatever it is, so these clusters run what byteps-server
+// runs (a copy of the default here went stale once).
+template <ServerHandler Handler = typename Server<transport::tcp>::handler_type>
 class basic_cluster {
  public:
   using server_type = Server<transport::tcp, Handler>;

@@ -60,7 +60,9 @@ class watchdog {
 };
 
 /// Servers run request handler `Handler`.
-template <ServerHandler Handler = server::decoding<>>
+// The library's own default handler, whatever it is, so these clusters run what byteps-server
+// runs (a copy of the default here went stale once).
+template <ServerHandler Handler = typename Server<transport::tcp>::handler_type>
 class basic_faulty_cluster {
  public:
   basic_faulty_cluster(Config base, std::shared_ptr<transport::fault_plan> plan)

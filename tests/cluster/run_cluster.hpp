@@ -10,15 +10,17 @@
 
 namespace bps::test {
 
-/// A scheduler, `base.num_servers` servers on `Server<ServerNet>`, and on machine m
-/// `local_sizes[m]` worker threads, each with its own `Comm` running `body`. Rethrows the first
-/// exception any node threw. For clusters whose workers and servers use any transport.
-template <class ServerNet, class Comm>
+/// A scheduler on `SchedulerNet`, `base.num_servers` servers on `Server<ServerNet>`, and on
+/// machine m `local_sizes[m]` worker threads, each with its own `Comm` running `body`. Rethrows
+/// the first exception any node threw. For clusters whose workers and servers use any
+/// transport; the scheduler needs another than tcp only where tcp cannot reach the others (the
+/// emulated RDMA fabric).
+template <class ServerNet, class Comm, class SchedulerNet = transport::tcp>
 void run_cluster(Config base, std::vector<int> local_sizes,
                  const std::function<void(Comm&)>& body) {
   Config s = base;
   s.node_role = role::scheduler;
-  SchedulerNode<transport::tcp> scheduler(s);
+  SchedulerNode<SchedulerNet> scheduler(s);
   base.scheduler_port = scheduler.port();
   std::mutex mu;
   std::exception_ptr failure;
