@@ -35,6 +35,13 @@ for recipe in "${recipes[@]}"; do
     grep -q "$line" "$log" || { echo "FAIL: $recipe: no line '$line'"; tail -30 "$log"; exit 1; }
   done
   [[ -n $want && $epochs == "$want" ]] || { echo "FAIL: $recipe: $epochs epoch lines, expected $want"; exit 1; }
+  # With BYTEPS_MIN_COMPRESS_BYTES=0 every gradient tensor must go through the compressor: a run
+  # that compressed nothing would pass the loss checks above just as well.
+  counts=$(grep -o "gradients compressed with .*: [0-9]* of [0-9]* tensors" "$log" | head -1 |
+    sed -E 's/.*: ([0-9]+) of ([0-9]+) tensors/\1 \2/')
+  read -r compressed tensors <<<"$counts"
+  [[ -n ${tensors:-} && $tensors -gt 0 && $compressed == "$tensors" ]] ||
+    { echo "FAIL: $recipe: compressed ${compressed:-?} of ${tensors:-?} gradient tensors, expected all"; exit 1; }
   echo "$recipe: $(grep -o "loss fell from .*" "$log" | head -1); $(grep -o "final loss .*" "$log" | head -1)"
 done
 echo "PASS"
