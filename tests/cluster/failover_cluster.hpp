@@ -1,5 +1,6 @@
 #pragma once
-// An in-process cluster for failover tests: as cluster.hpp, over transport `Tr`, with standby
+// An in-process cluster for failover tests: as cluster.hpp, over transport `Tr` with servers of
+// handler `H` (the default one unless given), with standby
 // servers and a way to crash a server (server_access::crash: every connection drops with no
 // bye, as when its process is killed). With a fault plan, every node is given it in its
 // transport options; with a `first_server_plan`, the first server started is given that one
@@ -11,11 +12,11 @@
 
 namespace bps::test {
 
-template <class Tr>
+template <class Tr, class H = typename Server<Tr>::handler_type>
 class failover_cluster {
  public:
   using comm_type = Communicator<Tr, local::none, partition::by_bytes, schedule::priority>;
-  using server_type = Server<Tr>;
+  using server_type = Server<Tr, H>;
 
   failover_cluster(Config base, int standbys,
                    std::shared_ptr<transport::fault_plan> plan = nullptr,

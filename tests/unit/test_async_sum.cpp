@@ -167,10 +167,16 @@ TEST_CASE("async_sum refuses rounds out of order, other shapes and sum offers, n
     auto h = bps_test::grad_frame(bps::wire::msg::sum_offer, 0, 4, 0);
     h.payload_bytes = 4;
     auto b = bps_test::pooled_floats(d.pool, {1.0f});
-    const auto o = d.handler.handle(bps::server::request{h, b, 0, 2, true, d.name});
-    d.pool.give_back(std::move(b));
+    // Without failover no offer belongs here; with it, one must end with the applied counts
+    // (tests/unit/test_async_failover.cpp takes well-formed ones).
+    const auto o = d.handler.handle(bps::server::request{h, b, 0, 2, false, d.name});
     REQUIRE(o.what == kind::refuse);
     CHECK(contains(o.error, "async mode takes pushes only, not a sum_offer of 'grad'"));
+    const auto bare = d.handler.handle(bps::server::request{h, b, 0, 2, true, d.name});
+    d.pool.give_back(std::move(b));
+    REQUIRE(bare.what == kind::refuse);
+    CHECK(contains(bare.error, "a sum_offer of 'grad' partition 0 without the 16 bytes of "
+                               "applied counts"));
   }
 }
 

@@ -238,10 +238,6 @@ inline void Config::validate() const {
     fail("local_size (BYTEPS_LOCAL_SIZE)", local_size,
          "1 with enable_async (BYTEPS_ENABLE_ASYNC=1): async training runs one worker process "
          "per machine (the local stage's sum would multiply the seeded parameters)");
-  if (enable_async && failover())
-    fail("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
-         "0 (off) with enable_async (BYTEPS_ENABLE_ASYNC=1): a replacement server cannot recover "
-         "the parameters of async training yet");
   if (!compressor.empty() && compressor != "none") {
     try {
       detail::parse_recipe_text(compressor, "BYTEPS_COMPRESSOR");

@@ -32,7 +32,7 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 // `last_piece`), for cut-through summation; 7: asynchronous training (hello's `async_mode`
 // and `staleness`); 8: compression decoded by servers (`declare` carries the name and a
 // compressor recipe, wire/declare.hpp; the flag `compressed`)
-inline constexpr std::uint32_t protocol_version = 8;
+inline constexpr std::uint32_t protocol_version = 9;
 
 struct hello {
   std::uint32_t protocol = protocol_version;

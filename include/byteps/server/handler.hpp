@@ -93,6 +93,9 @@ struct reply {
   /// `bytes` are the key's server compressor's encoding (the pull_response is flagged
   /// `wire::flag_compressed`).
   bool compressed = false;
+  /// `bytes` end with each worker's count of applied deltas (asynchronous training with
+  /// failover; the pull_response is flagged `wire::flag_applied`).
+  bool applied_counts = false;
 };
 
 /// A worker held in a key's waiting list, answered by `outcome::release_each` with a reply of

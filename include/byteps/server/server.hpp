@@ -291,7 +291,8 @@ class Server {
                      h.part, h.round, s->worker, o.answer.round);
         return answer(h, o.answer, std::span(&s, 1));
       case kind::release_each:  // held workers of one key may wait for different rounds
-        answer(h, o.answer, std::span(&s, 1));
+        if (h.type == wire::msg::push)  // an offer's worker has its answer already
+          answer(h, o.answer, std::span(&s, 1));
         for (const auto& a : o.released)
           if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
         return;

@@ -188,7 +188,8 @@ class session final : public transport::receiver,
   void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
     wire::header r;
     r.type = wire::msg::pull_response;
-    r.flags = flags | (a.compressed ? wire::flag_compressed : 0u);
+    r.flags = flags | (a.compressed ? wire::flag_compressed : 0u) |
+              (a.applied_counts ? wire::flag_applied : 0u);
     r.key = about.key;
     r.part = about.part;
     r.round = a.round;

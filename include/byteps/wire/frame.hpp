@@ -100,6 +100,15 @@ inline constexpr std::uint32_t flag_last_piece = 16;
 inline constexpr std::uint32_t flag_compressed = 32;
 /// Bytes before the encoding in a compressed push: the partition's raw size.
 inline constexpr std::size_t compressed_prefix_bytes = 8;
+/// Flag of a `pull_response` and a `sum_offer` of asynchronous training with failover on
+/// (server/async_sum.hpp): after the partition's parameters come `num_workers` u64s
+/// (little-endian), worker w's count of deltas that the parameters hold (its rounds 1 to that
+/// count), so that a replacement server can tell which re-pushed deltas an offer already holds.
+inline constexpr std::uint32_t flag_applied = 64;
+/// Bytes of the counts after the parameters in a frame flagged `flag_applied`.
+constexpr std::uint64_t applied_counts_bytes(int num_workers) noexcept {
+  return 8 * static_cast<std::uint64_t>(num_workers < 0 ? 0 : num_workers);
+}
 
 struct header {
   msg type = msg::hello;

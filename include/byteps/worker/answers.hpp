@@ -12,14 +12,14 @@
 /// Called on the links' I/O threads; takes the node's mutex briefly, and decodes, copies and
 /// averages outside it.
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <span>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "byteps/compress/compressor.hpp"
 #include "byteps/core/dtype.hpp"
@@ -49,10 +49,15 @@ class answers {
     tensor* t = p->op->compressed ? &node_.ops().at(h.key) : nullptr;
     // A server encodes the answer exactly when it decodes the pushes.
     if (((h.flags & wire::flag_compressed) != 0) != (t != nullptr && t->server_decoded)) return {};
-    const std::size_t at = p->answered_bytes, n = h.payload_bytes;
+    // Async training with failover: the parameters end with the counts failover keeps.
+    const bool counted = (h.flags & wire::flag_applied) != 0;
+    if (counted && !(node_.failover_ && node_.async_mode())) return {};
+    const std::size_t at = p->answered_bytes, n = h.payload_bytes,
+                      whole = p->bytes +
+                              (counted ? wire::applied_counts_bytes(node_.cfg_.num_workers) : 0);
     const bool fits = t != nullptr
                           ? at + n <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
-                          : (is_last(h) ? at + n == p->bytes : at + n < p->bytes);
+                          : (is_last(h) ? at + n == whole : at + n < p->bytes);
     const bool in_order = (h.flags & wire::flag_piece) != 0 ? h.offset == p->offset + at : at == 0;
     if (!fits || !in_order) return {};
     if (node_.failover_) return node_.failover_->answer_destination(h, *p, at, receiving);

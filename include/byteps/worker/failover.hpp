@@ -59,6 +59,9 @@ struct kept_sum {
   std::vector<std::byte> bytes;
   std::uint64_t round = 0;
   bool valid = false;  ///< false until the first answer, and while one is being written
+  /// wire::flag_applied: `bytes` end with the applied counts of async training, which an offer
+  /// carries back
+  std::uint32_t flags = 0;
 };
 
 /// `Node` is worker::node, whose mutex guards everything here but the timer thread; this class
@@ -124,6 +127,7 @@ class failover {
     std::lock_guard lock(node_.mu_);
     kept_sum& kept = kept_[id];
     kept.round = h.round;
+    kept.flags = h.flags & wire::flag_applied;
     kept.valid = true;
     if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
     --op->receiving;
@@ -287,6 +291,7 @@ class failover {
         if (offer) {
           wire::header h;
           h.type = wire::msg::sum_offer;
+          h.flags = kept->second.flags;
           h.sender = static_cast<std::uint32_t>(node_.rank_);
           h.key = key;
           h.part = i;
