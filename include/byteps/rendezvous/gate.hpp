@@ -13,6 +13,8 @@
 /// Every member may be called from any thread. The timeouts run on the gate's own timer thread,
 /// which its destructor stops; the `close` functions it was given must stay callable until then.
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,8 +24,6 @@
 #include <span>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
@@ -77,27 +77,28 @@ class hello_gate {
       std::lock_guard lock(mu_);
       if (pending_ >= max_pending_) {
         ++counts_.too_many_pending;
-        log_.warn("refusing the connection from {}: {} connections have not said hello yet "
-                  "(BYTEPS_MAX_PENDING_CONNECTIONS={})",
-                  peer, pending_, max_pending_);
+        log_.warn(
+            "refusing the connection from {}: {} connections have not said hello yet "
+            "(BYTEPS_MAX_PENDING_CONNECTIONS={})",
+            peer, pending_, max_pending_);
         return nullptr;
       }
       ++pending_;
     }
     auto t = std::make_shared<pending_hello>(peer, fresh_nonce());
-    const bool armed =
-        timer_.post_at(detail::timer_thread::clock::now() + timeout_,
-                       [this, weak = std::weak_ptr<pending_hello>(t),
-                        close = std::move(close)](bool cancelled) {
-                         auto ticket = weak.lock();
-                         if (cancelled || !ticket || !ticket->settle()) return;
-                         done(&gate_counts::timed_out);
-                         log_.warn("closing the connection from {}: no hello within {} ms "
-                                   "(BYTEPS_HELLO_TIMEOUT_MS); a peer of this job says hello "
-                                   "at once",
-                                   ticket->peer(), timeout_.count());
-                         close();
-                       });
+    const bool armed = timer_.post_at(
+        detail::timer_thread::clock::now() + timeout_,
+        [this, weak = std::weak_ptr<pending_hello>(t), close = std::move(close)](bool cancelled) {
+          auto ticket = weak.lock();
+          if (cancelled || !ticket || !ticket->settle()) return;
+          done(&gate_counts::timed_out);
+          log_.warn(
+              "closing the connection from {}: no hello within {} ms "
+              "(BYTEPS_HELLO_TIMEOUT_MS); a peer of this job says hello "
+              "at once",
+              ticket->peer(), timeout_.count());
+          close();
+        });
     if (!armed) {  // stopping: nobody is admitted any more
       done(nullptr);
       return nullptr;

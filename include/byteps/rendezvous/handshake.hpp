@@ -6,6 +6,8 @@
 /// the node's receiver; `say_peer_hello` starts a link with it and blocks until the hello left,
 /// at most until a deadline.
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -14,8 +16,6 @@
 #include <optional>
 #include <span>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/rendezvous/auth.hpp"
@@ -92,8 +92,8 @@ void say_peer_hello(Link& link, std::shared_ptr<transport::receiver> node, int m
         "{} at {} sent no challenge within {} ms (BYTEPS_HELLO_TIMEOUT_MS): {}; is it a byteps "
         "server of this version?",
         server, link.peer(), timeout.count(), why));
-  auto body = std::make_shared<proof>(peer_hello_proof(token, *n, static_cast<std::uint32_t>(machine),
-                                                       static_cast<std::uint32_t>(local_rank)));
+  auto body = std::make_shared<proof>(peer_hello_proof(
+      token, *n, static_cast<std::uint32_t>(machine), static_cast<std::uint32_t>(local_rank)));
   wire::header h;
   h.type = wire::msg::peer_hello;
   h.sender = static_cast<std::uint32_t>(machine);
