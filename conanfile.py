@@ -51,6 +51,8 @@ class BytepsConan(ConanFile):
         # headers include both, so their headers must reach byteps' consumers.
         self.requires("asio/1.28.1", transitive_headers=True)
         self.requires("fmt/9.1.0", transitive_headers=True)
+        # libcrypto: the job token's challenge-response (rendezvous/auth.hpp), near Debian 12's 3.0.
+        self.requires("openssl/3.0.13", transitive_headers=True)
 
     def package_id(self):
         # Headers only: one package serves every os, arch, compiler and build type.
@@ -73,7 +75,7 @@ class BytepsConan(ConanFile):
         self.cpp_info.libdirs = []
         # The TCP transport (the CMake component "tcp") is part of the one target, as in the
         # installed CMake package; CMakeDeps accepts find_package(... COMPONENTS tcp).
-        self.cpp_info.requires = ["asio::asio", "fmt::fmt"]
+        self.cpp_info.requires = ["asio::asio", "fmt::fmt", "openssl::crypto"]
         # As in the CMake build (cmake/Findasio.cmake); ASIO_STANDALONE comes from Conan's asio.
         self.cpp_info.defines = ["ASIO_NO_DEPRECATED"]
         if self.settings.os in ("Linux", "FreeBSD"):

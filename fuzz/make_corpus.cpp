@@ -103,7 +103,7 @@ void frames(const std::filesystem::path& dir) {
   auto f32a = values<float>({1.0f, 2.5f, -3.0f, 4.0f});
   auto f32b = values<float>({0.5f, 0.5f, 0.5f, 0.5f});
   write(dir, "valid-two-workers-f32-two-rounds",
-        with_limit({frame(hi, {}), frame(declare, wire::encode_declare({"layer0.weight", {}})),
+        with_limit({frame(hi, bytes(32, std::byte{0x5a})), frame(declare, wire::encode_declare({"layer0.weight", {}})),
                     frame(push(0, dtype::float32, 0, 16), f32a), frame(push(1, dtype::float32, 0, 16), f32b),
                     frame(push(1, dtype::float32, 1, 16), f32a), frame(push(0, dtype::float32, 1, 16), f32b)}));
   auto h16 = values<std::uint16_t>({0x3c00, 0x4000, 0x7bff, 0xfc00});  // 1, 2, max, -inf

@@ -307,11 +307,8 @@ TEST_CASE("failover: a worker that vanishes still fails the job, naming it", "[f
       std::vector<std::shared_ptr<transport::tcp::link>> links;
       for (const auto& s : welcome.servers) {
         links.push_back(net.connect(s.host, s.port, cfg.connect_timeout));
-        links.back()->start(std::make_shared<rendezvous::inbox>());
-        wire::header h;
-        h.type = wire::msg::peer_hello;
-        h.sender = 1;
-        links.back()->send(h, {}, {});
+        rendezvous::say_peer_hello(*links.back(), std::make_shared<rendezvous::inbox>(), 1, 0,
+                                   cfg.job_token, cfg.hello_timeout, "a server");
       }
       pushed.get_future().wait_for(30s);
       std::this_thread::sleep_for(100ms);

@@ -229,11 +229,8 @@ TEST_CASE("a worker that vanishes fails the others' pending handles naming it", 
       rendezvous::client<transport::tcp> control(net, cfg);
       auto welcome = control.join(rendezvous::hello::from(cfg, role::worker));
       auto link = net.connect(welcome.servers[0].host, welcome.servers[0].port, cfg.connect_timeout);
-      link->start(std::make_shared<rendezvous::inbox>());
-      wire::header h;
-      h.type = wire::msg::peer_hello;
-      h.sender = 1;
-      link->send(h, {}, {});
+      rendezvous::say_peer_hello(*link, std::make_shared<rendezvous::inbox>(), 1, 0,
+                                 cfg.job_token, cfg.hello_timeout, "server 0");
       pushed.get_future().wait_for(std::chrono::seconds(30));
       net.stop();
     });

@@ -29,21 +29,22 @@ void silent_worker(Config cfg, int id, std::shared_future<void> release) {
   auto control = net.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
   auto inbox = std::make_shared<rendezvous::inbox>();
   control->start(inbox);
-  auto hello = rendezvous::encode(rendezvous::hello::from(cfg, role::worker));
+  std::string why;
+  auto challenge = inbox->take({wire::msg::challenge}, clock_type::now() + std::chrono::seconds(10), why);
+  if (!challenge) throw std::runtime_error("silent worker: no challenge: " + why);
+  rendezvous::nonce n{};
+  std::copy(challenge->payload.begin(), challenge->payload.end(), n.begin());
+  auto hello = rendezvous::encode_proved(rendezvous::hello::from(cfg, role::worker), cfg.job_token, n);
   wire::header h;
   h.type = wire::msg::hello;
   control->send(h, hello, {});
-  std::string why;
   auto welcome = inbox->take({wire::msg::welcome}, clock_type::now() + std::chrono::seconds(10), why);
   if (!welcome) throw std::runtime_error("silent worker: no welcome: " + why);
   std::vector<std::shared_ptr<transport::tcp::link>> links;
   for (const auto& a : rendezvous::decode_welcome(welcome->payload).servers) {
     links.push_back(net.connect(a.host, a.port, cfg.connect_timeout));
-    links.back()->start(std::make_shared<rendezvous::inbox>());
-    wire::header p;
-    p.type = wire::msg::peer_hello;
-    p.sender = static_cast<std::uint32_t>(id);
-    links.back()->send(p, {}, {});
+    rendezvous::say_peer_hello(*links.back(), std::make_shared<rendezvous::inbox>(), id, 0,
+                               cfg.job_token, cfg.hello_timeout, "a server");
   }
   release.wait_for(std::chrono::seconds(30));
 }

@@ -40,7 +40,6 @@ bps::rendezvous::hello sample_hello() {
   h.num_servers = 45;
   h.key_hash = "sdbm";
   h.mixed_mode = 1;
-  h.token = 0x0123456789ABCDEFull;
   h.failover = true;
   h.standby = true;
   h.async_mode = true;
@@ -61,7 +60,6 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.num_servers == b.num_servers);
   CHECK(a.key_hash == b.key_hash);
   CHECK(a.mixed_mode == b.mixed_mode);
-  CHECK(a.token == b.token);
   CHECK(a.failover == b.failover);
   CHECK(a.standby == b.standby);
   CHECK(a.async_mode == b.async_mode);
@@ -87,9 +85,10 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
-  // workers, servers, key hash, mixed mode, token, failover, standby, async, staleness
+  // workers, servers, key hash, mixed mode, failover, standby, async, staleness (the job token
+  // travels as a proof after these bytes, never in them: auth.hpp)
   CHECK(bytes.size() == 4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 +
-                            h.key_hash.size() + 1 + 8 + 1 + 1 + 1 + 8);
+                            h.key_hash.size() + 1 + 1 + 1 + 1 + 8);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -364,18 +363,34 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
   }
 }
 
-TEST_CASE("first_difference refuses another job's token without revealing it", "[wire][rendezvous]") {
-  auto mine = sample_hello();
-  mine.token = bps::rendezvous::job_token_digest("our-secret");
-  auto theirs = mine;
-  theirs.node_role = bps::role::worker;
-  CHECK_FALSE(bps::rendezvous::first_difference(mine, theirs, "10.0.0.9:1234"));
-  theirs.token = bps::rendezvous::job_token_digest("another-job");
-  auto diff = bps::rendezvous::first_difference(mine, theirs, "10.0.0.9:1234");
-  REQUIRE(diff);
-  CHECK(diff->find("BYTEPS_JOB_TOKEN") != std::string::npos);
-  CHECK(diff->find("10.0.0.9:1234") != std::string::npos);
-  CHECK(diff->find("our-secret") == std::string::npos);
-  CHECK(bps::rendezvous::job_token_digest("") == 0);
-  CHECK(bps::rendezvous::job_token_digest("a") != bps::rendezvous::job_token_digest("b"));
+TEST_CASE("a hello proves the job token for one nonce only, and never carries it", "[wire][rendezvous]") {
+  namespace rv = bps::rendezvous;
+  const auto h = sample_hello();
+  const rv::nonce n = rv::fresh_nonce();
+  const auto sent = rv::encode_proved(h, "our-secret", n);
+  const std::string as_text(reinterpret_cast<const char*>(sent.data()), sent.size());
+  CHECK(as_text.find("our-secret") == std::string::npos);
+  const auto parts = rv::split_proof(sent);
+  REQUIRE(parts);
+  check_same(rv::decode_hello(parts->first), h);
+  CHECK(rv::verify("our-secret", rv::purpose::scheduler_hello, n, parts->first, parts->second));
+  // Another job's token, a replay on a connection with another nonce, the proof of a server
+  // hello, or one altered byte: each fails.
+  CHECK_FALSE(rv::verify("another-job", rv::purpose::scheduler_hello, n, parts->first, parts->second));
+  const rv::nonce other = rv::fresh_nonce();
+  REQUIRE(other != n);
+  CHECK_FALSE(rv::verify("our-secret", rv::purpose::scheduler_hello, other, parts->first, parts->second));
+  CHECK_FALSE(rv::verify("our-secret", rv::purpose::server_hello, n, parts->first, parts->second));
+  auto altered = sent;
+  altered[5] ^= std::byte{1};
+  const auto bad = rv::split_proof(altered);
+  CHECK_FALSE(rv::verify("our-secret", rv::purpose::scheduler_hello, n, bad->first, bad->second));
+  CHECK(rv::hello_protocol(sent) == rv::protocol_version);
+  CHECK_FALSE(rv::split_proof(std::span(sent).first(rv::proof_bytes)));
+  // A worker's peer_hello binds its machine and local rank.
+  const auto p = rv::peer_hello_proof("our-secret", n, 1, 0);
+  CHECK(rv::verify_peer_hello("our-secret", n, 1, 0, p));
+  CHECK_FALSE(rv::verify_peer_hello("our-secret", n, 0, 0, p));
+  CHECK_FALSE(rv::verify_peer_hello("our-secret", n, 1, 1, p));
+  CHECK_FALSE(rv::verify_peer_hello("", n, 1, 0, p));
 }

@@ -82,6 +82,11 @@ struct Config {
   millis heartbeat_interval{1000};               ///< BYTEPS_HEARTBEAT_INTERVAL_MS
   millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
   millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
+  // What a stranger may cost a listener (docs/reliability.md, "Security").
+  millis hello_timeout{5000};                    ///< BYTEPS_HELLO_TIMEOUT_MS: a new link's hello
+  int max_pending_connections = 256;             ///< BYTEPS_MAX_PENDING_CONNECTIONS (no hello yet)
+  std::size_t max_name_bytes = 4096;             ///< BYTEPS_MAX_NAME_BYTES: a tensor's name
+  std::size_t max_tensors = std::size_t{1} << 20;  ///< BYTEPS_MAX_TENSORS: declared, per server
   /// BYTEPS_SERVER_LOG_INTERVAL_MS: a server logs its throughput and the workers' lag at INFO
   /// this often (0: never).
   millis server_log_interval{10000};
@@ -219,6 +224,12 @@ inline void Config::validate() const {
          "more than heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)");
   if (stall_warning.count() <= 0)
     fail("stall_warning (BYTEPS_STALL_WARNING_MS)", stall_warning.count(), "> 0");
+  if (hello_timeout.count() <= 0) fail("hello_timeout (BYTEPS_HELLO_TIMEOUT_MS)", hello_timeout.count(), "> 0");
+  if (max_pending_connections < 1)
+    fail("max_pending_connections (BYTEPS_MAX_PENDING_CONNECTIONS)", max_pending_connections, ">= 1");
+  if (max_name_bytes < 1 || max_name_bytes > 4096)
+    fail("max_name_bytes (BYTEPS_MAX_NAME_BYTES)", max_name_bytes, "1 .. 4096");
+  if (max_tensors < 1) fail("max_tensors (BYTEPS_MAX_TENSORS)", max_tensors, ">= 1");
   if (server_log_interval.count() < 0)
     fail("server_log_interval (BYTEPS_SERVER_LOG_INTERVAL_MS)", server_log_interval.count(),
          "0 (off) or more");
@@ -324,6 +335,12 @@ inline Config Config::from_env() {
   c.heartbeat_interval = millis(env_integer("BYTEPS_HEARTBEAT_INTERVAL_MS", 1000, 10, 3600000));
   c.heartbeat_timeout = millis(env_integer("BYTEPS_HEARTBEAT_TIMEOUT_MS", 10000, 20, 86400000));
   c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
+  c.hello_timeout = millis(env_integer("BYTEPS_HELLO_TIMEOUT_MS", 5000, 1, 3600000));
+  c.max_pending_connections =
+      static_cast<int>(env_integer("BYTEPS_MAX_PENDING_CONNECTIONS", 256, 1, 1 << 20));
+  c.max_name_bytes = static_cast<std::size_t>(env_integer("BYTEPS_MAX_NAME_BYTES", 4096, 1, 4096));
+  c.max_tensors =
+      static_cast<std::size_t>(env_integer("BYTEPS_MAX_TENSORS", 1 << 20, 1, std::int64_t{1} << 32));
   c.server_log_interval =
       millis(env_integer("BYTEPS_SERVER_LOG_INTERVAL_MS", 10000, 0, 86400000));
   c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));

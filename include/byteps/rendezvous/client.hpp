@@ -3,6 +3,7 @@
 /// `bps::rendezvous::client`: a server's or worker's link to the scheduler: join the cluster,
 /// enter barriers, say bye, and hear when the cluster dies. Every wait has a deadline.
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -24,7 +25,8 @@ class client {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// Connects to the scheduler, retrying until `Config::connect_timeout`.
+  /// Connects to the scheduler, retrying until `Config::connect_timeout`, and takes its
+  /// challenge (at most `Config::hello_timeout`), which `join` answers with the hello.
   client(T& transport, const Config& cfg) : cfg_(cfg), inbox_(std::make_shared<inbox>()) {
     try {
       link_ = transport.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
@@ -35,11 +37,18 @@ class client {
           cfg.scheduler_host, cfg.scheduler_port, e.what()));
     }
     link_->start(inbox_);
-    if (cfg.trace_on)  // the timeline needs this node's clock offset from its start on
-      for (int i = 0; i < 3; ++i) probe_clock();
-    // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
-    // and this node learns when the scheduler does.
-    heartbeat_.start(cfg.heartbeat_interval, [this] { beat(); });
+    std::string why;
+    auto challenge =
+        inbox_->take({wire::msg::challenge}, clock::now() + cfg.hello_timeout, why);
+    if (!challenge || challenge->payload.size() != nonce_bytes) {
+      link_->close();
+      throw communicator_error(fmt::format(
+          "the scheduler at {} sent no challenge within {} ms (BYTEPS_HELLO_TIMEOUT_MS): {}; is "
+          "it a byteps scheduler of this version?",
+          link_->peer(), cfg.hello_timeout.count(),
+          challenge ? fmt::format("its challenge had {} bytes", challenge->payload.size()) : why));
+    }
+    std::copy(challenge->payload.begin(), challenge->payload.end(), nonce_.begin());
   }
 
   ~client() { heartbeat_.stop(); }
@@ -107,13 +116,18 @@ class client {
     heartbeat_.stop();
   }
 
-  /// Leaves on purpose; `done` runs once the bye left this node (or the link is gone).
-  void bye(std::function<void()> done) {
+  /// Leaves on purpose; `done` runs once the bye left this node (or the link is gone). A
+  /// non-empty `failure` says the node leaves because it failed: the scheduler then fails the
+  /// job with it, so every node exits with an error.
+  void bye(std::function<void()> done, std::string failure = {}) {
     inbox_->expect_close();
     heartbeat_.stop();
     wire::header head;
     head.type = wire::msg::bye;
-    link_->send(head, {}, std::move(done));
+    auto body = std::make_shared<std::string>(std::move(failure));
+    link_->send(head, wire::as_bytes(*body), [body, done = std::move(done)] {
+      if (done) done();
+    });
   }
 
   void close() { link_->close(); }
@@ -128,10 +142,17 @@ class client {
 
  private:
   std::optional<welcome> join_until(const hello& h, clock::time_point deadline) {
-    auto payload = std::make_shared<std::vector<std::byte>>(encode(h));
+    auto payload = std::make_shared<std::vector<std::byte>>(
+        encode_proved(h, cfg_.job_token, nonce_));
     wire::header head;
     head.type = wire::msg::hello;
     link_->send(head, *payload, [payload] {});
+    // Only now may anything else follow: a scheduler takes nothing before the hello.
+    if (cfg_.trace_on)  // the timeline needs this node's clock offset from its start on
+      for (int i = 0; i < 3; ++i) probe_clock();
+    // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
+    // and this node learns when the scheduler does.
+    heartbeat_.start(cfg_.heartbeat_interval, [this] { beat(); });
     std::string why;
     auto f = inbox_->take(
         {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
@@ -193,6 +214,7 @@ class client {
   Config cfg_;
   std::shared_ptr<inbox> inbox_;
   std::shared_ptr<typename T::link> link_;
+  nonce nonce_{};  // the scheduler's challenge
   detail::periodic_thread heartbeat_;  // last: stops before the link and inbox go
 };
 

@@ -8,22 +8,18 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/rendezvous/auth.hpp"
 #include "byteps/wire/codec.hpp"
 
 namespace bps::rendezvous {
-
-/// What travels for BYTEPS_JOB_TOKEN: a digest, so the token itself is not sent. It keeps out
-/// processes of other jobs and strangers who do not know the token; it is no defence against
-/// someone who can read the network.
-constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
-  return token.empty() ? 0 : tensor_key(token) ^ 0x6a6f62746f6b656eull;
-}
 
 /// Raised when nodes of two different byteps protocol generations meet.
 // 2: heartbeats, job token; 3: local ranks; 4: server failover (standby, sum_offer,
@@ -31,8 +27,12 @@ constexpr std::uint64_t job_token_digest(std::string_view token) noexcept {
 // timeline), the push flag `traced`; 6: answers in pieces (`pull_response` flags `piece`,
 // `last_piece`), for cut-through summation; 7: asynchronous training (hello's `async_mode`
 // and `staleness`); 8: compression decoded by servers (`declare` carries the name and a
-// compressor recipe, wire/declare.hpp; the flag `compressed`)
-inline constexpr std::uint32_t protocol_version = 9;
+// compressor recipe, wire/declare.hpp; the flag `compressed`); 9: the job token proved by
+// challenge-response (the `challenge` frame, a hello ends with its proof, rendezvous/auth.hpp;
+// no token digest in the hello), `peer_hello` carries its local rank and proof, `bye` its reason;
+// 10: async training with failover (answers and offers flagged `applied` end with each worker's
+// count of applied deltas, server/async_key.hpp)
+inline constexpr std::uint32_t protocol_version = 10;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -48,7 +48,6 @@ struct hello {
   std::int32_t num_servers = 0;
   std::string key_hash;
   std::uint8_t mixed_mode = 0;  ///< BYTEPS_ENABLE_MIXED_MODE
-  std::uint64_t token = 0;  ///< job_token_digest(BYTEPS_JOB_TOKEN): keeps other jobs out
   bool failover = false;    ///< BYTEPS_FAILOVER_TIMEOUT_MS > 0 (must agree across the cluster)
   bool standby = false;     ///< servers: BYTEPS_SERVER_STANDBY, waits to replace a dead server
   bool async_mode = false;  ///< BYTEPS_ENABLE_ASYNC (must agree across the cluster)
@@ -67,7 +66,6 @@ struct hello {
     h.num_servers = c.num_servers;
     h.key_hash = std::string(key_hash_name(c.key_hash));
     h.mixed_mode = c.mixed_mode ? 1 : 0;
-    h.token = job_token_digest(c.job_token);
     h.failover = c.failover();
     h.standby = r == role::server && c.server_standby;
     h.async_mode = c.enable_async;
@@ -108,7 +106,6 @@ inline std::vector<std::byte> encode(const hello& h) {
   w.put(h.num_servers);
   w.put_string(h.key_hash);
   w.put(h.mixed_mode);
-  w.put(h.token);
   w.put(static_cast<std::uint8_t>(h.failover ? 1 : 0));
   w.put(static_cast<std::uint8_t>(h.standby ? 1 : 0));
   w.put(static_cast<std::uint8_t>(h.async_mode ? 1 : 0));
@@ -137,7 +134,6 @@ inline hello decode_hello(std::span<const std::byte> in) {
   h.key_hash = r.get_string(32);
   h.mixed_mode = r.get<std::uint8_t>();
   if (h.mixed_mode > 1) throw wire::decode_error("mixed mode flag is neither 0 nor 1");
-  h.token = r.get<std::uint64_t>();
   const auto failover = r.get<std::uint8_t>(), standby = r.get<std::uint8_t>();
   if (failover > 1 || standby > 1) throw wire::decode_error("failover or standby flag not 0 or 1");
   h.failover = failover == 1;
@@ -150,6 +146,50 @@ inline hello decode_hello(std::span<const std::byte> in) {
   if (h.staleness < -1) throw wire::decode_error("staleness below -1 (unbounded)");
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
+}
+
+/// A hello as it travels: its bytes, then the proof that its sender holds the job's token, for
+/// the nonce of the scheduler's `challenge` (auth.hpp).
+inline std::vector<std::byte> encode_proved(const hello& h, std::string_view token,
+                                            const nonce& n) {
+  auto body = encode(h);
+  const auto p = prove(token, purpose::scheduler_hello, n, body);
+  body.insert(body.end(), p.begin(), p.end());
+  return body;
+}
+
+/// The protocol number a hello payload starts with, or nullopt when it is shorter than that.
+inline std::optional<std::uint32_t> hello_protocol(std::span<const std::byte> in) {
+  if (in.size() < 4) return std::nullopt;
+  wire::byte_reader r(in.first(4));
+  return r.get<std::uint32_t>();
+}
+
+/// `encode_proved`'s payload split into the hello's bytes and the proof; nullopt when it is
+/// too short to hold a proof.
+inline std::optional<std::pair<std::span<const std::byte>, std::span<const std::byte>>>
+split_proof(std::span<const std::byte> in) {
+  if (in.size() < proof_bytes + 4) return std::nullopt;
+  return std::pair{in.first(in.size() - proof_bytes), in.last(proof_bytes)};
+}
+
+/// A worker's `peer_hello` to a server proves the token for the server's nonce, over the
+/// worker's machine and local rank (the frame's `sender` and `part`).
+inline proof peer_hello_proof(std::string_view token, const nonce& n, std::uint32_t machine,
+                              std::uint32_t local_rank) {
+  wire::byte_writer w;
+  w.put(machine);
+  w.put(local_rank);
+  const auto who = w.take();
+  return prove(token, purpose::server_hello, n, who);
+}
+
+/// True when `given` is `peer_hello_proof(token, n, machine, local_rank)`; constant time.
+inline bool verify_peer_hello(std::string_view token, const nonce& n, std::uint32_t machine,
+                              std::uint32_t local_rank, std::span<const std::byte> given) {
+  const auto expected = peer_hello_proof(token, n, machine, local_rank);
+  return given.size() == proof_bytes &&
+         CRYPTO_memcmp(expected.data(), given.data(), proof_bytes) == 0;
 }
 
 inline std::vector<std::byte> encode(const welcome& m) {
@@ -224,15 +264,12 @@ inline server_replaced decode_server_replaced(std::span<const std::byte> in) {
 /// as a message for that node; nullopt when they agree.
 inline std::optional<std::string> first_difference(const hello& mine, const hello& theirs,
                                                    const std::string& where) {
-  const auto who = fmt::format("the {} at {}", role_name(theirs.node_role), where);
-  if (theirs.protocol == mine.protocol && theirs.token != mine.token)
-    return fmt::format("BYTEPS_JOB_TOKEN differs: {} does not hold this job's token (a process "
-                       "of another job, or a stranger?)",
-                       who);
+  // Another generation's hello may lay its role out elsewhere: it is only "a peer".
   if (theirs.protocol != mine.protocol)
-    return fmt::format("byteps protocol differs: {} speaks {}, the scheduler speaks {}; run the "
-                       "same byteps version everywhere",
-                       who, theirs.protocol, mine.protocol);
+    return fmt::format("byteps protocol differs: the peer at {} speaks {}, the scheduler speaks "
+                       "{}; run the same byteps version everywhere",
+                       where, theirs.protocol, mine.protocol);
+  const auto who = fmt::format("the {} at {}", role_name(theirs.node_role), where);
   auto differ = [&](const char* variable, auto a, auto b) {
     return fmt::format("{} differs: {} has {}, the scheduler has {}", variable, who, a, b);
   };

@@ -31,6 +31,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/periodic.hpp"
+#include "byteps/rendezvous/gate.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/rendezvous/vacancies.hpp"
 #include "byteps/transport/transport.hpp"
@@ -48,12 +49,18 @@ class SchedulerNode {
   /// (the environment's).
   explicit SchedulerNode(const Config& cfg) : SchedulerNode(cfg, T::options::from(cfg)) {}
   SchedulerNode(const Config& cfg, const typename T::options& transport_options)
-      : cfg_(cfg), transport_(cfg, transport_options), log_(cfg.log, "scheduler") {
+      : cfg_(cfg), transport_(cfg, transport_options), log_(cfg.log, "scheduler"), gate_(cfg, log_) {
     cfg_.validate();
     mine_ = rendezvous::hello::from(cfg_, role::scheduler);
+    // Every connection is challenged at once; its first frame must be a hello proving the token.
     port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
-      auto s = std::make_shared<session>(this, l);
+      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
+        if (auto x = weak.lock()) x->close();
+      });
+      if (!ticket) return l->close();
+      auto s = std::make_shared<session>(this, l, ticket);
       l->start(s);
+      rendezvous::hello_gate::send_challenge(*l, *ticket);
     });
     log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
               cfg_.num_workers, cfg_.num_servers);
@@ -62,11 +69,15 @@ class SchedulerNode {
   SchedulerNode(const SchedulerNode&) = delete;
   SchedulerNode& operator=(const SchedulerNode&) = delete;
   ~SchedulerNode() {
+    gate_.stop();
     monitor_.stop();
     transport_.stop();
   }
 
   std::uint16_t port() const noexcept { return port_; }
+
+  /// Connections refused before their hello, by reason (rendezvous/gate.hpp).
+  rendezvous::gate_counts refused_connections() const { return gate_.counts(); }
 
   /// Runs the job's control plane; returns when every worker said bye and the servers were told
   /// to exit. Throws `communicator_error` when rendezvous times out or a node dies.
@@ -121,10 +132,18 @@ class SchedulerNode {
 
   class session final : public transport::receiver {
    public:
-    session(SchedulerNode* owner, link_ptr l) : link_(std::move(l)), owner_(owner) {}
+    session(SchedulerNode* owner, link_ptr l, std::shared_ptr<rendezvous::pending_hello> t)
+        : link_(std::move(l)), ticket(std::move(t)), owner_(owner) {}
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+      if (node_index < 0 && !refused && h.type != wire::msg::hello) {
+        reason = fmt::format("it sent a {} frame of {} bytes before its hello",
+                             wire::msg_name(h.type), h.payload_bytes);
+        owner_->gate_.refused(*ticket, reason);
+        return {};
+      }
       if (h.payload_bytes > 65536) {
-        reason = "control frame too large";
+        reason = fmt::format("a {} frame of {} bytes (a control frame has at most 65536)",
+                             wire::msg_name(h.type), h.payload_bytes);
         return {};
       }
       scratch_.resize(h.payload_bytes);
@@ -134,8 +153,11 @@ class SchedulerNode {
       owner_->handle(*this, h, payload);
     }
     void on_close(const std::string& reason) override { owner_->closed(*this, reason); }
+    bool peer_admitted() const override { return node_index >= 0; }
     link_ptr link_;
+    std::shared_ptr<rendezvous::pending_hello> ticket;  // until its hello proved the token
     int node_index = -1;
+    bool refused = false;  // told why it cannot join; closing
 
    private:
     SchedulerNode* owner_;
@@ -183,20 +205,27 @@ class SchedulerNode {
     return {b.begin(), b.end()};
   }
 
+  // Before it joined: logged (naming the peer) and counted by the gate.
   void refuse_locked(session& s, const std::string& why) {
-    log_.warn("refusing {}: {}", s.link_->peer(), why);
+    gate_.refused(*s.ticket, why);
+    s.refused = true;
     send_locked(s.link_, wire::msg::refuse, text(why), 0, true);
   }
 
   void handle(session& s, const wire::header& h, std::span<std::byte> payload) {
     std::lock_guard lock(mu_);
-    if (s.node_index >= 0) nodes_[static_cast<std::size_t>(s.node_index)].last_heard = clock::now();
-    if (h.type == wire::msg::heartbeat) {  // nodes beat from their first moment on
+    if (s.refused) return;  // its refusal is on its way; the link closes after it
+    if (s.node_index < 0 && h.type != wire::msg::hello) {  // a stranger: never "a worker"
+      gate_.refused(*s.ticket, fmt::format("it sent a {} frame before its hello",
+                                           wire::msg_name(h.type)));
+      return s.link_->close();
+    }
+    if (h.type == wire::msg::hello) return hello_locked(s, payload);
+    nodes_[static_cast<std::size_t>(s.node_index)].last_heard = clock::now();
+    if (h.type == wire::msg::heartbeat) {  // nodes beat from their hello on
       if (h.round != 0) answer_clock_probe(s, h.round);
       return;
     }
-    if (h.type == wire::msg::hello) return hello_locked(s, payload);
-    if (s.node_index < 0) throw std::runtime_error("a node must say hello first");
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
     switch (h.type) {
       case wire::msg::barrier: {
@@ -210,6 +239,11 @@ class SchedulerNode {
       }
       case wire::msg::bye:
         n.left = true;
+        if (!payload.empty()) {  // it leaves after a failure: the job failed
+          const std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
+          job_failed_locked(fmt::format("{} left after a failure: {}", describe(n), why));
+          return;
+        }
         log_.debug("{} said bye", describe(n));
         cv_.notify_all();
         return;
@@ -236,7 +270,10 @@ class SchedulerNode {
 
   void closed(session& s, const std::string& reason) {
     std::lock_guard lock(mu_);
-    if (s.node_index < 0) return;  // never said hello (or was refused)
+    if (s.node_index < 0) {  // never said hello (or was refused): logged once, by the gate
+      if (!s.refused) gate_.closed(*s.ticket, reason);
+      return;
+    }
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
     if (!n.alive) return;
     n.alive = false;
@@ -294,6 +331,7 @@ class SchedulerNode {
   void finish(std::unique_lock<std::mutex>& lock) {
     cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sends_in_flight_ == 0; });
     lock.unlock();
+    gate_.stop();
     monitor_.stop();
     transport_.stop();
     lock.lock();
@@ -302,6 +340,7 @@ class SchedulerNode {
   Config cfg_;
   T transport_;  // first: links held below need its I/O context; ~SchedulerNode stops it first
   logger log_;
+  rendezvous::hello_gate gate_;  // connections that have not said hello yet
   rendezvous::hello mine_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -34,6 +34,20 @@ inline constexpr std::uint32_t whole_tensor = 0xffffffffu;
 
 class tensor_names {
  public:
+  /// A declared name has at most `max_name_bytes` bytes, and at most `max_tensors` keys are
+  /// held (BYTEPS_MAX_NAME_BYTES, BYTEPS_MAX_TENSORS): a declare past either is refused, and
+  /// counted (`refused_for_limits`). Unlimited until set.
+  void set_limits(std::size_t max_name_bytes, std::size_t max_tensors) {
+    std::lock_guard lock(mu_);
+    max_name_bytes_ = max_name_bytes;
+    max_tensors_ = max_tensors;
+  }
+  /// Declares refused by the limits so far.
+  std::uint64_t refused_for_limits() const {
+    std::lock_guard lock(mu_);
+    return refused_for_limits_;
+  }
+
   /// Records `name` for `key`, with the `recipe` worker `worker` declared it with (none: no
   /// compressor that servers decode). Returns the message for the worker when another name
   /// holds the key, when `reg` cannot make the server's compressor of `recipe`, or when the
@@ -42,7 +56,19 @@ class tensor_names {
                                      const std::optional<compress::recipe>& recipe,
                                      const compress::registry& reg, int worker) {
     std::lock_guard lock(mu_);
+    if (name.size() > max_name_bytes_) {
+      ++refused_for_limits_;
+      return fmt::format("worker {} declared a tensor name of {} bytes, longer than this job "
+                         "allows (BYTEPS_MAX_NAME_BYTES={}); it begins '{}'",
+                         worker, name.size(), max_name_bytes_, name.substr(0, 64));
+    }
     auto it = names_.find(key);
+    if (it == names_.end() && names_.size() >= max_tensors_) {
+      ++refused_for_limits_;
+      return fmt::format("tensor '{}' from worker {}: this server holds {} tensors already, "
+                         "the most this job allows (BYTEPS_MAX_TENSORS={})",
+                         name, worker, names_.size(), max_tensors_);
+    }
     if (it == names_.end()) {
       entry e{name, recipe, nullptr};
       if (recipe) {
@@ -119,6 +145,9 @@ class tensor_names {
 
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, entry> names_;
+  std::size_t max_name_bytes_ = static_cast<std::size_t>(-1);
+  std::size_t max_tensors_ = static_cast<std::size_t>(-1);
+  std::uint64_t refused_for_limits_ = 0;
 };
 
 /// A server's `declare` frame from session `s` (session.hpp): recorded in `names`, or refused

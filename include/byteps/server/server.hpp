@@ -23,12 +23,14 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,6 +44,7 @@
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/rendezvous/client.hpp"
+#include "byteps/rendezvous/gate.hpp"
 #include "byteps/server/decoding.hpp"
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
@@ -80,6 +83,7 @@ class Server {
         transport_(cfg, transport_options),
         control_(transport_, cfg),
         log_(cfg.log, "server"),
+        gate_(cfg, log_),
         trace_(cfg, role::server) {
     try {
       start();
@@ -137,11 +141,18 @@ class Server {
 
   void start() {
     cfg_.validate();
+    names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
     control_.on_failure([this](const std::string& why) { fail(why); });
     const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
+    // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
-      auto s = std::make_shared<session>(this, l);
+      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
+        if (auto x = weak.lock()) x->close();
+      });
+      if (!ticket) return l->close();
+      auto s = std::make_shared<session>(this, l, ticket);
       l->start(s);
+      rendezvous::hello_gate::send_challenge(*l, *ticket);
     });
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
@@ -186,6 +197,22 @@ class Server {
 
   // What a session asks of its server (session.hpp).
   const Config& config() const noexcept { return cfg_; }
+  rendezvous::hello_gate& gate() noexcept { return gate_; }
+
+  // One link per worker process: (machine, local rank) -> the address that holds it. Why `s`
+  // cannot have its place, naming both addresses; nullopt when it took it.
+  std::optional<std::string> claim(session& s) {
+    std::lock_guard lock(mu_);
+    auto [it, fresh] = holders_.try_emplace({s.worker, s.local_rank}, s.link->peer());
+    if (fresh) return std::nullopt;
+    return fmt::format("worker {} local rank {} is already connected from {}; a second "
+                       "peer_hello for it came from {}",
+                       s.worker, s.local_rank, it->second, s.link->peer());
+  }
+  void release(session& s) {
+    std::lock_guard lock(mu_);
+    holders_.erase({s.worker, s.local_rank});
+  }
   detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_->take(bytes); }
   void recycle(detail::buffer_pool::buffer b) { pool_->give_back(std::move(b)); }
   std::int64_t now_ns() const { return trace_.now(); }
@@ -369,6 +396,7 @@ class Server {
 
   void shutdown() {
     if (stopped_.exchange(true)) return;
+    gate_.stop();
     stall_check_.stop();
     stats_log_.stop();
     for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
@@ -382,13 +410,15 @@ class Server {
   T transport_;  // first: the links below need its I/O context
   rendezvous::client<T> control_;
   logger log_;
+  rendezvous::hello_gate gate_;  // links that have not said peer_hello yet
   detail::tracer trace_;  // the timeline: null when BYTEPS_TRACE_ON=0
   // Shared with the streamed pushes' buffers, which a link may still hold after the server.
   std::shared_ptr<detail::buffer_pool> pool_ = std::make_shared<detail::buffer_pool>();
   server::tensor_names names_;
   server::throughput stats_;
-  std::mutex mu_;  // guards dead_
+  std::mutex mu_;  // guards dead_ and holders_
   std::string dead_;
+  std::map<std::pair<int, int>, std::string> holders_;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
   bool released_ = false;  // a standby the job never needed

@@ -1,11 +1,15 @@
 #pragma once
 /// @file
-/// `server::session`: a server's end of one worker link. It checks who the peer is
-/// (`peer_hello` with the job's token), reads pushes into pooled buffers and hands each frame to
-/// its server, which decides what the frame means and answers through it.
+/// `server::session`: a server's end of one worker link. It checks who the peer is: the first
+/// frame must be `peer_hello`, proving the job's token for the nonce of the server's challenge
+/// (rendezvous/auth.hpp, gate.hpp); anything else closes the link, logged by the server's gate.
+/// Then it reads pushes into pooled buffers and hands each frame to its server, which decides
+/// what the frame means and answers through it.
 ///
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
-/// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `now_ns()` (the timeline's
+/// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `gate()` (its
+/// `rendezvous::hello_gate`); `claim(session&)` and `release(session&)` (one link per worker
+/// process: `claim` returns why, naming both addresses, when the place is taken); `now_ns()` (the timeline's
 /// clock, 0 when tracing is off); `declare(session&, key, payload)` (wire/declare.hpp); `post_push(session_ptr,
 /// header, buffer, receive_times)`; `worker_lost(session&, reason)`. For cut-through:
 /// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "byteps/detail/buffer_pool.hpp"
+#include "byteps/rendezvous/gate.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/transport/transport.hpp"
@@ -47,10 +52,33 @@ class session final : public transport::receiver,
  public:
   using link_ptr = typename Owner::link_ptr;
 
-  session(Owner* owner, link_ptr l) : link(std::move(l)), owner_(owner) {}
+  session(Owner* owner, link_ptr l, std::shared_ptr<rendezvous::pending_hello> t)
+      : link(std::move(l)), owner_(owner), ticket_(std::move(t)) {}
 
   std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+    if (worker < 0 && h.type != wire::msg::peer_hello) {
+      reason = fmt::format("it sent a {} frame of {} bytes before its peer_hello",
+                           wire::msg_name(h.type), h.payload_bytes);
+      owner_->gate().refused(*ticket_, reason);
+      return {};
+    }
     switch (h.type) {
+      case wire::msg::peer_hello:
+        if (h.payload_bytes != rendezvous::proof_bytes) {
+          reason = fmt::format("a peer_hello of {} bytes (its proof has {})", h.payload_bytes,
+                               rendezvous::proof_bytes);
+          owner_->gate().refused(*ticket_, reason);
+          return {};
+        }
+        small_.resize(h.payload_bytes);
+        return small_;
+      case wire::msg::bye:
+        if (h.payload_bytes > max_bye_bytes) {
+          reason = fmt::format("a bye of {} bytes (at most {})", h.payload_bytes, max_bye_bytes);
+          return {};
+        }
+        small_.resize(h.payload_bytes);
+        return small_;
       case wire::msg::push:
         if (worker < 0) {
           reason = "push before peer_hello";
@@ -105,14 +133,15 @@ class session final : public transport::receiver,
   }
 
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
+    if (worker < 0 && h.type != wire::msg::peer_hello) {  // a frame without payload
+      owner_->gate().refused(*ticket_, fmt::format("it sent a {} frame before its peer_hello",
+                                                   wire::msg_name(h.type)));
+      return link->close();
+    }
     switch (h.type) {
       case wire::msg::peer_hello:
-        if (worker >= 0 || h.sender >= static_cast<std::uint32_t>(owner_->config().num_workers))
-          throw std::runtime_error(fmt::format("bad peer_hello (worker {})", h.sender));
-        if (h.key != rendezvous::job_token_digest(owner_->config().job_token))
-          throw std::runtime_error("peer_hello without this job's BYTEPS_JOB_TOKEN");
-        worker = static_cast<int>(h.sender);
-        return;
+        if (worker >= 0) throw std::runtime_error("a second peer_hello on one link");
+        return hello(h, payload);
       case wire::msg::declare:
         return owner_->declare(*this, h.key, payload);  // throws for a malformed payload
       case wire::msg::push:
@@ -147,9 +176,14 @@ class session final : public transport::receiver,
   void on_close(const std::string& reason) override {
     owner_->recycle(std::move(incoming_));
     streaming_.reset();
-    // A connection that never said peer_hello is no worker (a stray client, a port scan).
-    if (worker >= 0 && !said_bye) owner_->worker_lost(*this, reason);
+    // A connection that never said peer_hello is no worker (a stray client, a port scan): the
+    // gate logs it, once, as a peer.
+    if (worker < 0) return owner_->gate().closed(*ticket_, reason);
+    owner_->release(*this);
+    if (!said_bye) owner_->worker_lost(*this, reason);
   }
+
+  bool peer_admitted() const override { return worker >= 0; }
 
   /// Sends `a` as the `pull_response` about `about`'s partition. Any thread.
   void send_answer(const wire::header& about, const reply& a) { send_pull_response(about, a, 0); }
@@ -182,9 +216,42 @@ class session final : public transport::receiver,
 
   link_ptr link;
   int worker = -1;
+  int local_rank = 0;  ///< of the worker's machine, from its peer_hello
   std::atomic<bool> said_bye{false};
 
+  /// The longest reason a worker's `bye` may carry.
+  static constexpr std::size_t max_bye_bytes = 65536;
+
  private:
+  // The first frame: it proves the token for this link's nonce, for the machine and local rank
+  // it names, and takes that place (one link per worker process).
+  void hello(const wire::header& h, std::span<const std::byte> payload) {
+    const auto& cfg = owner_->config();
+    std::string why;
+    if (h.sender >= static_cast<std::uint32_t>(cfg.num_workers))
+      why = fmt::format("a peer_hello for machine {}, but the job has {} (DMLC_NUM_WORKER)",
+                        h.sender, cfg.num_workers);
+    else if (h.part >= 1024)
+      why = fmt::format("a peer_hello for local rank {} (at most 1023)", h.part);
+    else if (!rendezvous::verify_peer_hello(cfg.job_token, ticket_->challenge(), h.sender,
+                                            h.part, payload))
+      why = "a peer_hello that does not prove this job's BYTEPS_JOB_TOKEN for this link (a "
+            "process of another job, a stranger, or a replayed hello)";
+    if (!why.empty()) {
+      owner_->gate().refused(*ticket_, why);
+      return link->close();
+    }
+    worker = static_cast<int>(h.sender);
+    local_rank = static_cast<int>(h.part);
+    if (auto taken = owner_->claim(*this)) {
+      worker = -1;
+      owner_->gate().refused(*ticket_, *taken);
+      return link->close();
+    }
+    owner_->gate().passed(*ticket_);
+  }
+
+
   void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
     wire::header r;
     r.type = wire::msg::pull_response;
@@ -213,6 +280,7 @@ class session final : public transport::receiver,
   bool first_ = false;                    // streaming_ has not been handed over yet
   std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
+  std::shared_ptr<rendezvous::pending_hello> ticket_;  // until peer_hello proved the token
   std::unordered_map<std::uint64_t, std::string> refused_;  // I/O thread only: key -> why
 };
 

@@ -146,9 +146,12 @@ class ipc {
     link(std::shared_ptr<inner_link> inner, ipc& owner, bool connecting)
         : inner_(std::move(inner)), owner_(&owner), connecting_(connecting) {}
 
+    // The server announces ipc once the peer proved who it is (its hello), so a stranger
+    // hears nothing of it and the worker's offer always follows its hello.
     void start(std::shared_ptr<receiver> node) {
+      const bool admitted = node->peer_admitted();
       inner_->start(std::make_shared<splice>(this->weak_from_this(), std::move(node)));
-      if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
+      if (admitted) announce();
     }
 
     void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
@@ -188,6 +191,7 @@ class ipc {
           : owner_(std::move(owner)), node_(std::move(node)) {}
 
       bool wants_transport_frames() const override { return true; }
+      bool peer_admitted() const override { return node_->peer_admitted(); }
 
       std::span<std::byte> payload_destination(const wire::header& h,
                                                std::string& reason) override {
@@ -200,8 +204,19 @@ class ipc {
       }
 
       void on_message(const wire::header& h, std::span<std::byte> payload) override {
-        if (wire::is_transport_msg(h.type)) return control(h, payload);
-        if (!pending_) return node_->on_message(h, payload);
+        if (wire::is_transport_msg(h.type)) {
+          if (!node_->peer_admitted())
+            throw std::runtime_error(fmt::format("an ipc frame (type {:#x}) before its hello",
+                                                 static_cast<unsigned>(h.type)));
+          return control(h, payload);
+        }
+        if (!pending_) {
+          const bool admitted = node_->peer_admitted();
+          node_->on_message(h, payload);
+          if (!admitted && node_->peer_admitted())
+            if (auto l = owner_.lock()) l->announce();
+          return;
+        }
         auto [pos, bytes] = *pending_;
         pending_.reset();
         wire::header real = h;
@@ -274,6 +289,10 @@ class ipc {
     };
 
     bool same_host() const { return ipc_detail::same_host(inner_->peer(), inner_->local_host()); }
+
+    void announce() {
+      if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
+    }
 
     void send_control(wire::msg type, std::span<const std::byte> payload,
                       std::uint64_t bytes = 0, std::uint64_t fingerprint = 0) {

@@ -9,6 +9,8 @@
 
 #include <asio.hpp>
 
+#include <fmt/format.h>
+
 #include <array>
 #include <deque>
 #include <memory>
@@ -86,7 +88,10 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
   void read_header() {
     asio::async_read(socket_, asio::buffer(in_header_),
                      asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
-                                                                              std::size_t) {
+                                                                              std::size_t n) {
+                       if (ec && n > 0)  // half a header: say so, whoever it was
+                         return self->fail(fmt::format("{} after {} of a frame header's {} bytes",
+                                                       self->io_reason(ec), n, wire::header_size));
                        if (ec) return self->fail(self->io_reason(ec));
                        self->on_header();
                      }));
@@ -102,6 +107,12 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     current_ = decoded.value;
     std::string reason;
     std::span<std::byte> dest;
+    if (wire::is_transport_msg(current_.type) && !receiver_->peer_admitted()) {
+      const auto why = fmt::format("a transport frame (type {:#x}) before its hello",
+                                   static_cast<unsigned>(current_.type));
+      log_.warn("dropping connection from {}: {}", peer_, why);
+      return fail("protocol error: " + why);
+    }
     if (wire::is_transport_msg(current_.type) && !receiver_->wants_transport_frames()) {
       skipped_.resize(current_.payload_bytes);  // another transport's handshake: not for us
       if (skipped_.empty()) return read_header();
@@ -132,8 +143,8 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     if (step != 0 && dest.size() > step) return read_in_steps(dest, 0, step);
     asio::async_read(socket_, asio::buffer(dest.data(), dest.size()),
                      asio::bind_executor(strand_, [self = shared_from_this(), dest](
-                                                      std::error_code ec, std::size_t) {
-                       if (ec) return self->fail(self->io_reason(ec));
+                                                      std::error_code ec, std::size_t n) {
+                       if (ec) return self->fail(self->half_frame(ec, n));
                        self->deliver(dest);
                      }));
   }
@@ -146,7 +157,7 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
         socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
         asio::bind_executor(strand_, [self = shared_from_this(), dest, got, step](
                                          std::error_code ec, std::size_t n) {
-          if (ec) return self->fail(self->io_reason(ec));
+          if (ec) return self->fail(self->half_frame(ec, got + n));
           if (self->failed_) return;  // closed while the read completed: no receiver any more
           if (got + n == dest.size()) return self->deliver(dest);
           if (self->call_receiver([&] { self->receiver_->on_progress(self->current_, got + n); }))
@@ -200,6 +211,13 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
                         if (done) done();
                         self->write_front();
                       }));
+  }
+
+  // A read of the current frame's payload failed after `got` of its bytes.
+  std::string half_frame(const std::error_code& ec, std::size_t got) const {
+    return fmt::format("{} in the middle of a {} frame ({} of its {} payload bytes)",
+                       io_reason(ec), wire::msg_name(current_.type), got,
+                       current_.payload_bytes);
   }
 
   std::string io_reason(const std::error_code& ec) const {

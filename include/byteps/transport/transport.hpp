@@ -75,6 +75,11 @@ class receiver {
   /// True for a transport decorator's receiver that handles frames of the transport range
   /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
   virtual bool wants_transport_frames() const { return false; }
+  /// False while the peer has not proved who it is (a listener's link before the peer's hello,
+  /// rendezvous/gate.hpp): a transport then takes none of its transport frames (a decorator's
+  /// handshake) and closes the link on one instead, and a decorator that announces itself to
+  /// the peer waits until this turns true. The default, for links that need no proof, is true.
+  virtual bool peer_admitted() const { return true; }
 };
 
 using sent_callback = std::function<void()>;

@@ -34,9 +34,10 @@ enum class msg : std::uint16_t {
   refuse = 3,           ///< scheduler -> node: you cannot join (payload: reason text)
   barrier = 4,          ///< node -> scheduler: entered barrier (round = barrier number)
   barrier_release = 5,  ///< scheduler -> node: everyone entered barrier `round`
-  bye = 6,              ///< worker -> scheduler or server: leaving on purpose
+  bye = 6,              ///< worker -> scheduler or server: leaving (payload: why it failed, or none)
   shutdown = 7,         ///< scheduler -> server: all workers left; exit
-  peer_hello = 8,       ///< worker -> server: first frame on a connection (sender = worker rank)
+  peer_hello = 8,       ///< worker -> server: first frame (sender = machine, part = local rank,
+                        ///< payload: the proof of the job token, rendezvous/auth.hpp)
   declare = 9,          ///< worker -> server: tensor `key` is named (payload: name)
   push = 10,            ///< worker -> server: a partition's contribution for `round`
   pull_response = 11,   ///< server -> worker: the partition's sum for `round`
@@ -45,8 +46,9 @@ enum class msg : std::uint16_t {
   heartbeat = 14,       ///< node <-> scheduler: I am alive (round != 0: a clock probe)
   sum_offer = 15,       ///< worker -> replacement server: the sum of `round` it received (failover)
   server_replaced = 16, ///< scheduler -> worker: server `rank` now lives elsewhere (failover)
+  challenge = 17,       ///< listener -> new connection: a fresh nonce its hello must prove (payload)
 };
-inline constexpr std::uint16_t max_msg = 16;
+inline constexpr std::uint16_t max_msg = 17;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
@@ -78,6 +80,7 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::heartbeat: return "heartbeat";
     case msg::sum_offer: return "sum_offer";
     case msg::server_replaced: return "server_replaced";
+    case msg::challenge: return "challenge";
   }
   return is_transport_msg(m) ? "transport" : "unknown";
 }
@@ -180,7 +183,13 @@ inline decode_result decode(std::span<const std::byte, header_size> in, std::uin
   auto m = get_le<std::uint32_t>(p + 0);
   if (m != magic) {
     r.status = decode_status::bad_magic;
-    r.reason = fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a byteps peer", m, magic);
+    std::string text;  // what it sent, as text where it is printable ("GET ", "SSH-")
+    for (std::size_t i = 0; i < 4; ++i) {
+      const auto c = std::to_integer<unsigned char>(p[i]);
+      text += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '.';
+    }
+    r.reason = fmt::format("bad magic 0x{:08x} ('{}'; expected 0x{:08x}): not a byteps peer", m,
+                           text, magic);
     return r;
   }
   auto v = get_le<std::uint16_t>(p + 4);

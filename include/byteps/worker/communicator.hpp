@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,12 +57,25 @@ class Communicator {
       : node_(cfg, transport_options) {}
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  ~Communicator() = default;
+  /// Leaves the job as `shutdown()` does; when destroyed by an exception leaving the scope it
+  /// lives in, as `shutdown(failure)` does: the job failed, and every node says so.
+  ~Communicator() {
+    if (std::uncaught_exceptions() > unwinding_at_birth_)
+      node_.shutdown("its program left by an exception while its communicator was alive");
+  }
 
   /// Leaves the job: operations still in flight fail, servers and the scheduler are told this
   /// worker is done (so its exit is no failure), and later calls throw `usage_error`. The
   /// destructor does this too. Idempotent.
   void shutdown() { node_.shutdown(); }
+
+  /// Leaves the job after a failure: as `shutdown()`, but the bye carries `failure`, and the
+  /// scheduler fails the job with it (naming this worker), so the scheduler, the servers and
+  /// the other workers exit with an error instead of a success. Idempotent with `shutdown()`:
+  /// the first call says bye.
+  void shutdown(const std::string& failure) {
+    node_.shutdown(failure.empty() ? std::string("(no reason given)") : failure);
+  }
 
   /// This process among all worker processes (machine-major), and their number.
   int rank() const noexcept { return node_.rank(); }
@@ -141,6 +155,7 @@ class Communicator {
 
  private:
   worker::node<T, L, P, S> node_;
+  int unwinding_at_birth_ = std::uncaught_exceptions();  // exceptions in flight when built
 };
 
 }  // namespace bps

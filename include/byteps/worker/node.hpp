@@ -91,9 +91,10 @@ class node {
   node& operator=(const node&) = delete;
   ~node() { shutdown(); }
 
-  /// Fails what is in flight, says bye, stops the local stage; idempotent.
-  void shutdown() {
-    leave();
+  /// Fails what is in flight, says bye, stops the local stage; idempotent. A non-empty
+  /// `failure` goes with the bye: the scheduler then fails the job with it.
+  void shutdown(const std::string& failure = {}) {
+    leave(failure);
     stop_local();
     trace_.write(control_.clock_offset(), log_);
   }
@@ -253,10 +254,10 @@ class node {
   void start_link(const link_ptr& link, int server, std::uint64_t generation) {
     server_links<T>::hello(
         link, std::make_shared<server_receiver<answers<node>>>(&answers_, server, generation),
-        rank_, cfg_.job_token);
+        rank_, cfg_.local_rank, cfg_.job_token, cfg_.hello_timeout, server);
   }
 
-  void leave() {
+  void leave(const std::string& failure) {
     std::vector<link_ptr> links;
     bool healthy = false;
     {
@@ -274,7 +275,8 @@ class node {
     // Bye, so that servers and the scheduler know this exit is no failure. A dead communicator
     // says nothing: its silent exit is what tells the scheduler that the job failed.
     if (healthy)
-      server_links<T>::say_bye(links, [this](auto on_sent) { control_.bye(std::move(on_sent)); });
+      server_links<T>::say_bye(
+          links, [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
     transport_.stop();
   }
 

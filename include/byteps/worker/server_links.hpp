@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
+#include "byteps/rendezvous/handshake.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
 
@@ -88,16 +89,15 @@ class server_links {
     done->get_future().wait_for(std::chrono::seconds(5));
   }
 
-  /// Starts reading `link` with `receiver` and says who this worker is, with the job's token:
-  /// servers admit this job's workers only.
+  /// Starts reading `link` with `receiver`, takes the server's challenge and says who this
+  /// worker process is (machine, local rank), proving the job's token for that challenge:
+  /// servers admit this job's workers only (rendezvous/handshake.hpp). Blocks until the hello
+  /// left, at most `timeout`; throws `communicator_error` naming server `server` after it.
   static void hello(const link_ptr& link, std::shared_ptr<transport::receiver> receiver,
-                    int machine, const std::string& job_token) {
-    link->start(std::move(receiver));
-    wire::header h;
-    h.type = wire::msg::peer_hello;
-    h.sender = static_cast<std::uint32_t>(machine);
-    h.key = rendezvous::job_token_digest(job_token);
-    link->send(h, {}, {});
+                    int machine, int local_rank, const std::string& job_token,
+                    std::chrono::milliseconds timeout, int server) {
+    rendezvous::say_peer_hello(*link, std::move(receiver), machine, local_rank, job_token,
+                               timeout, fmt::format("server {}", server));
   }
 
   /// The links that are up, for a last `bye`.

@@ -36,6 +36,7 @@ int main() {
     config.num_workers = 2;
     config.num_servers = 1;
     config.log = bps::log_level::warning;
+    config.job_token = "consumer-token";  // every hello proves it with OpenSSL's HMAC (libcrypto)
     config.node_role = bps::role::scheduler;
     bps::SchedulerNode<bps::transport::tcp> scheduler(config);  // port 0: any free port
     config.scheduler_port = scheduler.port();

@@ -60,6 +60,9 @@ bool SchedulerNode<T>::complete_locked() const {
 template <Transport T>
 std::optional<std::string> SchedulerNode<T>::refusal_locked(const rendezvous::hello& theirs) const {
   if (theirs.node_role == role::server) {
+    if (theirs.standby && !cfg_.failover())
+      return std::string("a standby server (BYTEPS_SERVER_STANDBY=1), but failover is off "
+                         "(BYTEPS_FAILOVER_TIMEOUT_MS=0): this job has no place for it");
     if (theirs.standby) return std::nullopt;  // counts toward nothing; waits
     if (count_locked(role::server) >= cfg_.num_servers)
       return fmt::format("the job already has {} servers (DMLC_NUM_SERVER={})",
@@ -99,13 +102,34 @@ std::optional<std::string> SchedulerNode<T>::refusal_locked(const rendezvous::he
 template <Transport T>
 void SchedulerNode<T>::hello_locked(session& s, std::span<std::byte> payload) {
   if (s.node_index >= 0) throw std::runtime_error("a second hello on one connection");
+  if (s.ticket->settled()) return;  // it timed out meanwhile: its link is closing
+  const std::string peer = s.link_->peer();
+  // Another generation first (its layout may differ), then the proof, then the settings: only
+  // a peer that proved the token hears how its settings differ.
+  const auto protocol = rendezvous::hello_protocol(payload);
+  if (!protocol)
+    return refuse_locked(s, fmt::format("a hello of {} bytes, too short to be one",
+                                        payload.size()));
+  if (*protocol != rendezvous::protocol_version) {
+    rendezvous::hello other;
+    other.protocol = *protocol;
+    return refuse_locked(s, *rendezvous::first_difference(mine_, other, peer));
+  }
+  const auto parts = rendezvous::split_proof(payload);
+  if (!parts ||
+      !rendezvous::verify(cfg_.job_token, rendezvous::purpose::scheduler_hello,
+                          s.ticket->challenge(), parts->first, parts->second))
+    return refuse_locked(s, fmt::format("BYTEPS_JOB_TOKEN differs: the peer at {} does not "
+                                        "prove this job's token for this connection (a process "
+                                        "of another job, a stranger, or a replayed hello)",
+                                        peer));
   rendezvous::hello theirs;
   try {
-    theirs = rendezvous::decode_hello(payload);
+    theirs = rendezvous::decode_hello(parts->first);
   } catch (const wire::decode_error& e) {
     return refuse_locked(s, std::string("malformed hello: ") + e.what());
   }
-  if (auto diff = rendezvous::first_difference(mine_, theirs, s.link_->peer()))
+  if (auto diff = rendezvous::first_difference(mine_, theirs, peer))
     return refuse_locked(s, *diff);
   if (theirs.node_role == role::scheduler)
     return refuse_locked(s, "a second scheduler tried to join; start one scheduler per job");
@@ -130,6 +154,7 @@ void SchedulerNode<T>::hello_locked(session& s, std::span<std::byte> payload) {
   n.standby = theirs.standby || (formed_ && theirs.requested_rank < 0);
   s.node_index = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(n));
+  gate_.passed(*s.ticket);
   if (nodes_.back().standby)
     log_.info("standby server at {} joined; it waits to replace a server that dies",
               nodes_.back().peer);
