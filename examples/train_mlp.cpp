@@ -55,6 +55,7 @@
 
 #include "mlp.hpp"
 #include "train_mlp_args.hpp"
+#include "train_mlp_checks.hpp"
 #include "train_mlp_async.hpp"
 
 // One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1). The
@@ -277,16 +278,12 @@ int run(const bps::Config& cfg, const Args& args) {
   if (rank == 0)
     std::printf("final parameters: digest %016llx\n",
                 static_cast<unsigned long long>(mlp::digest(params)));
-  int failures = 0;
-  auto report = [&](bool ok, const std::string& what) {
-    std::printf("%s %s\n", ok ? "OK" : "FAILED:", what.c_str());
-    failures += ok ? 0 : 1;
-  };
+  train_mlp::checks result;
   char buf[160];
   std::snprintf(buf, sizeof buf, "loss fell from %.4f (epoch 1) to %.4f (epoch %d)",
                 epoch_loss.front(), epoch_loss.back(), hp.epochs);
-  report(fell, buf);
-  report(same, same ? "parameters equal rank 0's bit for bit"
+  result.report(fell, buf);
+  result.report(same, same ? "parameters equal rank 0's bit for bit"
                     : "parameters differ from rank 0's: the workers diverged");
   if (codec) {
     const double above = epoch_loss.back() - rel[1];
@@ -294,14 +291,14 @@ int run(const bps::Config& cfg, const Args& args) {
                   "final loss %.4f with %s is %+.4f from the uncompressed run's %.4f (at most "
                   "+%.2f)",
                   epoch_loss.back(), codec->name().c_str(), above, rel[1], loss_tolerance);
-    report(above <= loss_tolerance, buf);
+    result.report(above <= loss_tolerance, buf);
   } else {
     std::snprintf(buf, sizeof buf,
                   "max relative difference to the single-process reference %.3g (limit 1e-05)",
                   rel[0]);
-    report(rel[0] <= 1e-5, buf);
+    result.report(rel[0] <= 1e-5, buf);
   }
-  return failures == 0 ? 0 : 1;
+  return result.finish(comm);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 
 #include "mlp.hpp"
 #include "train_mlp_args.hpp"
+#include "train_mlp_checks.hpp"
 
 namespace train_mlp {
 
@@ -108,19 +109,15 @@ int run_async(const bps::Config& cfg, const Args& args) {
 
   if (rank == 0)
     std::printf("final parameters: digest %016llx\n", static_cast<unsigned long long>(mine));
-  int failures = 0;
-  auto report = [&](bool ok, const std::string& what) {
-    std::printf("%s %s\n", ok ? "OK" : "FAILED:", what.c_str());
-    failures += ok ? 0 : 1;
-  };
+  checks result;
   char buf[160];
   std::snprintf(buf, sizeof buf, "loss fell from %.4f (epoch 1) to %.4f (epoch %d)",
                 epoch_loss.front(), epoch_loss.back(), hp.epochs);
-  report(epoch_loss.back() < epoch_loss.front(), buf);
+  result.report(epoch_loss.back() < epoch_loss.front(), buf);
   const bool same = static_cast<std::uint64_t>(rank0[0]) == mine;
-  report(same, same ? "parameters equal the servers' and rank 0's bit for bit"
+  result.report(same, same ? "parameters equal the servers' and rank 0's bit for bit"
                     : "parameters differ from rank 0's after the final pull");
-  return failures == 0 ? 0 : 1;
+  return result.finish(comm);
 }
 
 }  // namespace train_mlp

@@ -1,10 +1,9 @@
 // Bad input and faults: every case must end in a named error within a bounded time, never a hang.
-#include "cluster.hpp"
-
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <future>
+
+#include "cluster.hpp"
 
 using namespace bps;
 using bps::test::cluster;
@@ -15,7 +14,6 @@ using bps::test::message_of;
 using bps::test::seconds_since;
 
 namespace {
-
 
 // Sends `bytes` to host:port and reports whether the peer closed the connection within 5 s.
 bool peer_hangs_up_on(std::uint16_t port, const std::vector<std::byte>& bytes) {
@@ -30,7 +28,8 @@ bool peer_hangs_up_on(std::uint16_t port, const std::vector<std::byte>& bytes) {
     while (!ec) s.read_some(asio::buffer(sink), ec);
     closed = true;
   });
-  for (int i = 0; i < 500 && !closed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && !closed; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (!closed) s.shutdown(asio::ip::tcp::socket::shutdown_both);
   reader.join();
   return ec == asio::error::eof || ec == asio::error::connection_reset;
@@ -44,7 +43,8 @@ std::vector<std::byte> text_frame(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("a tensor pushed with different sizes fails on every worker naming both shapes", "[faults]") {
+TEST_CASE("a tensor pushed with different sizes fails on every worker naming both shapes",
+          "[faults]") {
   cluster c(test::base_config(2, 1));
   std::string errors[2];
   c.run_workers([&](comm_t& comm, int rank) {
@@ -67,11 +67,14 @@ TEST_CASE("a tensor pushed with different dtypes fails on every worker", "[fault
     std::vector<std::int32_t> a(64, 1);
     std::vector<float> b(64, 1.0f);
     errors[rank] = message_of<usage_error>([&] {
-      if (rank == 0) comm.push_pull("mixed", std::span(a)).wait();
-      else comm.push_pull("mixed", std::span(b)).wait();
+      if (rank == 0)
+        comm.push_pull("mixed", std::span(a)).wait();
+      else
+        comm.push_pull("mixed", std::span(b)).wait();
     });
   });
-  for (auto& e : errors) CHECK_THAT(e, Contains("'mixed'") && Contains("int32") && Contains("float32"));
+  for (auto& e : errors)
+    CHECK_THAT(e, Contains("'mixed'") && Contains("int32") && Contains("float32"));
 }
 
 TEST_CASE("misuse fails at the call with a clear usage_error", "[faults]") {
@@ -81,11 +84,13 @@ TEST_CASE("misuse fails at the call with a clear usage_error", "[faults]") {
     std::vector<int> v(8, 1);
     std::vector<int> w(9, 1);
     m.push_back(message_of<usage_error>([&] { comm.push_pull("", std::span(v)); }));
-    m.push_back(message_of<usage_error>([&] { comm.push_pull("ints", std::span(v), {.average = true}); }));
+    m.push_back(
+        message_of<usage_error>([&] { comm.push_pull("ints", std::span(v), {.average = true}); }));
     m.push_back(message_of<usage_error>([&] { comm.broadcast("b", std::span(v), 3); }));
     comm.push_pull("ints", std::span(v)).wait();
     m.push_back(message_of<usage_error>([&] { comm.push_pull("ints", std::span(w)); }));
-    m.push_back(message_of<usage_error>([&] { comm.push_pull("null", nullptr, 4, dtype::float32); }));
+    m.push_back(
+        message_of<usage_error>([&] { comm.push_pull("null", nullptr, 4, dtype::float32); }));
     m.push_back(message_of<usage_error>(
         [&] { comm.push_pull("odd", v.data(), 8, static_cast<dtype>(42)); }));
     comm.shutdown();
@@ -125,7 +130,8 @@ TEST_CASE("a worker whose settings differ is refused naming the variable", "[fau
   auto bad = c.worker_config();
   bad.partition_bytes = 8192;
   auto m = message_of<usage_error>([&] { comm_t comm(bad); });
-  CHECK_THAT(m, Contains("BYTEPS_PARTITION_BYTES") && Contains("8192") && Contains("the scheduler has 0 (auto)"));
+  CHECK_THAT(m, Contains("BYTEPS_PARTITION_BYTES") && Contains("8192") &&
+                    Contains("the scheduler has 0 (auto)"));
   c.run_workers([](comm_t& comm, int) {  // the job goes on with a correct worker
     std::vector<float> v(3, 2.0f);
     comm.push_pull("x", std::span(v)).wait();
@@ -186,7 +192,8 @@ TEST_CASE("a server that dies fails every pending handle naming it, quickly", "[
     Config c = base;
     c.node_role = role::server;
     Server<transport::tcp> server(c);
-    dead.wait_for(std::chrono::seconds(30));  // then destroyed without the scheduler's word: its links just close
+    dead.wait_for(std::chrono::seconds(
+        30));  // then destroyed without the scheduler's word: its links just close
   });
   std::string error;
   double took = 0;
@@ -228,9 +235,10 @@ TEST_CASE("a worker that vanishes fails the others' pending handles naming it", 
       transport::tcp net(cfg);
       rendezvous::client<transport::tcp> control(net, cfg);
       auto welcome = control.join(rendezvous::hello::from(cfg, role::worker));
-      auto link = net.connect(welcome.servers[0].host, welcome.servers[0].port, cfg.connect_timeout);
-      rendezvous::say_peer_hello(*link, std::make_shared<rendezvous::inbox>(), 1, 0,
-                                 cfg.job_token, cfg.hello_timeout, "server 0");
+      auto link =
+          net.connect(welcome.servers[0].host, welcome.servers[0].port, cfg.connect_timeout);
+      rendezvous::say_peer_hello(*link, std::make_shared<rendezvous::inbox>(), 1, 0, cfg.job_token,
+                                 cfg.hello_timeout, "server 0");
       pushed.get_future().wait_for(std::chrono::seconds(30));
       net.stop();
     });
@@ -262,7 +270,8 @@ TEST_CASE("a push_pull that cannot complete fails at its deadline naming the ser
         if (rank == 0) {
           std::vector<float> v(10, 1.0f);
           auto start = clock_type::now();
-          error = message_of<communicator_error>([&] { comm.push_pull("lonely", std::span(v)).wait(); });
+          error = message_of<communicator_error>(
+              [&] { comm.push_pull("lonely", std::span(v)).wait(); });
           took = seconds_since(start);
           done = true;
         } else {
@@ -295,4 +304,43 @@ TEST_CASE("a job token keeps out other jobs' workers and strangers", "[faults]")
     BPS_EXPECT(v[0] == 4.0f, "got {}", v[0]);
   });
   CHECK(stranger_dropped);
+}
+
+TEST_CASE("a worker that leaves after a failure fails the job, naming it and its reason",
+          "[faults]") {
+  // Issue 15: a job one of whose workers failed must not look like a success. Worker 1 leaves
+  // with shutdown(failure) after a good round; worker 0 leaves cleanly. The scheduler and the
+  // servers then end with the failure, naming worker 1 and its reason.
+  cluster c(test::base_config(2, 1));
+  c.run_workers(
+      [](comm_t& comm, int rank) {
+        std::vector<float> v(16, 1.0f);
+        comm.push_pull("w", std::span(v)).wait();
+        BPS_EXPECT(v[0] == 2.0f, "rank {}: {}", rank, v[0]);
+        comm.barrier();
+        if (rank == 1) comm.shutdown("its loss went to NaN");
+      },
+      false);
+  REQUIRE(c.node_error());
+  const auto msg = message_of<std::exception>([&] { std::rethrow_exception(c.node_error()); });
+  CHECK_THAT(msg, Contains("worker 1"));
+  CHECK_THAT(msg, Contains("left after a failure: its loss went to NaN"));
+}
+
+TEST_CASE("a communicator destroyed by an exception fails the job", "[faults]") {
+  cluster c(test::base_config(1, 1));
+  const auto msg = message_of<std::runtime_error>([&] {
+    c.run_workers(
+        [](comm_t& comm, int) {
+          std::vector<float> v(4, 1.0f);
+          comm.push_pull("w", std::span(v)).wait();
+          throw std::runtime_error("the trainer gave up");
+        },
+        false);
+  });
+  CHECK(msg == "the trainer gave up");
+  REQUIRE(c.node_error());
+  const auto why = message_of<std::exception>([&] { std::rethrow_exception(c.node_error()); });
+  CHECK_THAT(why, Contains("worker 0"));
+  CHECK_THAT(why, Contains("left after a failure: its program left by an exception"));
 }

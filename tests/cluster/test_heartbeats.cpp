@@ -1,10 +1,9 @@
 // Heartbeats: a node whose process stops (SIGSTOP, a hung host) keeps its TCP connections open;
 // only silence gives it away. These tests use a node that joins, then says nothing at all.
-#include "cluster.hpp"
-
 #include <catch2/catch.hpp>
-
 #include <future>
+
+#include "cluster.hpp"
 
 using namespace bps;
 using bps::test::cluster;
@@ -21,6 +20,24 @@ Config fast_heartbeats(int workers, int servers) {
   return c;
 }
 
+// Says a worker's hello to the scheduler by hand on `link`, read by `inbox`: takes the
+// scheduler's challenge and proves the job's token for it, as a worker does.
+template <class Link>
+void say_hello(Link& link, rendezvous::inbox& inbox, const Config& cfg) {
+  std::string why;
+  auto challenge =
+      inbox.take({wire::msg::challenge}, clock_type::now() + std::chrono::seconds(10), why);
+  if (!challenge) throw std::runtime_error("a hand-made worker: no challenge: " + why);
+  rendezvous::nonce n{};
+  std::copy(challenge->payload.begin(), challenge->payload.end(), n.begin());
+  // The transport reads the payload after send returns: it lives until on_sent.
+  auto hello = std::make_shared<std::vector<std::byte>>(
+      rendezvous::encode_proved(rendezvous::hello::from(cfg, role::worker), cfg.job_token, n));
+  wire::header h;
+  h.type = wire::msg::hello;
+  link.send(h, *hello, [hello] {});
+}
+
 // Joins as worker `id` by hand (hello, welcome, peer_hello to every server), then falls silent:
 // no heartbeats, no pushes, connections left open. Returns when `release` is set.
 void silent_worker(Config cfg, int id, std::shared_future<void> release) {
@@ -29,16 +46,10 @@ void silent_worker(Config cfg, int id, std::shared_future<void> release) {
   auto control = net.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
   auto inbox = std::make_shared<rendezvous::inbox>();
   control->start(inbox);
+  say_hello(*control, *inbox, cfg);
   std::string why;
-  auto challenge = inbox->take({wire::msg::challenge}, clock_type::now() + std::chrono::seconds(10), why);
-  if (!challenge) throw std::runtime_error("silent worker: no challenge: " + why);
-  rendezvous::nonce n{};
-  std::copy(challenge->payload.begin(), challenge->payload.end(), n.begin());
-  auto hello = rendezvous::encode_proved(rendezvous::hello::from(cfg, role::worker), cfg.job_token, n);
-  wire::header h;
-  h.type = wire::msg::hello;
-  control->send(h, hello, {});
-  auto welcome = inbox->take({wire::msg::welcome}, clock_type::now() + std::chrono::seconds(10), why);
+  auto welcome =
+      inbox->take({wire::msg::welcome}, clock_type::now() + std::chrono::seconds(10), why);
   if (!welcome) throw std::runtime_error("silent worker: no welcome: " + why);
   std::vector<std::shared_ptr<transport::tcp::link>> links;
   for (const auto& a : rendezvous::decode_welcome(welcome->payload).servers) {
@@ -56,7 +67,8 @@ TEST_CASE("a worker that falls silent fails the others' handles naming it within
   cluster c(fast_heartbeats(2, 1));
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  std::thread silent([&] { c.guard_worker([&] { silent_worker(c.worker_config(), 1, released); }); });
+  std::thread silent(
+      [&] { c.guard_worker([&] { silent_worker(c.worker_config(), 1, released); }); });
   std::string error;
   double took = 0;
   std::thread w0([&] {
@@ -109,14 +121,12 @@ TEST_CASE("a node that dies while the cluster forms fails everyone who joined", 
     Config c = cfg;
     c.worker_id = 1;
     transport::tcp net(c);
-    auto hello = rendezvous::encode(rendezvous::hello::from(c, role::worker));
-    wire::header h;
-    h.type = wire::msg::hello;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     // Say hello by hand (no heartbeats needed: it leaves long before the timeout).
     auto link = net.connect(c.scheduler_host, c.scheduler_port, c.connect_timeout);
-    link->start(std::make_shared<rendezvous::inbox>());
-    link->send(h, hello, {});
+    auto inbox = std::make_shared<rendezvous::inbox>();
+    link->start(inbox);
+    say_hello(*link, *inbox, c);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }  // net stops: the worker's connections close without a bye
   w0.join();

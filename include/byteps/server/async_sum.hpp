@@ -62,6 +62,11 @@ class async_sum {
   /// @throws usage_error when `cfg` is not in async mode: workers would get parameters where
   /// they expect sums.
   async_sum(const Config& cfg, detail::buffer_pool&) : staleness_(cfg.async_staleness) {
+    check_config(cfg);
+  }
+
+  /// @throws usage_error when `cfg` is not in async mode (see the constructor).
+  static void check_config(const Config& cfg) {
     if (!cfg.enable_async)
       throw usage_error(
           "server::async_sum needs BYTEPS_ENABLE_ASYNC=1 on every node: without "

@@ -23,6 +23,8 @@
 /// failover with a compressor the servers decode), and an `Inner` that answers a compressed key
 /// in pieces (`sync_sum` never does: compressed pushes are never streamed).
 
+#include <fmt/format.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -32,8 +34,6 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/compress/compressor.hpp"
 #include "byteps/core/config.hpp"
@@ -55,6 +55,11 @@ class decoding {
 
   decoding(const Config& cfg, detail::buffer_pool& pool)
       : inner_(cfg, pool), pool_(&pool), max_raw_(cfg.max_frame_bytes()) {}
+
+  /// The inner handler's refusals (server/handler.hpp, `checks_config`).
+  static void check_config(const Config& cfg) requires checks_config<Inner> {
+    Inner::check_config(cfg);
+  }
 
   Inner& inner() noexcept { return inner_; }
 
@@ -87,10 +92,9 @@ class decoding {
     const auto type = dtype_from_wire(h.dtype);
     const std::span<const std::byte> in = r.payload.span();
     if (!type || r.streamed != nullptr || in.size() < wire::compressed_prefix_bytes)
-      return outcome::refuse(fmt::format(
-          "a malformed compressed push of {}: {}", where(),
-          !type ? fmt::format("dtype value {} is unknown", h.dtype)
-                : std::string("shorter than its 8-byte raw size")));
+      return outcome::refuse(fmt::format("a malformed compressed push of {}: {}", where(),
+                                         !type ? fmt::format("dtype value {} is unknown", h.dtype)
+                                               : std::string("shorter than its 8-byte raw size")));
     const std::uint64_t raw = wire::detail::get_le<std::uint64_t>(in.data());
     if (raw == 0 || raw % dtype_size(*type) != 0 || raw > max_raw_)
       return outcome::refuse(fmt::format(
@@ -100,22 +104,23 @@ class decoding {
     auto& codec = codecs_[key_id{h.key, h.part}];
     if (!codec) codec = r.codec->make();
     if (!codec)
-      return outcome::refuse(fmt::format("compressor '{}' of {} made nothing", r.codec->name(),
-                                         where()));
+      return outcome::refuse(
+          fmt::format("compressor '{}' of {} made nothing", r.codec->name(), where()));
     auto decoded = pool_->take(static_cast<std::size_t>(raw));
     try {
       codec->decode(in.subspan(wire::compressed_prefix_bytes), *type, decoded.span());
     } catch (const std::exception& e) {
       pool_->give_back(std::move(decoded));
-      return outcome::refuse(fmt::format("a malformed compressed push of {}: compressor '{}' "
-                                         "cannot decode it: {}",
-                                         where(), codec->name(), e.what()));
+      return outcome::refuse(
+          fmt::format("a malformed compressed push of {}: compressor '{}' "
+                      "cannot decode it: {}",
+                      where(), codec->name(), e.what()));
     }
     wire::header plain = h;
     plain.flags &= ~wire::flag_compressed;
     plain.payload_bytes = raw;
-    outcome o = inner_.handle(request{plain, decoded, r.worker, r.num_workers, r.failover,
-                                      r.tensor_name});
+    outcome o =
+        inner_.handle(request{plain, decoded, r.worker, r.num_workers, r.failover, r.tensor_name});
     pool_->give_back(std::move(decoded));  // or whatever Inner swapped in for it
     using kind = outcome::kind;
     if (o.what == kind::release || o.what == kind::answer_now) return encode(*codec, o, r);
@@ -131,8 +136,8 @@ class decoding {
   static outcome encode(compress::any& codec, outcome o, const request& r) {
     reply& a = o.answer;
     try {
-      auto out = std::make_shared<std::vector<std::byte>>(
-          codec.max_encoded_bytes(a.bytes.size(), a.type));
+      auto out =
+          std::make_shared<std::vector<std::byte>>(codec.max_encoded_bytes(a.bytes.size(), a.type));
       out->resize(codec.encode(a.bytes, a.type, *out));
       a.bytes = *out;
       a.keep = std::move(out);

@@ -171,6 +171,14 @@ concept streams_pushes = requires {
   requires H::cut_through;
 };
 
+/// A handler that cannot serve some jobs has `static void check_config(const Config&)`, which
+/// throws `usage_error` saying why (a synchronous handler in an async job would answer sums where
+/// workers expect parameters). The server calls it before it connects to anything.
+template <class H>
+concept checks_config = requires(const Config& cfg) {
+  H::check_config(cfg);
+};
+
 /// A handler that decodes pushes flagged `wire::flag_compressed` (server/decoding.hpp) has
 /// `static constexpr bool decodes_compressed = true`; a server whose handler has not refuses
 /// them, since summing an encoding as the dtype would give workers a wrong answer.

@@ -15,6 +15,8 @@
 ///   re-pushed it get them); an offer of the previous round keeps it for a worker that re-pushes
 ///   that round later (`previous_sum`).
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -24,8 +26,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/detail/buffer_pool.hpp"
@@ -55,9 +55,10 @@ class key_state {
       return bad;
     if (failover_ && !initialized_) round = h.round;  // a replacement joins a running job
     if (h.round != round)
-      return fmt::format("worker {} pushed round {} of {} partition {}, but the server is at "
-                         "round {}; was a push_pull skipped on one worker?",
-                         worker, h.round, tensor_name(), h.part, round);
+      return fmt::format(
+          "worker {} pushed round {} of {} partition {}, but the server is at "
+          "round {}; was a push_pull skipped on one worker?",
+          worker, h.round, tensor_name(), h.part, round);
     if (!initialized_) {
       init_shape(h, *t, size, worker, num_workers);
     } else if (!same_shape(h, *t, size) && round_error.empty()) {
@@ -127,9 +128,10 @@ class key_state {
       return {};
     }
     if (!same_shape(h, *t, received.size))
-      return fmt::format("worker {} offered a sum of {} partition {} with another shape than "
-                         "the workers pushed",
-                         worker, tensor_name(), h.part);
+      return fmt::format(
+          "worker {} offered a sum of {} partition {} with another shape than "
+          "the workers pushed",
+          worker, tensor_name(), h.part);
     if (h.round + 1 < round) return {};  // older than what we hold: nobody needs it
     if (h.round + 1 == round) {
       if (!previous_valid_) keep(h.round, received);
@@ -137,9 +139,10 @@ class key_state {
       return {};
     }
     if (h.round != round)
-      return fmt::format("worker {} offered the sum of round {} of {} partition {}, but the "
-                         "server is at round {}: no worker can have it yet",
-                         worker, h.round, tensor_name(), h.part, round);
+      return fmt::format(
+          "worker {} offered the sum of round {} of {} partition {}, but the "
+          "server is at round {}: no worker can have it yet",
+          worker, h.round, tensor_name(), h.part, round);
     // Some worker already has this round's sum: it is the round's result, whatever was re-pushed.
     for (auto& b : held_) pool_->give_back(std::move(b));
     keep(round, received);
@@ -291,8 +294,10 @@ class key_state {
   void add(detail::buffer_pool::buffer& b) {
     const std::size_t count = bytes / dtype_size(type);
     if (!wide_.empty()) {
-      if (added_ == 0) reduce::accumulate_init(wide_.data(), b.data.get(), count, type);
-      else reduce::accumulate_add(wide_.data(), b.data.get(), count, type);
+      if (added_ == 0)
+        reduce::accumulate_init(wide_.data(), b.data.get(), count, type);
+      else
+        reduce::accumulate_add(wide_.data(), b.data.get(), count, type);
     } else if (added_ == 0) {
       std::swap(out_[round % 2], b);  // the first contribution is the sum so far
     } else {
@@ -304,8 +309,10 @@ class key_state {
   // Makes `b`'s bytes the sum of round `r`; `b` may come back holding a buffer to recycle.
   void keep(std::uint64_t r, detail::buffer_pool::buffer& b) {
     auto& out = out_[r % 2];
-    if (wide_.empty()) std::swap(out, b);
-    else std::memcpy(out.data.get(), b.data.get(), bytes);  // out_ stays preallocated
+    if (wide_.empty())
+      std::swap(out, b);
+    else
+      std::memcpy(out.data.get(), b.data.get(), bytes);  // out_ stays preallocated
   }
 
   detail::buffer_pool* pool_;
@@ -313,14 +320,14 @@ class key_state {
   bool initialized_ = false;
   int first_worker_ = -1;
   std::vector<bool> pushed_by_;
-  int pushed_ = 0;  // count of pushed_by_
+  int pushed_ = 0;                      // count of pushed_by_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
-  std::vector<std::byte> wide_;  // fp32 accumulator for fp16 and bf16
+  std::vector<std::byte> wide_;         // fp32 accumulator for fp16 and bf16
   // Failover mode only.
   std::vector<detail::buffer_pool::buffer> held_;  // by worker: pushes waiting for their turn
-  std::size_t next_ = 0;       // the worker whose push is added next
-  std::size_t added_ = 0;      // contributions in the sum so far
-  bool offered_ = false;       // the current round's sum came from a sum_offer
+  std::size_t next_ = 0;                           // the worker whose push is added next
+  std::size_t added_ = 0;                          // contributions in the sum so far
+  bool offered_ = false;                           // the current round's sum came from a sum_offer
   bool previous_valid_ = false;  // out_[(round - 1) % 2] holds the previous round's sum
   // Streamed keys only.
   std::size_t chunk_ = 0;
@@ -330,7 +337,7 @@ class key_state {
   int arriving_ = 0;                 // pushes of this round whose bytes are not all in
   std::size_t answered_ = 0;         // bytes of this round's sum already summed and answered
   std::vector<const std::byte*> sources_;
-  std::vector<std::byte> scratch_;   // fp32 accumulator of fp16 and bf16 chunks
+  std::vector<std::byte> scratch_;  // fp32 accumulator of fp16 and bf16 chunks
 };
 
 }  // namespace bps::server

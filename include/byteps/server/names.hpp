@@ -58,27 +58,30 @@ class tensor_names {
     std::lock_guard lock(mu_);
     if (name.size() > max_name_bytes_) {
       ++refused_for_limits_;
-      return fmt::format("worker {} declared a tensor name of {} bytes, longer than this job "
-                         "allows (BYTEPS_MAX_NAME_BYTES={}); it begins '{}'",
-                         worker, name.size(), max_name_bytes_, name.substr(0, 64));
+      return fmt::format(
+          "worker {} declared a tensor name of {} bytes, longer than this job "
+          "allows (BYTEPS_MAX_NAME_BYTES={}); it begins '{}'",
+          worker, name.size(), max_name_bytes_, name.substr(0, 64));
     }
     auto it = names_.find(key);
     if (it == names_.end() && names_.size() >= max_tensors_) {
       ++refused_for_limits_;
-      return fmt::format("tensor '{}' from worker {}: this server holds {} tensors already, "
-                         "the most this job allows (BYTEPS_MAX_TENSORS={})",
-                         name, worker, names_.size(), max_tensors_);
+      return fmt::format(
+          "tensor '{}' from worker {}: this server holds {} tensors already, "
+          "the most this job allows (BYTEPS_MAX_TENSORS={})",
+          name, worker, names_.size(), max_tensors_);
     }
     if (it == names_.end()) {
       entry e{name, recipe, nullptr};
       if (recipe) {
         try {
-          e.codec = std::make_shared<const compress::recipe_spec>(compress::for_server(*recipe),
-                                                                  reg);
+          e.codec =
+              std::make_shared<const compress::recipe_spec>(compress::for_server(*recipe), reg);
         } catch (const std::exception& x) {
-          return fmt::format("tensor '{}': this server cannot make compressor '{}' that worker "
-                             "{} declared: {}",
-                             name, compress::to_string(*recipe), worker, x.what());
+          return fmt::format(
+              "tensor '{}': this server cannot make compressor '{}' that worker "
+              "{} declared: {}",
+              name, compress::to_string(*recipe), worker, x.what());
         }
       }
       names_.emplace(key, std::move(e));
@@ -89,10 +92,11 @@ class tensor_names {
           "tensor names '{}' and '{}' hash to the same key {:#x}; rename one of them",
           it->second.name, name, key);
     if (it->second.recipe != recipe)
-      return fmt::format("tensor '{}': worker {} declared it with {}, but another worker "
-                         "declared it with {}; every worker must give a tensor the same "
-                         "compressor",
-                         name, worker, describe(recipe), describe(it->second.recipe));
+      return fmt::format(
+          "tensor '{}': worker {} declared it with {}, but another worker "
+          "declared it with {}; every worker must give a tensor the same "
+          "compressor",
+          name, worker, describe(recipe), describe(it->second.recipe));
     return std::nullopt;
   }
 

@@ -5,10 +5,11 @@
 /// is the shipped one, a few lines) or its own request handler.
 ///
 /// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
-/// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports, the
-/// periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
+/// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports,
+/// the periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
 /// (`handler.hpp`): the default, `server::decoding<server::sync_sum>`, decodes compressed pushes
-/// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`). Each key belongs to one engine thread
+/// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`).
+/// Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
@@ -19,21 +20,19 @@
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
@@ -54,6 +53,7 @@
 #include "byteps/server/stats.hpp"
 #include "byteps/server/sync_sum.hpp"
 #include "byteps/server/waiting.hpp"
+#include "byteps/server/worker_places.hpp"
 #include "byteps/transport/transport.hpp"
 
 namespace bps {
@@ -78,7 +78,7 @@ class Server {
   explicit Server(const Config& cfg) : Server(cfg, T::options::from(cfg)) {}
   Server(const Config& cfg, const typename T::options& transport_options,
          compress::registry compressors = {})
-      : cfg_(checked_mode(cfg)),
+      : cfg_(checked(cfg)),
         compressors_(std::move(compressors)),
         transport_(cfg, transport_options),
         control_(transport_, cfg),
@@ -125,24 +125,23 @@ class Server {
   // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
   friend struct testing::server_access;
 
-  // Before anything connects: a synchronous server in an async job would answer sums.
-  static const Config& checked_mode(const Config& cfg) {
-    constexpr bool sums_rounds = std::is_same_v<H, server::sync_sum> ||
-                                 std::is_same_v<H, server::decoding<server::sync_sum>>;
-    if (sums_rounds && cfg.enable_async)
-      throw usage_error("BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
-                        "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
-    return cfg;
-  }
-
   using session = server::session<Server>;
   friend session;
   using session_ptr = std::shared_ptr<session>;
+
+  // Before anything connects: a handler that cannot serve this job says so now.
+  static const Config& checked(const Config& cfg) {
+    if constexpr (server::checks_config<H>) H::check_config(cfg);
+    return cfg;
+  }
 
   void start() {
     cfg_.validate();
     names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
     control_.on_failure([this](const std::string& why) { fail(why); });
+    engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
+    for (int i = 0; i < cfg_.server_engine_threads; ++i)
+      engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
     const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
@@ -154,9 +153,6 @@ class Server {
       l->start(s);
       rendezvous::hello_gate::send_challenge(*l, *ticket);
     });
-    engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
-    for (int i = 0; i < cfg_.server_engine_threads; ++i)
-      engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
     hello.port = port_;
@@ -199,20 +195,7 @@ class Server {
   const Config& config() const noexcept { return cfg_; }
   rendezvous::hello_gate& gate() noexcept { return gate_; }
 
-  // One link per worker process: (machine, local rank) -> the address that holds it. Why `s`
-  // cannot have its place, naming both addresses; nullopt when it took it.
-  std::optional<std::string> claim(session& s) {
-    std::lock_guard lock(mu_);
-    auto [it, fresh] = holders_.try_emplace({s.worker, s.local_rank}, s.link->peer());
-    if (fresh) return std::nullopt;
-    return fmt::format("worker {} local rank {} is already connected from {}; a second "
-                       "peer_hello for it came from {}",
-                       s.worker, s.local_rank, it->second, s.link->peer());
-  }
-  void release(session& s) {
-    std::lock_guard lock(mu_);
-    holders_.erase({s.worker, s.local_rank});
-  }
+  server::worker_places& places() noexcept { return places_; }
   detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_->take(bytes); }
   void recycle(detail::buffer_pool::buffer b) { pool_->give_back(std::move(b)); }
   std::int64_t now_ns() const { return trace_.now(); }
@@ -317,7 +300,7 @@ class Server {
           log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
                      h.part, h.round, s->worker, o.answer.round);
         return answer(h, o.answer, std::span(&s, 1));
-      case kind::release_each:  // held workers of one key may wait for different rounds
+      case kind::release_each:          // held workers of one key may wait for different rounds
         if (h.type == wire::msg::push)  // an offer's worker has its answer already
           answer(h, o.answer, std::span(&s, 1));
         for (const auto& a : o.released)
@@ -407,18 +390,18 @@ class Server {
 
   Config cfg_;
   compress::registry compressors_;  // makes each declared key's server compressor
-  T transport_;  // first: the links below need its I/O context
+  T transport_;                     // first: the links below need its I/O context
   rendezvous::client<T> control_;
   logger log_;
   rendezvous::hello_gate gate_;  // links that have not said peer_hello yet
-  detail::tracer trace_;  // the timeline: null when BYTEPS_TRACE_ON=0
+  detail::tracer trace_;         // the timeline: null when BYTEPS_TRACE_ON=0
   // Shared with the streamed pushes' buffers, which a link may still hold after the server.
   std::shared_ptr<detail::buffer_pool> pool_ = std::make_shared<detail::buffer_pool>();
   server::tensor_names names_;
   server::throughput stats_;
-  std::mutex mu_;  // guards dead_ and holders_
+  server::worker_places places_;  // one link per worker process
+  std::mutex mu_;                 // guards dead_
   std::string dead_;
-  std::map<std::pair<int, int>, std::string> holders_;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
   bool released_ = false;  // a standby the job never needed

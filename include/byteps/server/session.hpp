@@ -8,12 +8,12 @@
 ///
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `gate()` (its
-/// `rendezvous::hello_gate`); `claim(session&)` and `release(session&)` (one link per worker
-/// process: `claim` returns why, naming both addresses, when the place is taken); `now_ns()` (the timeline's
-/// clock, 0 when tracing is off); `declare(session&, key, payload)` (wire/declare.hpp); `post_push(session_ptr,
-/// header, buffer, receive_times)`; `worker_lost(session&, reason)`. For cut-through:
-/// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
-/// `post_stream(session_ptr, header, payload_ref, bytes_in, first, complete, receive_times)`.
+/// `rendezvous::hello_gate`); `places()` (its `worker_places`: one link per worker process);
+/// `now_ns()` (the timeline's clock, 0 when tracing is off); `declare(session&, key, payload)`
+/// (wire/declare.hpp); `post_push(session_ptr, header, buffer, receive_times)`;
+/// `worker_lost(session&, reason)`. For cut-through: `streams(bytes)` (is a push of that size
+/// streamed), `shared_receive_buffer(bytes)` and `post_stream(session_ptr, header, payload_ref,
+/// bytes_in, first, complete, receive_times)`.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -179,7 +179,7 @@ class session final : public transport::receiver,
     // A connection that never said peer_hello is no worker (a stray client, a port scan): the
     // gate logs it, once, as a peer.
     if (worker < 0) return owner_->gate().closed(*ticket_, reason);
-    owner_->release(*this);
+    owner_->places().release(worker, local_rank);
     if (!said_bye) owner_->worker_lost(*this, reason);
   }
 
@@ -233,24 +233,24 @@ class session final : public transport::receiver,
                         h.sender, cfg.num_workers);
     else if (h.part >= 1024)
       why = fmt::format("a peer_hello for local rank {} (at most 1023)", h.part);
-    else if (!rendezvous::verify_peer_hello(cfg.job_token, ticket_->challenge(), h.sender,
-                                            h.part, payload))
-      why = "a peer_hello that does not prove this job's BYTEPS_JOB_TOKEN for this link (a "
-            "process of another job, a stranger, or a replayed hello)";
+    else if (!rendezvous::verify_peer_hello(cfg.job_token, ticket_->challenge(), h.sender, h.part,
+                                            payload))
+      why =
+          "a peer_hello that does not prove this job's BYTEPS_JOB_TOKEN for this link (a "
+          "process of another job, a stranger, or a replayed hello)";
     if (!why.empty()) {
       owner_->gate().refused(*ticket_, why);
       return link->close();
     }
     worker = static_cast<int>(h.sender);
     local_rank = static_cast<int>(h.part);
-    if (auto taken = owner_->claim(*this)) {
+    if (auto taken = owner_->places().claim(worker, local_rank, link->peer())) {
       worker = -1;
       owner_->gate().refused(*ticket_, *taken);
       return link->close();
     }
     owner_->gate().passed(*ticket_);
   }
-
 
   void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
     wire::header r;
@@ -277,10 +277,10 @@ class session final : public transport::receiver,
   detail::buffer_pool::buffer incoming_;  // I/O thread only
   /// I/O thread only: the streamed push being read, shared with the handler that sums it
   std::shared_ptr<detail::buffer_pool::buffer> streaming_;
-  bool first_ = false;                    // streaming_ has not been handed over yet
-  std::int64_t received_ns_ = 0;          // timeline: when incoming_'s frame began
+  bool first_ = false;            // streaming_ has not been handed over yet
+  std::int64_t received_ns_ = 0;  // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
-  std::shared_ptr<rendezvous::pending_hello> ticket_;  // until peer_hello proved the token
+  std::shared_ptr<rendezvous::pending_hello> ticket_;       // until peer_hello proved the token
   std::unordered_map<std::uint64_t, std::string> refused_;  // I/O thread only: key -> why
 };
 

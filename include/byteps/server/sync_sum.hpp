@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/server/handler.hpp"
@@ -40,7 +41,18 @@ class sync_sum {
   static constexpr bool cut_through = true;
 
   sync_sum(const Config& cfg, detail::buffer_pool& pool)
-      : pool_(&pool), chunk_(cfg.server_chunk_bytes) {}
+      : pool_(&pool), chunk_(cfg.server_chunk_bytes) {
+    check_config(cfg);
+  }
+
+  /// @throws usage_error in async mode (`Config::enable_async`): workers would get sums where
+  /// they expect parameters.
+  static void check_config(const Config& cfg) {
+    if (cfg.enable_async)
+      throw usage_error(
+          "BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
+          "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
+  }
 
   outcome handle(const request& r) {
     const wire::header& h = r.head;

@@ -27,6 +27,8 @@
 ///    when no worker had received the round in flight, the re-pushes are summed afresh. Sums are
 ///    taken in worker-rank order, so the bits equal those the dead server would have sent.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -39,8 +41,6 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
@@ -224,6 +224,18 @@ class failover {
     }
     auto fresh = connect(server, where, address, notice);
     if (!fresh) return;
+    // The handshake waits for the replacement's challenge on the link's I/O thread, which takes
+    // the node's mutex for anything it reads: so outside it. Nothing is sent on the link before
+    // the hello, and nothing comes back for it until this worker pushes there.
+    try {
+      node_.start_link(fresh, server, generation + 1);
+    } catch (const communicator_error& e) {
+      fresh->close();
+      std::lock_guard lock(node_.mu_);
+      if (gone_locked() || node_.links_[server].latest_notice != notice) return;
+      return node_.die_locked(fmt::format("cannot join the replacement of server {} at {}: {}",
+                                          server, address, e.what()));
+    }
     std::pair<std::size_t, std::size_t> sent;
     {
       std::lock_guard lock(node_.mu_);
@@ -234,7 +246,6 @@ class failover {
       slot.link_closed = false;
       slot.address = address;
       slot.up = true;
-      node_.start_link(fresh, server, slot.generation);
       sent = resend_locked(server);
       node_.dispatch_locked();
     }
