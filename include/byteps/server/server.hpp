@@ -19,6 +19,8 @@
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -31,13 +33,12 @@
 #include <type_traits>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/net_interface.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/tracer.hpp"
@@ -138,7 +139,11 @@ class Server {
   void start() {
     cfg_.validate();
     control_.on_failure([this](const std::string& why) { fail(why); });
-    const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
+    // DMLC_NODE_HOST, else DMLC_INTERFACE's address, else where the scheduler link runs from.
+    const std::string host = !cfg_.node_host.empty() ? cfg_.node_host
+                             : !cfg_.network_interface.empty()
+                                 ? interface_address(cfg_.network_interface)
+                                 : control_.local_host();
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
       auto s = std::make_shared<session>(this, l);
       l->start(s);

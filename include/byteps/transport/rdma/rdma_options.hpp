@@ -38,7 +38,19 @@ struct rdma_options {
     return static_cast<std::size_t>(rx_depth + start_depth) * slot_bytes + 2 * staging_bytes;
   }
 
-  static rdma_options from(const Config&) { return {}; }
+  /// The options the environment asked for: `Config::from_env()` read and range-checked the
+  /// variables into `cfg.rdma`; this copies them. `verbs` keeps its default.
+  static rdma_options from(const Config& cfg) {
+    rdma_options o;
+    o.device = cfg.rdma.device;
+    o.port = cfg.rdma.port;
+    o.gid_index = cfg.rdma.gid_index;
+    o.rx_depth = cfg.rdma.rx_depth;
+    o.start_depth = cfg.rdma.start_depth;
+    o.staging_bytes = cfg.rdma.staging_bytes;
+    o.busy_poll = cfg.rdma.busy_poll;
+    return o;
+  }
 
   /// Throws `usage_error` naming the field (options built in code skip Config::validate()).
   void validate() const {
