@@ -10,13 +10,15 @@
 /// payloads in memory nobody registered. So one link pins
 /// `(rx_depth + start_depth) * slot_bytes + 2 * staging_bytes` bytes (`link_bytes()`).
 
-#include <cstddef>
-#include <string>
-
 #include <fmt/format.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/transport/rdma/rdma_messages.hpp"
 
 namespace bps::transport {
 
@@ -32,6 +34,9 @@ struct rdma_options {
   bool busy_poll = false;    ///< BYTEPS_RDMA_BUSY_POLL: never sleep (burns a core per transport)
   int poll_rounds = 64;      ///< empty polls before the completion thread arms and sleeps
   VerbsOptions verbs{};      ///< the verbs policy's own (an emulation's fabric, say)
+  /// Where the links count how payloads travel (rdma_messages.hpp); null: the transport's own.
+  /// Shared by the nodes given it, so a test or a monitor reads a whole cluster's counts.
+  std::shared_ptr<rdma_msg::tally> tally;
 
   /// Bytes of registered memory one link needs.
   std::size_t link_bytes() const {
