@@ -47,6 +47,7 @@
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
+#include "byteps/server/registered_pool.hpp"
 #include "byteps/server/round_trace.hpp"
 #include "byteps/server/session.hpp"
 #include "byteps/server/stats.hpp"
@@ -140,10 +141,10 @@ class Server {
     cfg_.validate();
     control_.on_failure([this](const std::string& why) { fail(why); });
     // DMLC_NODE_HOST, else DMLC_INTERFACE's address, else where the scheduler link runs from.
-    const std::string host = !cfg_.node_host.empty() ? cfg_.node_host
-                             : !cfg_.network_interface.empty()
-                                 ? interface_address(cfg_.network_interface)
-                                 : control_.local_host();
+    std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
+    if (cfg_.node_host.empty() && !cfg_.network_interface.empty())
+      host = interface_address(cfg_.network_interface);
+    server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
       auto s = std::make_shared<session>(this, l);
       l->start(s);

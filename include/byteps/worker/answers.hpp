@@ -64,6 +64,11 @@ class answers {
     return std::span(encoded).subspan(at);
   }
 
+  // I/O thread: an answer's destination in memory the trainer registered stays put.
+  bool answer_stays(std::span<const std::byte> dest) const {
+    return node_.registered_.contains(dest);
+  }
+
   // A whole answer, or the last piece of one.
   static bool is_last(const wire::header& h) {
     return (h.flags & wire::flag_piece) == 0 || (h.flags & wire::flag_last_piece) != 0;
