@@ -155,6 +155,13 @@ struct Config {
   /// partitioner) plus room for control messages.
   std::size_t max_frame_bytes() const noexcept { return largest_partition() + 4096 + (1u << 20); }
 
+  /// Servers: where to listen and what to tell the workers: `node_host`, else the address of
+  /// `network_interface`, else `fallback` (the address of the link to the scheduler).
+  std::string listen_host(const std::string& fallback) const {
+    if (!node_host.empty()) return node_host;
+    return network_interface.empty() ? fallback : interface_address(network_interface);
+  }
+
   /// Throws `usage_error` naming the first field that is out of range.
   void validate() const;
 

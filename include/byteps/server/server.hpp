@@ -19,8 +19,6 @@
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,12 +31,13 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/log.hpp"
-#include "byteps/core/net_interface.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/detail/periodic.hpp"
 #include "byteps/detail/tracer.hpp"
@@ -140,10 +139,7 @@ class Server {
   void start() {
     cfg_.validate();
     control_.on_failure([this](const std::string& why) { fail(why); });
-    // DMLC_NODE_HOST, else DMLC_INTERFACE's address, else where the scheduler link runs from.
-    std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
-    if (cfg_.node_host.empty() && !cfg_.network_interface.empty())
-      host = interface_address(cfg_.network_interface);
+    const std::string host = cfg_.listen_host(control_.local_host());
     server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
       auto s = std::make_shared<session>(this, l);

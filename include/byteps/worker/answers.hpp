@@ -29,6 +29,7 @@
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/wire/frame.hpp"
 #include "byteps/worker/op_table.hpp"
+#include "byteps/worker/registered_memory.hpp"
 #include "byteps/worker/server_receiver.hpp"
 
 namespace bps::worker {
@@ -64,10 +65,10 @@ class answers {
     return std::span(encoded).subspan(at);
   }
 
-  // I/O thread: an answer's destination in memory the trainer registered stays put.
-  bool answer_stays(std::span<const std::byte> dest) const {
-    return node_.registered_.contains(dest);
-  }
+  // Memory the trainer registered (Communicator::register_memory): an answer's destination
+  // inside it stays put, so the transport may cache it (I/O thread).
+  void registered(std::span<const std::byte> m) { registered_.add(m); }
+  bool answer_stays(std::span<const std::byte> dest) const { return registered_.contains(dest); }
 
   // A whole answer, or the last piece of one.
   static bool is_last(const wire::header& h) {
@@ -182,6 +183,7 @@ class answers {
 
  private:
   Node& node_;
+  registered_memory registered_;
 };
 
 }  // namespace bps::worker

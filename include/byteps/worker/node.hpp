@@ -15,8 +15,6 @@
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
-#include <fmt/format.h>
-
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -24,6 +22,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
@@ -46,7 +46,6 @@
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/local_stage.hpp"
 #include "byteps/worker/op_table.hpp"
-#include "byteps/worker/registered_memory.hpp"
 #include "byteps/worker/request_checks.hpp"
 #include "byteps/worker/server_links.hpp"
 #include "byteps/worker/server_receiver.hpp"
@@ -94,7 +93,8 @@ class node {
 
   /// Registers a trainer's memory with the transport (Communicator::register_memory).
   void register_memory(std::span<std::byte> m) {
-    transport_.register_memory(m), registered_.add(m);
+    transport_.register_memory(m);
+    answers_.registered(m);
   }
 
   /// Fails what is in flight, says bye, stops the local stage; idempotent.
@@ -396,7 +396,6 @@ class node {
   int global_rank_ = 0;
   int global_size_ = 1;
   std::uint64_t job_id_ = 0;
-  registered_memory registered_;              // what the trainer registered
   detail::tracer trace_;                      // timeline: null when BYTEPS_TRACE_ON=0
   local_stage_for<L> stage_;                  // after the members its callbacks use
   answers<node> answers_{*this};              // what the servers send

@@ -10,11 +10,11 @@
 /// payloads in memory nobody registered. So one link pins
 /// `(rx_depth + start_depth) * slot_bytes + 2 * staging_bytes` bytes (`link_bytes()`).
 
-#include <fmt/format.h>
-
 #include <cstddef>
 #include <memory>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
