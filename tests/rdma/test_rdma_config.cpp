@@ -2,10 +2,12 @@
 // BYTEPS_RDMA_* read by Config::from_env() (the one reader of the environment), checked with
 // messages naming the variable, and copied into the transport's options by
 // rdma_options::from(cfg), which the transport then uses (its memlock check, its device).
-#include <byteps/core/config.hpp>
+#include <byteps/byteps.hpp>
 #include <byteps/core/net_interface.hpp>
 #include <catch2/catch.hpp>
 
+#include "../cluster/cluster.hpp"
+#include "../cluster/run_cluster.hpp"
 #include "../unit/config_env.hpp"
 #include "rdma_pair.hpp"
 
@@ -186,4 +188,37 @@ TEST_CASE("rdma config: the transport built from the environment uses its values
         "rdma: BYTEPS_RDMA_GID_INDEX = 5 is past the GID table of emu0 port 1 (2 entries)");
   CHECK(net->violations().empty());
   CHECK(net->live_objects() == 0);
+}
+
+TEST_CASE("rdma config: a server listens on DMLC_NODE_HOST, else DMLC_INTERFACE's address",
+          "[rdma][config]") {
+  Config c;
+  CHECK(c.listen_host("10.1.2.3") == "10.1.2.3");  // neither: the scheduler link's address
+  c.network_interface = "lo";
+  CHECK(c.listen_host("10.1.2.3") == "127.0.0.1");
+  c.node_host = "192.0.2.77";  // DMLC_NODE_HOST wins
+  CHECK(c.listen_host("10.1.2.3") == "192.0.2.77");
+  c.node_host.clear();
+  c.network_interface = "nosuch0";
+  CHECK_THROWS_WITH(c.listen_host("10.1.2.3"),
+                    Contains("DMLC_INTERFACE='nosuch0' is not valid: expected a network "
+                             "interface with an IPv4 address"));
+}
+
+TEST_CASE("rdma config: servers with DMLC_INTERFACE=lo serve a 1x2 cluster over RDMA, exact sums",
+          "[rdma][config][cluster]") {
+  using comm_t = Communicator<test::emu_rdma, local::none, partition::by_bytes, schedule::priority>;
+  Config cfg = test::base_config(1, 2);
+  cfg.network_interface = "lo";
+  cfg.partition_bytes = 8192;
+  std::atomic<int> checked{0};
+  test::run_cluster<test::emu_rdma, comm_t, test::emu_rdma>(cfg, {1}, [&](comm_t& comm) {
+    std::vector<double> v(5000);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * 0.5;
+    comm.push_pull("x", std::span(v)).wait();
+    for (std::size_t i = 0; i < v.size(); ++i)
+      BPS_EXPECT(v[i] == static_cast<double>(i) * 0.5, "x[{}] = {}", i, v[i]);
+    ++checked;
+  });
+  CHECK(checked == 1);
 }
