@@ -125,7 +125,7 @@ struct Config {
     std::size_t staging_bytes = 256 << 10;  ///< BYTEPS_RDMA_STAGING_BYTES
     bool busy_poll = false;                 ///< BYTEPS_RDMA_BUSY_POLL
   };
-  rdma_settings rdma;
+  rdma_settings rdma{};  // {}: GCC 12 -O3 otherwise warns its string may be uninitialized
   /// DMLC_ENABLE_RDMA (`ibverbs` or 1): which transport a program that picks one at run time
   /// uses (byteps-server: `transport::rdma` instead of tcp). Nothing in the library reads it.
   bool enable_rdma = false;
