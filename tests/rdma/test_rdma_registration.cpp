@@ -146,6 +146,12 @@ TEST_CASE("rdma registration: a place that stays is advertised once; later round
   round(5);
   s = server.counters();
   CHECK(s.moved == 1);
+  // The revoke reaches the sender on its own thread: until it does, a frame may still go to the
+  // old place (and be moved again). Wait for it, so round 6 asks.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (client.counters().forgotten == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(client.counters().forgotten == 1);
   round(6);
   c = client.counters();
   s = server.counters();

@@ -228,7 +228,7 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
   void on_grant(std::uint64_t seq, const rdma_msg::grant& g);
   void on_revoke(const rdma_msg::place_id& id) {
     std::lock_guard lock(mu_);
-    places_.erase(id);
+    if (places_.erase(id) != 0) ++tally_.forgotten;
   }
   void on_send_done(std::uint64_t wr_id, bool ok);
 

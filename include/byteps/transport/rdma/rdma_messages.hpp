@@ -130,6 +130,7 @@ struct counters {
   std::uint64_t granted_staged = 0;    ///< receiver: staging windows granted (unregistered)
   std::uint64_t advertised = 0;  ///< receiver: grants with `stays` (an (address, rkey) to cache)
   std::uint64_t moved = 0;       ///< receiver: direct frames whose place had moved (copied)
+  std::uint64_t forgotten = 0;   ///< sender: advertised places it forgot on a revoke
   std::uint64_t writes_from_payload = 0;  ///< sender: writes straight from registered payload
   std::uint64_t writes_staged = 0;        ///< sender: writes copied through its staging area
 };
@@ -137,10 +138,19 @@ struct counters {
 /// Where links count (rdma_options::tally): any thread.
 struct tally {
   std::atomic<std::uint64_t> announced{0}, cached{0}, granted_in_place{0}, granted_staged{0},
-      advertised{0}, moved{0}, writes_from_payload{0}, writes_staged{0};
+      advertised{0}, moved{0}, forgotten{0}, writes_from_payload{0}, writes_staged{0};
   counters snapshot() const {
-    return {announced.load(),  cached.load(), granted_in_place.load(),    granted_staged.load(),
-            advertised.load(), moved.load(),  writes_from_payload.load(), writes_staged.load()};
+    counters c;
+    c.announced = announced.load();
+    c.cached = cached.load();
+    c.granted_in_place = granted_in_place.load();
+    c.granted_staged = granted_staged.load();
+    c.advertised = advertised.load();
+    c.moved = moved.load();
+    c.forgotten = forgotten.load();
+    c.writes_from_payload = writes_from_payload.load();
+    c.writes_staged = writes_staged.load();
+    return c;
   }
 };
 
