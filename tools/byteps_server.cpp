@@ -1,6 +1,11 @@
 // byteps-server: the scheduler or a summation server of a byteps job, from the same headers as
 // the workers. An application with its own transport writes the same few lines with its type.
+// The transport is chosen at run time: TCP (with shared memory to colocated workers), or RDMA
+// (`--transport rdma` / DMLC_ENABLE_RDMA=ibverbs) where the build has rdma-core.
 #include <byteps/byteps.hpp>
+#if BYTEPS_SERVER_WITH_RDMA
+#include <byteps/transport/rdma.hpp>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +45,14 @@ constexpr flag flags[] = {
     {"--staleness", "BYTEPS_ASYNC_STALENESS",
      "async: most pushes a worker may lead the slowest (default unset: unbounded)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
+    {"--interface", "DMLC_INTERFACE", "server: listen on this network interface's address"},
 };
+
+#if BYTEPS_SERVER_WITH_RDMA
+constexpr bool built_with_rdma = true;
+#else
+constexpr bool built_with_rdma = false;
+#endif
 
 void usage(std::FILE* out) {
   std::fprintf(out,
@@ -52,12 +64,37 @@ void usage(std::FILE* out) {
   for (const auto& f : flags) std::fprintf(out, "  %-22s %-30s %s\n", f.name, f.variable, f.help);
   std::fprintf(out,
                "  %-22s %-30s %s\n"
+               "  %-22s %-30s %s\n"
                "\nExample (a job of 2 workers and 1 server on this machine):\n"
                "  byteps-server --role scheduler --num-workers 2 --num-servers 1 "
                "--root-uri 127.0.0.1 --root-port 9000 &\n"
                "  byteps-server --role server    --num-workers 2 --num-servers 1 "
                "--root-uri 127.0.0.1 --root-port 9000 &\n",
-               "--port-file", "", "scheduler: write the bound port to FILE once listening");
+               "--port-file", "", "scheduler: write the bound port to FILE once listening",
+               "--transport", "DMLC_ENABLE_RDMA",
+               built_with_rdma ? "tcp (default) or rdma (verbs; the same on every node)"
+                               : "tcp (this build has no rdma: built without rdma-core)");
+}
+
+// The scheduler over `Scheduler`, or a summation server over `ServerNet` (sync or async).
+template <class Scheduler, class ServerNet>
+void run_node(const bps::Config& cfg, const std::string& port_file) {
+  if (cfg.node_role == bps::role::scheduler) {
+    bps::SchedulerNode<Scheduler> scheduler(cfg);
+    if (!port_file.empty()) {
+      // Written whole, then renamed: a launcher polling the file never reads half a number.
+      const std::string partial = port_file + ".partial";
+      std::ofstream(partial) << scheduler.port() << "\n";
+      std::rename(partial.c_str(), port_file.c_str());
+    }
+    scheduler.run();
+  } else if (cfg.enable_async) {  // BYTEPS_ENABLE_ASYNC=1: servers hold the parameters
+    bps::Server<ServerNet, bps::server::async_sum> server(cfg);
+    server.run();
+  } else {
+    bps::Server<ServerNet> server(cfg);
+    server.run();
+  }
 }
 
 }  // namespace
@@ -79,6 +116,16 @@ int main(int argc, char** argv) {
       port_file = value;
       continue;
     }
+    if (arg == "--transport") {  // DMLC_ENABLE_RDMA as ps-lite spells it
+      const std::string_view t = value;
+      if (t != "tcp" && t != "rdma") {
+        std::fprintf(stderr, "byteps-server: --transport '%s' is not valid: expected tcp or rdma\n",
+                     value);
+        return 2;
+      }
+      ::setenv("DMLC_ENABLE_RDMA", t == "rdma" ? "ibverbs" : "0", 1);
+      continue;
+    }
     bool known = false;
     for (const auto& f : flags) {
       if (arg == f.name) {
@@ -93,31 +140,28 @@ int main(int argc, char** argv) {
   }
   try {
     const bps::Config cfg = bps::Config::from_env();
-    if (cfg.node_role == bps::role::scheduler) {
-      bps::SchedulerNode<bps::transport::tcp> scheduler(cfg);
-      if (!port_file.empty()) {
-        // Written whole, then renamed: a launcher polling the file never reads half a number.
-        const std::string partial = port_file + ".partial";
-        std::ofstream(partial) << scheduler.port() << "\n";
-        std::rename(partial.c_str(), port_file.c_str());
-      }
-      scheduler.run();
-    } else if (cfg.node_role == bps::role::server) {
-      // Colocated workers that speak ipc send their pushes through shared memory
-      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
-      using transport = bps::transport::ipc<bps::transport::tcp>;
-      if (cfg.enable_async) {  // BYTEPS_ENABLE_ASYNC=1: servers hold the parameters
-        bps::Server<transport, bps::server::async_sum> server(cfg);
-        server.run();
-      } else {
-        bps::Server<transport> server(cfg);
-        server.run();
-      }
-    } else {
+    if (cfg.node_role == bps::role::worker) {
       std::fprintf(stderr,
                    "byteps-server: DMLC_ROLE=worker: workers are your training program; run "
                    "this binary as scheduler or server\n");
       return 2;
+    }
+    if (!cfg.enable_rdma) {
+      // Colocated workers that speak ipc send their pushes through shared memory
+      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
+      run_node<bps::transport::tcp, bps::transport::ipc<bps::transport::tcp>>(cfg, port_file);
+    } else {
+#if BYTEPS_SERVER_WITH_RDMA
+      run_node<bps::transport::rdma, bps::transport::rdma>(cfg, port_file);
+#else
+      std::fprintf(stderr,
+                   "byteps-server: DMLC_ENABLE_RDMA (or --transport rdma) asks for the RDMA "
+                   "transport, but this "
+                   "byteps-server was built without it (BYTEPS_WITH_RDMA=OFF, or rdma-core's "
+                   "libibverbs-dev and librdmacm-dev were not found): rebuild with rdma-core, or "
+                   "use --transport tcp\n");
+      return 2;
+#endif
     }
   } catch (const bps::usage_error& e) {
     std::fprintf(stderr, "byteps-server: %s\n", e.what());

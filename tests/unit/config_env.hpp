@@ -48,6 +48,15 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_TRACE_DIR",
     "BYTEPS_COMPRESSOR",
     "BYTEPS_MIN_COMPRESS_BYTES",
+    "DMLC_ENABLE_RDMA",
+    "DMLC_INTERFACE",
+    "BYTEPS_RDMA_DEVICE",
+    "BYTEPS_RDMA_PORT",
+    "BYTEPS_RDMA_GID_INDEX",
+    "BYTEPS_RDMA_RX_DEPTH",
+    "BYTEPS_RDMA_START_DEPTH",
+    "BYTEPS_RDMA_STAGING_BYTES",
+    "BYTEPS_RDMA_BUSY_POLL",
 };
 
 inline void clear_env() {

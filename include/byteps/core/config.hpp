@@ -6,9 +6,9 @@
 ///
 /// A transport's knobs are its own `options` (transport/tcp_options.hpp), passed to a node
 /// beside the `Config`. `Config` only records, range-checked, the variables that set them
-/// (`io_threads`, `enable_ipc`), because it is the one reader of the environment; a
+/// (`io_threads`, `enable_ipc`, `rdma`), because it is the one reader of the environment; a
 /// transport's `options::from(cfg)` turns that record into its options when a node is given
-/// none. Nothing else reads these two fields.
+/// none. Nothing else reads these fields.
 
 #include <cctype>
 #include <cerrno>
@@ -19,8 +19,10 @@
 #include <string>
 #include <string_view>
 
+#include "byteps/core/env_parse.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/core/net_interface.hpp"
 #include "byteps/core/recipe_text.hpp"
 
 namespace bps {
@@ -117,6 +119,24 @@ struct Config {
   // them from these (`transport::tcp::options::from`, `transport::ipc<I>::options::from`).
   int io_threads = 1;                            ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
   bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
+  /// The RDMA transport's variables (`transport::rdma_options::from` copies them; ranges and
+  /// meanings in transport/rdma/rdma_options.hpp and docs/env.md).
+  struct rdma_settings {
+    std::string device;                     ///< BYTEPS_RDMA_DEVICE ("": first with port active)
+    int port = 1;                           ///< BYTEPS_RDMA_PORT
+    int gid_index = -1;                     ///< BYTEPS_RDMA_GID_INDEX (-1: RoCE v2 preferred)
+    int rx_depth = 64;                      ///< BYTEPS_RDMA_RX_DEPTH
+    int start_depth = 16;                   ///< BYTEPS_RDMA_START_DEPTH
+    std::size_t staging_bytes = 256 << 10;  ///< BYTEPS_RDMA_STAGING_BYTES
+    bool busy_poll = false;                 ///< BYTEPS_RDMA_BUSY_POLL
+  };
+  rdma_settings rdma{};  // {}: GCC 12 -O3 otherwise warns its string may be uninitialized
+  /// DMLC_ENABLE_RDMA (`ibverbs` or 1): which transport a program that picks one at run time
+  /// uses (byteps-server: `transport::rdma` instead of tcp). Nothing in the library reads it.
+  bool enable_rdma = false;
+  /// DMLC_INTERFACE: a network interface (`ib0`); a server with no `node_host` listens on and
+  /// advertises its IPv4 address (core/net_interface.hpp). "": the scheduler link's address.
+  std::string network_interface;
 
   // The timeline (detail/trace.hpp). A step is a round of the first tensor a worker push_pulls,
   // as in BytePS; steps start_step .. end_step-1 are recorded, and written at shutdown.
@@ -140,6 +160,13 @@ struct Config {
   /// partitioner) plus room for control messages.
   std::size_t max_frame_bytes() const noexcept { return largest_partition() + 4096 + (1u << 20); }
 
+  /// Servers: where to listen and what to tell the workers: `node_host`, else the address of
+  /// `network_interface`, else `fallback` (the address of the link to the scheduler).
+  std::string listen_host(const std::string& fallback) const {
+    if (!node_host.empty()) return node_host;
+    return network_interface.empty() ? fallback : interface_address(network_interface);
+  }
+
   /// Throws `usage_error` naming the first field that is out of range.
   void validate() const;
 
@@ -147,40 +174,6 @@ struct Config {
   /// a required variable is missing or any value is malformed.
   static Config from_env();
 };
-
-namespace detail {
-
-inline const char* env_or_null(const char* name) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? v : nullptr;
-}
-
-inline long long parse_env_integer(const char* name, const char* text, long long min,
-                                   long long max) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno == ERANGE || v < min || v > max) {
-    throw usage_error(fmt::format("{}='{}' is not valid: expected a whole number from {} to {}",
-                                  name, text, min, max));
-  }
-  return v;
-}
-
-inline long long env_integer(const char* name, long long fallback, long long min, long long max,
-                             bool required = false) {
-  const char* v = env_or_null(name);
-  if (v == nullptr) {
-    if (required) {
-      throw usage_error(fmt::format("{} is not set: expected a whole number from {} to {}", name,
-                                    min, max));
-    }
-    return fallback;
-  }
-  return parse_env_integer(name, v, min, max);
-}
-
-}  // namespace detail
 
 inline void Config::validate() const {
   auto fail = [](std::string_view what, auto value, std::string_view expected) {
@@ -200,6 +193,15 @@ inline void Config::validate() const {
     fail("server_chunk_bytes (BYTEPS_SERVER_CHUNK_BYTES)", server_chunk_bytes,
          "0 (off) or a multiple of 64 up to 2^26");
   if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (rdma.port < 1 || rdma.port > 255) fail("rdma.port (BYTEPS_RDMA_PORT)", rdma.port, "1 .. 255");
+  if (rdma.gid_index < -1 || rdma.gid_index > 255)
+    fail("rdma.gid_index (BYTEPS_RDMA_GID_INDEX)", rdma.gid_index, "-1 (RoCE v2 preferred) .. 255");
+  if (rdma.rx_depth < 4 || rdma.rx_depth > 16384)
+    fail("rdma.rx_depth (BYTEPS_RDMA_RX_DEPTH)", rdma.rx_depth, "4 .. 16384");
+  if (rdma.start_depth < 2 || rdma.start_depth > 16384)
+    fail("rdma.start_depth (BYTEPS_RDMA_START_DEPTH)", rdma.start_depth, "2 .. 16384");
+  if (rdma.staging_bytes < 4096 || rdma.staging_bytes > (std::size_t{1} << 30))
+    fail("rdma.staging_bytes (BYTEPS_RDMA_STAGING_BYTES)", rdma.staging_bytes, "4096 .. 2^30");
   if (mixed_mode && num_servers <= num_workers)
     fail("num_servers (DMLC_NUM_SERVER)", num_servers,
          "more than num_workers (DMLC_NUM_WORKER) with mixed_mode (BYTEPS_ENABLE_MIXED_MODE): a "
@@ -327,6 +329,28 @@ inline Config Config::from_env() {
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;
+  if (const char* e = env_or_null("DMLC_ENABLE_RDMA")) {
+    const std::string_view v = e;
+    if (v == "ibverbs" || v == "1")
+      c.enable_rdma = true;
+    else if (v != "0")
+      throw usage_error(
+          fmt::format("DMLC_ENABLE_RDMA='{}' is not valid: expected ibverbs or 1 "
+                      "(the RDMA transport), or 0 or unset (TCP)",
+                      v));
+  }
+  if (const char* d = env_or_null("BYTEPS_RDMA_DEVICE")) c.rdma.device = d;
+  c.rdma.port = static_cast<int>(env_integer("BYTEPS_RDMA_PORT", 1, 1, 255));
+  c.rdma.gid_index = static_cast<int>(env_integer("BYTEPS_RDMA_GID_INDEX", -1, 0, 255));
+  c.rdma.rx_depth = static_cast<int>(env_integer("BYTEPS_RDMA_RX_DEPTH", 64, 4, 16384));
+  c.rdma.start_depth = static_cast<int>(env_integer("BYTEPS_RDMA_START_DEPTH", 16, 2, 16384));
+  c.rdma.staging_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_RDMA_STAGING_BYTES", 256 << 10, 4096, std::int64_t{1} << 30));
+  c.rdma.busy_poll = env_integer("BYTEPS_RDMA_BUSY_POLL", 0, 0, 1) == 1;
+  if (const char* i = env_or_null("DMLC_INTERFACE")) {
+    c.network_interface = i;
+    (void)interface_address(c.network_interface);  // checked now: a usage_error names the variable
+  }
   c.local_size = static_cast<int>(env_integer("BYTEPS_LOCAL_SIZE", 1, 1, 1024));
   c.local_rank = static_cast<int>(env_integer("BYTEPS_LOCAL_RANK", 0, 0, c.local_size - 1));
   c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));

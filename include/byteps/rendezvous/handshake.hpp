@@ -56,6 +56,9 @@ class challenged final : public transport::receiver {
   std::size_t progress_step(const wire::header& h) override { return node_->progress_step(h); }
   void on_progress(const wire::header& h, std::size_t n) override { node_->on_progress(h, n); }
   bool wants_transport_frames() const override { return node_->wants_transport_frames(); }
+  bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
+    return node_->destination_stays(h, dest);
+  }
 
   /// The listener's nonce, once it came; nullopt at `deadline` or when the link closed first
   /// (`why` then says which).

@@ -48,6 +48,7 @@
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
+#include "byteps/server/registered_pool.hpp"
 #include "byteps/server/round_trace.hpp"
 #include "byteps/server/session.hpp"
 #include "byteps/server/stats.hpp"
@@ -139,10 +140,11 @@ class Server {
     cfg_.validate();
     names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
     control_.on_failure([this](const std::string& why) { fail(why); });
+    server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
       engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
-    const std::string host = cfg_.node_host.empty() ? control_.local_host() : cfg_.node_host;
+    const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
       auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {

@@ -72,6 +72,16 @@ class receiver {
   /// A link that fails mid-payload runs `on_close` and no `on_message`: bytes reported in are no
   /// promise that the frame completes.
   virtual void on_progress(const wire::header& /*h*/, std::size_t /*bytes_in*/) {}
+  /// RDMA's cached destinations: true promises that `dest` (what `payload_destination` just
+  /// returned for `h`), which lies in memory its owner registered, is the place of every later
+  /// frame with h's (key, part, type, offset) while the link lives, reserved for them. The
+  /// transport may then let the sender write such a frame there before the receiver is asked (an
+  /// (address, rkey) advertised once, reused by later rounds). If a later frame's destination is
+  /// elsewhere after all, its bytes are moved there from the old place and the advertisement is
+  /// withdrawn. False, the default, has the receiver asked before every payload. TCP never asks.
+  virtual bool destination_stays(const wire::header& /*h*/, std::span<const std::byte> /*dest*/) {
+    return false;
+  }
   /// True for a transport decorator's receiver that handles frames of the transport range
   /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
   virtual bool wants_transport_frames() const { return false; }

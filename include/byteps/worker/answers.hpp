@@ -29,6 +29,7 @@
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/wire/frame.hpp"
 #include "byteps/worker/op_table.hpp"
+#include "byteps/worker/registered_memory.hpp"
 #include "byteps/worker/server_receiver.hpp"
 
 namespace bps::worker {
@@ -68,6 +69,11 @@ class answers {
     encoded.resize(at + n);
     return std::span(encoded).subspan(at);
   }
+
+  // Memory the trainer registered (Communicator::register_memory): an answer's destination
+  // inside it stays put, so the transport may cache it (I/O thread).
+  void registered(std::span<const std::byte> m) { registered_.add(m); }
+  bool answer_stays(std::span<const std::byte> dest) const { return registered_.contains(dest); }
 
   // A whole answer, or the last piece of one.
   static bool is_last(const wire::header& h) {
@@ -182,6 +188,7 @@ class answers {
 
  private:
   Node& node_;
+  registered_memory registered_;
 };
 
 }  // namespace bps::worker

@@ -64,6 +64,15 @@ class Communicator {
       node_.shutdown("its program left by an exception while its communicator was alive");
   }
 
+  /// Registers `memory` (a trainer's gradient arena) with the transport, so that RDMA sends
+  /// pushes straight from it and writes answers straight into it, with no staging copy, and
+  /// caches each tensor's answer place after the first round (no request per answer). The
+  /// caller promises that `memory` stays valid until this communicator is destroyed, and that a
+  /// tensor inside it keeps its place from call to call. (A tensor that moves anyway still gets
+  /// exact answers, but its old place is written once more before the worker notices.) TCP
+  /// ignores it. Any thread.
+  void register_memory(std::span<std::byte> memory) { node_.register_memory(memory); }
+
   /// Leaves the job: operations still in flight fail, servers and the scheduler are told this
   /// worker is done (so its exit is no failure), and later calls throw `usage_error`. The
   /// destructor does this too. Idempotent.

@@ -91,6 +91,12 @@ class node {
   node& operator=(const node&) = delete;
   ~node() { shutdown(); }
 
+  /// Registers a trainer's memory with the transport (Communicator::register_memory).
+  void register_memory(std::span<std::byte> m) {
+    transport_.register_memory(m);
+    answers_.registered(m);
+  }
+
   /// Fails what is in flight, says bye, stops the local stage; idempotent. A non-empty
   /// `failure` goes with the bye: the scheduler then fails the job with it.
   void shutdown(const std::string& failure = {}) {

@@ -45,6 +45,11 @@ class server_receiver final : public transport::receiver {
     return {};
   }
 
+  // An answer written into registered memory: the same tensor's later answers land there too.
+  bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
+    return h.type == wire::msg::pull_response && receiving_ && owner_->answer_stays(dest);
+  }
+
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
     if (h.type == wire::msg::pull_response) {
       if (receiving_) {

@@ -55,8 +55,11 @@ class basic_rdma {
 
   explicit basic_rdma(const Config& cfg) : basic_rdma(cfg, options::from(cfg)) {}
   basic_rdma(const Config& cfg, const options& opts)
-      : opts_((opts.validate(), opts)), v_(opts.verbs), max_frame_(cfg.max_frame_bytes()),
-        log_(cfg.log, "rdma") {
+      : opts_((opts.validate(), opts)),
+        v_(opts.verbs),
+        max_frame_(cfg.max_frame_bytes()),
+        log_(cfg.log, "rdma"),
+        tally_(opts.tally ? opts.tally : std::make_shared<rdma_msg::tally>()) {
     if (auto limit = v_.memlock_limit(); limit && *limit < opts_.link_bytes())
       throw communicator_error(fmt::format(
           "rdma: RLIMIT_MEMLOCK is {} bytes, but one RDMA link registers {} bytes "
@@ -99,10 +102,20 @@ class basic_rdma {
                                 std::chrono::milliseconds timeout);
 
   /// Registers `memory` once (rdma_registry): payloads in it are written without a copy and
-  /// frames land in it straight from the peer. It must outlive the transport.
-  void register_memory(std::span<std::byte> memory) { registry_->add(memory); }
+  /// frames land in it straight from the peer. It must stay valid until `stop()`. After `stop()`
+  /// it does nothing (the device is gone).
+  void register_memory(std::span<std::byte> memory) {
+    std::lock_guard lock(mu_);
+    if (!stopped_) registry_->add(memory);
+  }
+  /// Owners that register memory only for transports that use it (a server's buffer pool) ask.
+  static constexpr bool registers_memory = true;
 
   void stop();
+
+  /// How this transport's links have moved payloads so far: announced or sent to a cached
+  /// place, written in place or through staging (rdma_messages.hpp).
+  rdma_msg::counters counters() const { return tally_->snapshot(); }
 
   /// The verbs policy (tests reach an emulation's fabric through it).
   V& verbs() noexcept { return v_; }
@@ -147,6 +160,7 @@ class basic_rdma {
   V v_;
   std::size_t max_frame_;
   logger log_;
+  std::shared_ptr<rdma_msg::tally> tally_;  // shared with the links, and perhaps other nodes
   typename V::device* dev_ = nullptr;
   std::unique_ptr<rdma_registry<V>> registry_;
   typename V::comp_channel* cc_ = nullptr;

@@ -13,6 +13,13 @@
 /// staging area; `on_sent` runs on the last write's completion. One large frame is in flight per
 /// direction; frames behind it wait (the receiver delivers in order anyway).
 ///
+/// Cached places: when the receiver's `destination_stays` says a registered destination is the
+/// place of every later frame of that (key, part, type, offset), its grant says so (`stays`), and
+/// the sender keeps that (address, rkey). A later such frame of the same length then goes at once
+/// (a `direct` SEND of its header, then its WRITE WITH IMM), without announce or grant. Should
+/// the receiver's destination have moved after all, it copies the bytes from the old place and
+/// revokes it, and the sender asks again next time.
+///
 /// Credits: a SEND or a WRITE WITH IMM consumes one receive of the peer, so the sender holds one
 /// credit per receive the peer posted, and every message returns the receives its sender
 /// re-posted since the last one (a `credit` message does so alone once half are owed). The
@@ -67,14 +74,23 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
     std::size_t max_frame;
     logger log;
     post_fn post;
+    rdma_msg::tally* tally;
   };
 
   template <class Opts>
   rdma_link(const setup& s, const Opts& o)
-      : v_(*s.verbs), registry_(*s.registry), max_frame_(s.max_frame), log_(s.log),
-        post_(s.post), rx_depth_(static_cast<std::uint32_t>(o.rx_depth)),
-        sq_depth_(static_cast<std::uint32_t>(o.start_depth)), slot_(o.slot_bytes),
-        staging_(o.staging_bytes), slab_(o.link_bytes()), dev_(s.dev) {
+      : v_(*s.verbs),
+        registry_(*s.registry),
+        max_frame_(s.max_frame),
+        log_(s.log),
+        post_(s.post),
+        tally_(*s.tally),
+        rx_depth_(static_cast<std::uint32_t>(o.rx_depth)),
+        sq_depth_(static_cast<std::uint32_t>(o.start_depth)),
+        slot_(o.slot_bytes),
+        staging_(o.staging_bytes),
+        slab_(o.link_bytes()),
+        dev_(s.dev) {
     for (std::uint32_t i = 0; i < sq_depth_; ++i) free_slots_.push_back(i);
     mr_ = v_.reg_mr(s.dev, slab_, verbs::local_write | verbs::remote_write);
     cq_ = v_.create_cq(s.dev, s.channel, static_cast<int>(rx_depth_ + sq_depth_));
@@ -210,6 +226,10 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
     }
   }
   void on_grant(std::uint64_t seq, const rdma_msg::grant& g);
+  void on_revoke(const rdma_msg::place_id& id) {
+    std::lock_guard lock(mu_);
+    if (places_.erase(id) != 0) ++tally_.forgotten;
+  }
   void on_send_done(std::uint64_t wr_id, bool ok);
 
   V& v_;
@@ -217,6 +237,7 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
   std::size_t max_frame_;
   logger log_;
   post_fn post_;
+  rdma_msg::tally& tally_;
   std::uint32_t rx_depth_, sq_depth_;
   std::size_t slot_, staging_;
   std::vector<std::byte> slab_;
@@ -240,6 +261,8 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
   std::vector<std::uint32_t> free_slots_;
   std::map<std::uint32_t, sent_callback> slot_callbacks_;
   std::deque<std::pair<std::uint64_t, rdma_msg::grant>> grants_out_;  // (seq, grant) to send
+  std::deque<rdma_msg::place_id> revokes_out_;                        // to send
+  std::map<rdma_msg::place_id, rdma_msg::grant> places_;  // the peer's advertised places
   std::deque<outgoing> queue_;
   std::uint64_t next_seq_ = 1;
   struct posted_write {

@@ -11,12 +11,14 @@
 /// `(rx_depth + start_depth) * slot_bytes + 2 * staging_bytes` bytes (`link_bytes()`).
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/transport/rdma/rdma_messages.hpp"
 
 namespace bps::transport {
 
@@ -32,13 +34,28 @@ struct rdma_options {
   bool busy_poll = false;    ///< BYTEPS_RDMA_BUSY_POLL: never sleep (burns a core per transport)
   int poll_rounds = 64;      ///< empty polls before the completion thread arms and sleeps
   VerbsOptions verbs{};      ///< the verbs policy's own (an emulation's fabric, say)
+  /// Where the links count how payloads travel (rdma_messages.hpp); null: the transport's own.
+  /// Shared by the nodes given it, so a test or a monitor reads a whole cluster's counts.
+  std::shared_ptr<rdma_msg::tally> tally;
 
   /// Bytes of registered memory one link needs.
   std::size_t link_bytes() const {
     return static_cast<std::size_t>(rx_depth + start_depth) * slot_bytes + 2 * staging_bytes;
   }
 
-  static rdma_options from(const Config&) { return {}; }
+  /// The options the environment asked for: `Config::from_env()` read and range-checked the
+  /// variables into `cfg.rdma`; this copies them. `verbs` keeps its default.
+  static rdma_options from(const Config& cfg) {
+    rdma_options o;
+    o.device = cfg.rdma.device;
+    o.port = cfg.rdma.port;
+    o.gid_index = cfg.rdma.gid_index;
+    o.rx_depth = cfg.rdma.rx_depth;
+    o.start_depth = cfg.rdma.start_depth;
+    o.staging_bytes = cfg.rdma.staging_bytes;
+    o.busy_poll = cfg.rdma.busy_poll;
+    return o;
+  }
 
   /// Throws `usage_error` naming the field (options built in code skip Config::validate()).
   void validate() const {

@@ -77,8 +77,14 @@ void basic_rdma<V>::end_attempt(typename V::cm_id* id, const std::string& error)
 
 template <RdmaVerbs V>
 std::shared_ptr<typename basic_rdma<V>::link> basic_rdma<V>::make_link() {
-  typename link::setup s{&v_, dev_, cc_, registry_.get(), max_frame_, log_,
-                         [this](std::function<void()> t) { post(std::move(t)); }};
+  typename link::setup s{&v_,
+                         dev_,
+                         cc_,
+                         registry_.get(),
+                         max_frame_,
+                         log_,
+                         [this](std::function<void()> t) { post(std::move(t)); },
+                         tally_.get()};
   return std::make_shared<link>(s, opts_);
 }
 

@@ -4,9 +4,12 @@
 /// reads each message from its receive slot, asks the receiver where a payload goes before any
 /// payload byte lands, grants that place to the sender (or its staging area, a window at a
 /// time, when the place is not registered), and delivers the frame once the last write is in.
+/// A place its receiver says stays (`destination_stays`) is advertised in the grant, and a later
+/// `direct` frame for it is written there without a grant (rdma_link.hpp, "Cached places").
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,10 +39,20 @@ class rdma_link_rx {
         if (auto g = rdma_msg::get_grant(msg)) return l_.on_grant(p->seq, *g);
         return l_.fail("protocol error: a short grant from " + l_.peer_);
       case rdma_msg::kind::credit: return;
+      case rdma_msg::kind::direct:
+        return on_direct(p->seq, msg.subspan(rdma_msg::prefix_size));
+      case rdma_msg::kind::revoke:
+        if (auto id = rdma_msg::get_revoke(msg)) return l_.on_revoke(*id);
+        return l_.fail("protocol error: a short revoke from " + l_.peer_);
     }
   }
 
  private:
+  struct advert {
+    std::span<std::byte> place;
+    bool live = true;  // not revoked yet
+  };
+
   // The header at the start of `body`, validated as TCP validates it; false after failing.
   bool read_header(std::span<const std::byte> body) {
     if (body.size() < wire::header_size)
@@ -108,22 +121,79 @@ class rdma_link_rx {
     active_ = true;
     seq_ = seq;
     done_ = reported_ = 0;
+    moving_ = false;
     auto keys = l_.registry_.lookup(dest_.data(), dest_.size());
     staged_ = !keys;
+    const auto id = rdma_msg::place_id::of(h_);
+    const bool stays = !staged_ && step_ == 0 && deliver_ && destination_stays();
+    if (auto old = advertised_.find(id); old != advertised_.end() && !stays)
+      revoke(old->second, id);
     if (!staged_) {  // straight into the receiver's memory, in pieces of the step if it asked
       const std::uint64_t piece = step_ ? std::min<std::uint64_t>(step_, dest_.size()) : dest_.size();
       window_ = dest_.size();
-      return grant({0, reinterpret_cast<std::uint64_t>(dest_.data()), keys->rkey, dest_.size(),
+      ++l_.tally_.granted_in_place;
+      if (stays) {
+        advertised_.insert_or_assign(id, advert{dest_, true});
+        ++l_.tally_.advertised;
+      }
+      return grant({0, reinterpret_cast<std::uint64_t>(dest_.data()), keys->rkey,
+                    stays ? rdma_msg::grant_stays : 0u, dest_.size(),
                     std::min<std::uint64_t>(piece, max_piece)});
     }
     next_window();
   }
 
+  // A frame written at once into the place advertised for it. Its bytes land there whatever
+  // the receiver answers now; if it names another destination, they are copied over on arrival
+  // and the place is revoked. A revoked place is still accepted: the sender may have sent more
+  // before the revoke reached it (the place is reserved for these frames, so nothing is lost).
+  void on_direct(std::uint64_t seq, std::span<const std::byte> body) {
+    if (active_) return l_.fail("protocol error: " + l_.peer_ + " sent a frame mid-payload");
+    if (!read_header(body)) return;
+    const auto id = rdma_msg::place_id::of(h_);
+    auto it = advertised_.find(id);
+    if (it == advertised_.end() || it->second.place.size() != h_.payload_bytes)
+      return l_.fail(
+          fmt::format("protocol error: {} wrote a frame of {} bytes to a place this "
+                      "end did not advertise",
+                      l_.peer_, h_.payload_bytes));
+    place_ = it->second.place;
+    bool ok = false;
+    dest_ = destination(ok);
+    if (!ok) return;
+    step_ = 0;
+    active_ = true;
+    seq_ = seq;
+    done_ = reported_ = got_ = 0;
+    staged_ = false;
+    window_ = dest_.size();
+    moving_ = dest_.data() != place_.data();
+    if (moving_) ++l_.tally_.moved;
+    if (moving_ || !deliver_ || !destination_stays()) revoke(it->second, id);
+  }
+
   void next_window() {
     window_ = std::min<std::uint64_t>(l_.staging_, dest_.size() - done_);
     got_ = 0;
-    grant({done_, reinterpret_cast<std::uint64_t>(l_.rx_staging()), l_.v_.rkey(l_.mr_), window_,
+    ++l_.tally_.granted_staged;
+    grant({done_, reinterpret_cast<std::uint64_t>(l_.rx_staging()), l_.v_.rkey(l_.mr_), 0u, window_,
            window_});
+  }
+
+  bool destination_stays() {
+    try {
+      return l_.receiver_->destination_stays(h_, dest_);
+    } catch (const std::exception&) {
+      return false;  // a receiver that cannot say is asked every time
+    }
+  }
+
+  void revoke(advert& a, const rdma_msg::place_id& id) {
+    if (!a.live) return;
+    a.live = false;
+    std::unique_lock lock(l_.mu_);
+    l_.revokes_out_.push_back(id);
+    l_.pump_or_fail(lock);
   }
 
   void grant(const rdma_msg::grant& g) {
@@ -148,6 +218,8 @@ class rdma_link_rx {
     }
     if (done_ == dest_.size()) {
       active_ = false;
+      if (moving_) std::memmove(dest_.data(), place_.data(), dest_.size());  // the place moved
+      moving_ = false;
       return deliver(dest_);
     }
     if (step_ && deliver_ && done_ - reported_ >= step_) {
@@ -183,8 +255,11 @@ class rdma_link_rx {
   bool staged_ = false;
   std::uint64_t seq_ = 0;
   std::span<std::byte> dest_;
+  std::span<std::byte> place_;  // a direct frame's advertised place
+  bool moving_ = false;         // ... which is not where the receiver wants it now
   std::size_t step_ = 0;
   std::uint64_t window_ = 0, got_ = 0, done_ = 0, reported_ = 0;
+  std::map<rdma_msg::place_id, advert> advertised_;  // places the sender may use, never forgotten
 };
 
 }  // namespace bps::transport

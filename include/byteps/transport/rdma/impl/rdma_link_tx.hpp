@@ -12,7 +12,15 @@ namespace bps::transport {
 
 template <class V>
 void rdma_link<V>::pump() {
-  // Grants first: the peer's frame waits on them, and they are small.
+  // Revokes, then grants: the peer's frame waits on them, and they are small. A revoke goes
+  // before a grant queued after it, so the peer forgets a place before it may send again.
+  while (!revokes_out_.empty() && can_post(1)) {
+    std::byte whole[rdma_msg::revoke_size];
+    rdma_msg::put_revoke(whole, revokes_out_.front());
+    post_message(rdma_msg::kind::revoke, 0, std::span(whole).subspan(rdma_msg::prefix_size), {},
+                 {});
+    revokes_out_.pop_front();
+  }
   while (!grants_out_.empty() && can_post(1)) {
     std::byte body[rdma_msg::grant_size - rdma_msg::prefix_size];
     std::byte whole[rdma_msg::grant_size];
@@ -31,7 +39,16 @@ void rdma_link<V>::pump() {
         queue_.pop_front();
         continue;
       }
-      post_message(rdma_msg::kind::announce, f.seq, hb, {}, {});
+      auto place = places_.find(rdma_msg::place_id::of(f.h));
+      if (place != places_.end() && place->second.length == f.payload.size()) {
+        // The receiver's advertised place: the header, then at once the payload, no grant.
+        post_message(rdma_msg::kind::direct, f.seq, hb, {}, {});
+        f.grants.push_back(place->second);
+        ++tally_.cached;
+      } else {
+        post_message(rdma_msg::kind::announce, f.seq, hb, {}, {});
+        ++tally_.announced;
+      }
       f.announced = true;
     }
     bool blocked = false;
@@ -48,6 +65,7 @@ void rdma_link<V>::pump() {
         bool staged = false;
         if (auto keys = registry_.lookup(src, piece)) {
           lkey = keys->lkey;
+          ++tally_.writes_from_payload;
         } else {
           if (tx_staging_busy_) {  // the staging area holds a write still in flight
             blocked = true;
@@ -58,6 +76,7 @@ void rdma_link<V>::pump() {
           src = tx_staging();
           lkey = v_.lkey(mr_);
           staged = tx_staging_busy_ = true;
+          ++tally_.writes_staged;
         }
         v_.post_send(id_, {tag_write, verbs::send_opcode::write_with_imm,
                            {const_cast<std::byte*>(src), static_cast<std::uint32_t>(piece), lkey},
@@ -90,7 +109,10 @@ void rdma_link<V>::on_grant(std::uint64_t seq, const rdma_msg::grant& g) {
     return fail(fmt::format("protocol error: {} granted frame {} a target that no announced "
                             "frame of this link has", peer_, seq));
   }
-  queue_.front().grants.push_back(g);
+  auto& f = queue_.front();
+  if ((g.flags & rdma_msg::grant_stays) != 0 && g.offset == 0 && g.length == f.payload.size())
+    places_.insert_or_assign(rdma_msg::place_id::of(f.h), g);  // later rounds write there at once
+  f.grants.push_back(g);
   pump_or_fail(lock);
 }
 
@@ -135,6 +157,7 @@ void rdma_link<V>::fail(const std::string& reason) {
     std::lock_guard lock(mu_);
     closed_ = true;
     grants_out_.clear();
+    revokes_out_.clear();
     // A frame with writes still posted keeps its on_sent for their (flushed) completion: the
     // NIC may read its payload until then.
     std::deque<outgoing> kept;
