@@ -1,6 +1,9 @@
 // byteps-server: the scheduler or a summation server of a byteps job, from the same headers as
 // the workers. An application with its own transport writes the same few lines with its type.
 #include <byteps/byteps.hpp>
+#if BYTEPS_SERVER_TLS
+#include <byteps/transport/tls.hpp>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +43,10 @@ constexpr flag flags[] = {
     {"--staleness", "BYTEPS_ASYNC_STALENESS",
      "async: most pushes a worker may lead the slowest (default unset: unbounded)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
+    {"--tls-cert", "BYTEPS_TLS_CERT",
+     "set: every connection in TLS with this certificate (PEM; needs the next two)"},
+    {"--tls-key", "BYTEPS_TLS_KEY", "TLS: the certificate's private key (PEM)"},
+    {"--tls-ca", "BYTEPS_TLS_CA", "TLS: the CA every peer's certificate must be signed by"},
 };
 
 void usage(std::FILE* out) {
@@ -47,7 +54,8 @@ void usage(std::FILE* out) {
                "byteps-server %s: the scheduler or a summation server of a byteps job.\n\n"
                "Usage: byteps-server [--flag value ...] [--port-file FILE]\n\n"
                "Every flag overrides the environment variable beside it; see docs/env.md for "
-               "all of them.\n",
+               "all of them.\nTransport: TCP, or TLS (mutual certificates, docs/reliability.md) "
+               "when BYTEPS_TLS_CERT is set; the workers must use the same.\n",
                bps::version);
   for (const auto& f : flags) std::fprintf(out, "  %-22s %-30s %s\n", f.name, f.variable, f.help);
   std::fprintf(out,
@@ -58,6 +66,38 @@ void usage(std::FILE* out) {
                "  byteps-server --role server    --num-workers 2 --num-servers 1 "
                "--root-uri 127.0.0.1 --root-port 9000 &\n",
                "--port-file", "", "scheduler: write the bound port to FILE once listening");
+}
+
+// Runs the scheduler or a server over `Net` (TCP, or TLS when BYTEPS_TLS_CERT is set).
+template <class Net>
+int serve(const bps::Config& cfg, const std::string& port_file) {
+  if (cfg.node_role == bps::role::scheduler) {
+    bps::SchedulerNode<Net> scheduler(cfg);
+    if (!port_file.empty()) {
+      // Written whole, then renamed: a launcher polling the file never reads half a number.
+      const std::string partial = port_file + ".partial";
+      std::ofstream(partial) << scheduler.port() << "\n";
+      std::rename(partial.c_str(), port_file.c_str());
+    }
+    scheduler.run();
+  } else if (cfg.node_role == bps::role::server) {
+    // Colocated workers that speak ipc send their pushes through shared memory
+    // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks over `Net`.
+    using transport = bps::transport::ipc<Net>;
+    if (cfg.enable_async) {  // BYTEPS_ENABLE_ASYNC=1: servers hold the parameters
+      bps::Server<transport, bps::server::async_sum> server(cfg);
+      server.run();
+    } else {
+      bps::Server<transport> server(cfg);
+      server.run();
+    }
+  } else {
+    std::fprintf(stderr,
+                 "byteps-server: DMLC_ROLE=worker: workers are your training program; run "
+                 "this binary as scheduler or server\n");
+    return 2;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -93,32 +133,14 @@ int main(int argc, char** argv) {
   }
   try {
     const bps::Config cfg = bps::Config::from_env();
-    if (cfg.node_role == bps::role::scheduler) {
-      bps::SchedulerNode<bps::transport::tcp> scheduler(cfg);
-      if (!port_file.empty()) {
-        // Written whole, then renamed: a launcher polling the file never reads half a number.
-        const std::string partial = port_file + ".partial";
-        std::ofstream(partial) << scheduler.port() << "\n";
-        std::rename(partial.c_str(), port_file.c_str());
-      }
-      scheduler.run();
-    } else if (cfg.node_role == bps::role::server) {
-      // Colocated workers that speak ipc send their pushes through shared memory
-      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
-      using transport = bps::transport::ipc<bps::transport::tcp>;
-      if (cfg.enable_async) {  // BYTEPS_ENABLE_ASYNC=1: servers hold the parameters
-        bps::Server<transport, bps::server::async_sum> server(cfg);
-        server.run();
-      } else {
-        bps::Server<transport> server(cfg);
-        server.run();
-      }
-    } else {
-      std::fprintf(stderr,
-                   "byteps-server: DMLC_ROLE=worker: workers are your training program; run "
-                   "this binary as scheduler or server\n");
-      return 2;
-    }
+    if (cfg.tls_cert.empty()) return serve<bps::transport::tcp>(cfg, port_file);
+#if BYTEPS_SERVER_TLS
+    return serve<bps::transport::tls<bps::transport::tcp>>(cfg, port_file);
+#else
+    throw bps::usage_error(
+        "BYTEPS_TLS_CERT is set, but this byteps-server was built without TLS (libssl not found "
+        "or BYTEPS_WITH_TLS=OFF)");
+#endif
   } catch (const bps::usage_error& e) {
     std::fprintf(stderr, "byteps-server: %s\n", e.what());
     return 2;
