@@ -48,6 +48,9 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_TRACE_DIR",
     "BYTEPS_COMPRESSOR",
     "BYTEPS_MIN_COMPRESS_BYTES",
+    "BYTEPS_TLS_CA",
+    "BYTEPS_TLS_CERT",
+    "BYTEPS_TLS_KEY",
 };
 
 inline void clear_env() {
