@@ -15,9 +15,8 @@ using namespace bps;
 using tls_tcp = transport::tls<transport::tcp>;
 using tls_comm = Communicator<tls_tcp, local::none, partition::by_bytes, schedule::priority>;
 
-TEST_CASE(
-    "tls job: 2 workers x 2 servers give exact sums of every dtype while strangers are refused",
-    "[tls]") {
+TEST_CASE("job: 2 workers x 2 servers give exact sums of every dtype while strangers are refused",
+          "[tls]") {
   test::certificates pki;
   auto cfg = pki.member(test::base_config(2, 2));
   cfg.partition_bytes = 8192;  // several partitions per tensor, on both servers

@@ -20,7 +20,7 @@ tls_tcp::options member_options(const test::certificates& pki) {
 }  // namespace
 
 TEST_CASE(
-    "tls options: unset files, unreadable files and a key of another certificate are usage errors "
+    "options: unset files, unreadable files and a key of another certificate are usage errors "
     "naming the variable and path",
     "[tls]") {
   test::certificates pki;
@@ -61,7 +61,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "tls listener: a stranger's certificate, no certificate, plain TCP and a silent peer are "
+    "listener: a stranger's certificate, no certificate, plain TCP and a silent peer are "
     "refused with a WARNING naming the peer",
     "[tls]") {
   test::certificates pki;
@@ -120,7 +120,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "tls client: a listener whose certificate our CA did not sign is a communicator_error naming "
+    "client: a listener whose certificate our CA did not sign is a communicator_error naming "
     "it",
     "[tls]") {
   test::certificates pki;
@@ -138,7 +138,7 @@ TEST_CASE(
                           port));
 }
 
-TEST_CASE("tls: members exchange frames both ways", "[tls]") {
+TEST_CASE("members exchange frames both ways", "[tls]") {
   test::certificates pki;
   Config cfg;
   cfg.log = log_level::error;
