@@ -119,6 +119,30 @@ TEST_CASE(
         std::future_status::timeout);
 }
 
+TEST_CASE("listener: handshakes in progress are bounded; one more is closed at once, named",
+          "[tls]") {
+  test::certificates pki;
+  Config cfg;
+  cfg.log = log_level::warning;
+  test::stderr_capture logged(pki);
+  auto opts = member_options(pki);
+  opts.max_handshakes = 2;
+  opts.handshake_timeout = std::chrono::seconds(5);
+  tls_tcp listener(cfg, opts);
+  const auto port = listener.listen("127.0.0.1", 0, [](auto) {});
+  // Two silent connections hold both places until their deadline.
+  asio::io_context io;
+  asio::ip::tcp::socket first(io), second(io);
+  first.connect({asio::ip::make_address("127.0.0.1"), port});
+  second.connect({asio::ip::make_address("127.0.0.1"), port});
+  const double seconds = test::seconds_until_closed_silent(port);
+  CHECK(seconds >= 0);
+  CHECK(seconds < 2);  // not the 5 s deadline: refused at accept
+  CHECK_THAT(logged.find("already in progress"),
+             Catch::EndsWith(": 2 TLS handshakes already in progress "
+                             "(BYTEPS_MAX_PENDING_CONNECTIONS)"));
+}
+
 TEST_CASE(
     "client: a listener whose certificate our CA did not sign is a communicator_error naming "
     "it",
