@@ -4,55 +4,65 @@
 // Every result is compared with the exact reference sum; the exit status is 1 if any was wrong.
 #include <byteps/byteps.hpp>
 #include <byteps/compress/registry.hpp>
+#if BYTEPS_BENCH_TLS
+#include <byteps/transport/tls.hpp>
+#endif
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <numeric>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common.hpp"
 
 namespace {
 
 void usage(std::FILE* out) {
-  std::fprintf(out,
-               "bps-bench: push_pull sweep over sizes, nccl-tests style columns.\n\n"
-               "Run it as every worker of a byteps job; the job's shape comes from the usual\n"
-               "variables (DMLC_ROLE=worker, DMLC_NUM_WORKER, DMLC_NUM_SERVER, DMLC_PS_ROOT_URI,\n"
-               "DMLC_PS_ROOT_PORT, BYTEPS_PARTITION_BYTES, ...; see docs/env.md). For example:\n\n"
-               "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
-               "      build/benchmarks/bps-bench --max-bytes 64M\n\n"
-               "Options:\n%s"
-               "  --compressor R     after the sweep, the same sweep (float32 only, no check: the\n"
-               "                     compression is lossy) with every tensor compressed by recipe\n"
-               "                     R (BYTEPS_COMPRESSOR's syntax, e.g. ef_onebit:scaling=1), then\n"
-               "                     per size: bytes pushed per push_pull / raw bytes, and the\n"
-               "                     uncompressed p50 over the compressed p50 (speed-up). Sizes under\n"
-               "                     BYTEPS_MIN_COMPRESS_BYTES (65536) stay raw.\n"
-               "  --idle S           after the sweep, keep the job up and idle for S seconds\n"
-               "                     (for scripts/bench-idle-cpu.sh: idle nodes should use no CPU)\n"
-               "  --help             print this help\n\n"
-               "Columns: size (bytes), count (elements), dtype, p50 and p99 time of one push_pull\n"
-               "(slowest worker, microseconds), algbw = size/p50 and busbw = algbw*2(n-1)/n in\n"
-               "GB/s (1e9 bytes), wrong (elements that differ from the exact sum, summed over\n"
-               "workers and iterations; must be 0), time/bound (p50 over the performance model's\n"
-               "bound for --topology: ps = max(M/B, n*M/(k*B)), colocated = 2(n-1)/n*M/B).\n",
-               bench::common_help());
+  std::fprintf(
+      out,
+      "bps-bench: push_pull sweep over sizes, nccl-tests style columns.\n\n"
+      "Run it as every worker of a byteps job; the job's shape comes from the usual\n"
+      "variables (DMLC_ROLE=worker, DMLC_NUM_WORKER, DMLC_NUM_SERVER, DMLC_PS_ROOT_URI,\n"
+      "DMLC_PS_ROOT_PORT, BYTEPS_PARTITION_BYTES, ...; see docs/env.md). For example:\n\n"
+      "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
+      "      build/benchmarks/bps-bench --max-bytes 64M\n\n"
+      "Options:\n%s"
+      "  --compressor R     after the sweep, the same sweep (float32 only, no check: the\n"
+      "                     compression is lossy) with every tensor compressed by recipe\n"
+      "                     R (BYTEPS_COMPRESSOR's syntax, e.g. ef_onebit:scaling=1), then\n"
+      "                     per size: bytes pushed per push_pull / raw bytes, and the\n"
+      "                     uncompressed p50 over the compressed p50 (speed-up). Sizes under\n"
+      "                     BYTEPS_MIN_COMPRESS_BYTES (65536) stay raw.\n"
+      "  --idle S           after the sweep, keep the job up and idle for S seconds\n"
+      "                     (for scripts/bench-idle-cpu.sh: idle nodes should use no CPU)\n"
+      "  --help             print this help\n\n"
+      "Transport: ipc over TCP (BYTEPS_ENABLE_IPC=0: plain TCP), or over TLS when\n"
+      "BYTEPS_TLS_CERT is set (with BYTEPS_TLS_CA and BYTEPS_TLS_KEY), as byteps-server\n"
+      "chooses; every node of the job must agree.\n\n"
+      "Columns: size (bytes), count (elements), dtype, p50 and p99 time of one push_pull\n"
+      "(slowest worker, microseconds), algbw = size/p50 and busbw = algbw*2(n-1)/n in\n"
+      "GB/s (1e9 bytes), wrong (elements that differ from the exact sum, summed over\n"
+      "workers and iterations; must be 0), time/bound (p50 over the performance model's\n"
+      "bound for --topology: ps = max(M/B, n*M/(k*B)), colocated = 2(n-1)/n*M/B).\n",
+      bench::common_help());
 }
 
-// ipc over TCP: pushes to a server on the same host go through shared memory
-// (BYTEPS_ENABLE_IPC=0 measures plain TCP); across hosts it is TCP.
-using Comm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
-                               bps::partition::by_bytes, bps::schedule::priority>;
+// ipc over `Net`: pushes to a server on the same host go through shared memory
+// (BYTEPS_ENABLE_IPC=0 measures `Net` alone); across hosts it is `Net`: TCP, or TLS when
+// BYTEPS_TLS_CERT is set.
+template <class Net>
+using comm_over = bps::Communicator<bps::transport::ipc<Net>, bps::local::none,
+                                    bps::partition::by_bytes, bps::schedule::priority>;
 
+template <class Comm>
 std::uint64_t pushed_bytes(Comm& comm) {
   const auto s = comm.stats();
   return std::accumulate(s.bytes_per_server.begin(), s.bytes_per_server.end(), std::uint64_t{0});
@@ -61,6 +71,7 @@ std::uint64_t pushed_bytes(Comm& comm) {
 // The sweep again with every tensor compressed by `recipe`, then rank 0's table: per size, the
 // bytes this worker pushed per push_pull (its encodings, with their 8-byte raw sizes) over the
 // raw bytes, and the uncompressed p50 (from `plain`, the sweep just run) over the compressed one.
+template <class Comm>
 void compressed_sweep(Comm& comm, const bps::Config& cfg, bench::options opts, bench::backend b,
                       const std::string& recipe, const std::vector<bench::row>& plain) {
   const auto spec = bps::compress::by_name(bps::compress::parse(recipe, "--compressor"));
@@ -88,9 +99,10 @@ void compressed_sweep(Comm& comm, const bps::Config& cfg, bench::options opts, b
   bench::run_sweep(opts, b, &packed);
   close_size();
   if (b.rank != 0) return;
-  std::printf("# %s vs uncompressed, rank 0: wire = bytes pushed per push_pull (min compress "
-              "bytes %zu); ratio = raw / wire; speed-up = uncompressed p50 / compressed p50\n",
-              spec->name().c_str(), cfg.min_compress_bytes);
+  std::printf(
+      "# %s vs uncompressed, rank 0: wire = bytes pushed per push_pull (min compress "
+      "bytes %zu); ratio = raw / wire; speed-up = uncompressed p50 / compressed p50\n",
+      spec->name().c_str(), cfg.min_compress_bytes);
   std::printf("#%11s %12s %8s %12s %12s %9s\n", "size", "wire_bytes", "ratio", "plain_p50_us",
               "comp_p50_us", "speed-up");
   const double calls = opts.warmup + opts.iters;
@@ -105,6 +117,52 @@ void compressed_sweep(Comm& comm, const bps::Config& cfg, bench::options opts, b
                 base != plain.end() && r.p50_s > 0 ? base->p50_s / r.p50_s : 0);
   }
   std::fflush(stdout);
+}
+
+// The sweep (and what --compressor and --idle ask for) as one worker of the job.
+template <class Comm>
+int bench_job(const bps::Config& cfg, const bench::options& opts, int idle_s,
+              const std::string& compressor) {
+  Comm comm(cfg);
+  bench::backend b;
+  b.name = "byteps";
+  b.rank = comm.rank();
+  b.size = comm.size();
+  b.servers = cfg.num_servers;
+  std::string tensor;
+  b.prepare = [&](bps::dtype t, std::size_t bytes) {
+    tensor = fmt::format("bench.{}.{}", bps::dtype_name(t), bytes);
+  };
+  b.all_reduce = [&](void* data, std::size_t count, bps::dtype t) {
+    comm.push_pull(tensor, data, count, t).wait();
+  };
+  b.barrier = [&] { comm.barrier(); };
+  b.sum_doubles = [&](std::vector<double>& v) {
+    comm.push_pull(fmt::format("bench.stats.{}", v.size()), std::span<double>(v),
+                   {.compressor = bps::compress::none()})  // exact, whatever BYTEPS_COMPRESSOR
+        .wait();
+  };
+  if (b.rank == 0)
+    std::fprintf(
+        stderr, "bps-bench: %d workers, %d servers, partition %s, credit %d\n", b.size,
+        cfg.num_servers,
+        cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
+        cfg.scheduling_credit);
+  std::vector<bench::row> plain;
+  const double wrong = bench::run_sweep(opts, b, &plain);
+  comm.barrier();
+  if (!compressor.empty()) compressed_sweep(comm, cfg, opts, b, compressor, plain);
+  if (idle_s > 0) {
+    if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle for %d s\n", idle_s);
+    std::this_thread::sleep_for(std::chrono::seconds(idle_s));
+    comm.barrier();
+    if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle done\n");
+  }
+  if (wrong != 0) {
+    if (b.rank == 0) std::fprintf(stderr, "bps-bench: %.0f wrong elements\n", wrong);
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -127,7 +185,8 @@ int main(int argc, char** argv) {
       if (a == "--idle" && i + 1 < argc) {
         char* end = nullptr;
         idle_s = static_cast<int>(std::strtol(argv[++i], &end, 10));
-        if (*end != '\0' || idle_s < 0) throw bench::usage_error("--idle: expected whole seconds >= 0");
+        if (*end != '\0' || idle_s < 0)
+          throw bench::usage_error("--idle: expected whole seconds >= 0");
         continue;
       }
       if (!bench::parse_common(opts, argc, argv, i))
@@ -142,49 +201,18 @@ int main(int argc, char** argv) {
   try {
     const bps::Config cfg = bps::Config::from_env();
     if (cfg.node_role != bps::role::worker) {
-      std::fprintf(stderr, "bps-bench: DMLC_ROLE must be worker (run servers with byteps-server)\n");
+      std::fprintf(stderr,
+                   "bps-bench: DMLC_ROLE must be worker (run servers with byteps-server)\n");
       return 2;
     }
-    Comm comm(cfg);
-    bench::backend b;
-    b.name = "byteps";
-    b.rank = comm.rank();
-    b.size = comm.size();
-    b.servers = cfg.num_servers;
-    std::string tensor;
-    b.prepare = [&](bps::dtype t, std::size_t bytes) {
-      tensor = fmt::format("bench.{}.{}", bps::dtype_name(t), bytes);
-    };
-    b.all_reduce = [&](void* data, std::size_t count, bps::dtype t) {
-      comm.push_pull(tensor, data, count, t).wait();
-    };
-    b.barrier = [&] { comm.barrier(); };
-    b.sum_doubles = [&](std::vector<double>& v) {
-      comm.push_pull(fmt::format("bench.stats.{}", v.size()), std::span<double>(v),
-                     {.compressor = bps::compress::none()})  // exact, whatever BYTEPS_COMPRESSOR
-          .wait();
-    };
-    if (b.rank == 0)
-      std::fprintf(
-          stderr, "bps-bench: %d workers, %d servers, partition %s, credit %d\n", b.size,
-          cfg.num_servers,
-          cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
-          cfg.scheduling_credit);
-    std::vector<bench::row> plain;
-    const double wrong = bench::run_sweep(opts, b, &plain);
-    comm.barrier();
-    if (!compressor.empty()) compressed_sweep(comm, cfg, opts, b, compressor, plain);
-    if (idle_s > 0) {
-      if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle for %d s\n", idle_s);
-      std::this_thread::sleep_for(std::chrono::seconds(idle_s));
-      comm.barrier();
-      if (b.rank == 0) std::fprintf(stderr, "bps-bench: idle done\n");
-    }
-    if (wrong != 0) {
-      if (b.rank == 0) std::fprintf(stderr, "bps-bench: %.0f wrong elements\n", wrong);
-      return 1;
-    }
-    return 0;
+    if (cfg.tls_cert.empty())
+      return bench_job<comm_over<bps::transport::tcp>>(cfg, opts, idle_s, compressor);
+#if BYTEPS_BENCH_TLS
+    return bench_job<comm_over<bps::transport::tls<bps::transport::tcp>>>(cfg, opts, idle_s,
+                                                                          compressor);
+#else
+    throw bps::usage_error("BYTEPS_TLS_CERT is set, but this bps-bench was built without TLS");
+#endif
   } catch (const bps::usage_error& e) {
     std::fprintf(stderr, "bps-bench: %s\n", e.what());
     return 2;

@@ -8,6 +8,11 @@
 #   find_package(byteps CONFIG REQUIRED COMPONENTS rdma)
 #   target_link_libraries(app PRIVATE byteps::rdma)   # rdma.hpp: byteps + libibverbs + librdmacm
 #
+# With OpenSSL's libssl (BYTEPS_HAVE_TLS) the package also has the component "tls":
+#
+#   find_package(byteps CONFIG REQUIRED COMPONENTS tls)
+#   target_link_libraries(app PRIVATE byteps::tls)    # tls.hpp: byteps + libssl
+#
 # With CUDA (BYTEPS_HAVE_CUDA) the package also has the component "cuda":
 #
 #   find_package(byteps CONFIG REQUIRED COMPONENTS cuda)
@@ -40,7 +45,7 @@ install(EXPORT byteps-targets
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
-# The cuda and rdma components: each its own export set, loaded by the config only when a
+# The cuda, rdma and tls components: each its own export set, loaded by the config only when a
 # consumer asks for it (and finds what it needs), so that such a build still serves consumers
 # without CUDA or rdma-core.
 set(_byteps_package_files)
@@ -57,6 +62,17 @@ if(BYTEPS_HAVE_RDMA)
   string(APPEND BYTEPS_PACKAGE_COMPONENTS " rdma")
 else()
   string(APPEND BYTEPS_UNBUILT_COMPONENTS " rdma")
+endif()
+if(BYTEPS_HAVE_TLS)
+  install(TARGETS byteps_tls EXPORT byteps-tls-targets COMPONENT ${_byteps_install_component})
+  install(EXPORT byteps-tls-targets
+    NAMESPACE byteps::
+    FILE byteps-tls-targets.cmake
+    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+    COMPONENT ${_byteps_install_component})
+  string(APPEND BYTEPS_PACKAGE_COMPONENTS " tls")
+else()
+  string(APPEND BYTEPS_UNBUILT_COMPONENTS " tls")
 endif()
 if(BYTEPS_HAVE_CUDA)
   install(TARGETS byteps_cuda EXPORT byteps-cuda-targets COMPONENT ${_byteps_install_component})

@@ -1,10 +1,14 @@
 // byteps-server: the scheduler or a summation server of a byteps job, from the same headers as
 // the workers. An application with its own transport writes the same few lines with its type.
-// The transport is chosen at run time: TCP (with shared memory to colocated workers), or RDMA
-// (`--transport rdma` / DMLC_ENABLE_RDMA=ibverbs) where the build has rdma-core.
+// The transport is chosen at run time: TCP (with shared memory to colocated workers), TLS over
+// TCP when BYTEPS_TLS_CERT is set, or RDMA (`--transport rdma` / DMLC_ENABLE_RDMA=ibverbs) where
+// the build has rdma-core (and libssl for TLS).
 #include <byteps/byteps.hpp>
 #if BYTEPS_SERVER_WITH_RDMA
 #include <byteps/transport/rdma.hpp>
+#endif
+#if BYTEPS_SERVER_TLS
+#include <byteps/transport/tls.hpp>
 #endif
 
 #include <cstdio>
@@ -46,6 +50,10 @@ constexpr flag flags[] = {
      "async: most pushes a worker may lead the slowest (default unset: unbounded)"},
     {"--log-level", "BYTEPS_LOG_LEVEL", "TRACE, DEBUG, INFO, WARNING, ERROR or OFF"},
     {"--interface", "DMLC_INTERFACE", "server: listen on this network interface's address"},
+    {"--tls-cert", "BYTEPS_TLS_CERT",
+     "set: every connection in TLS with this certificate (PEM; needs the next two)"},
+    {"--tls-key", "BYTEPS_TLS_KEY", "TLS: the certificate's private key (PEM)"},
+    {"--tls-ca", "BYTEPS_TLS_CA", "TLS: the CA every peer's certificate must be signed by"},
 };
 
 #if BYTEPS_SERVER_WITH_RDMA
@@ -59,7 +67,8 @@ void usage(std::FILE* out) {
                "byteps-server %s: the scheduler or a summation server of a byteps job.\n\n"
                "Usage: byteps-server [--flag value ...] [--port-file FILE]\n\n"
                "Every flag overrides the environment variable beside it; see docs/env.md for "
-               "all of them.\n",
+               "all of them.\nTransport: TCP, or TLS (mutual certificates, docs/reliability.md) "
+               "when BYTEPS_TLS_CERT is set; the workers must use the same.\n",
                bps::version);
   for (const auto& f : flags) std::fprintf(out, "  %-22s %-30s %s\n", f.name, f.variable, f.help);
   std::fprintf(out,
@@ -146,11 +155,10 @@ int main(int argc, char** argv) {
                    "this binary as scheduler or server\n");
       return 2;
     }
-    if (!cfg.enable_rdma) {
-      // Colocated workers that speak ipc send their pushes through shared memory
-      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
-      run_node<bps::transport::tcp, bps::transport::ipc<bps::transport::tcp>>(cfg, port_file);
-    } else {
+    if (cfg.enable_rdma) {
+      if (!cfg.tls_cert.empty())
+        throw bps::usage_error(
+            "BYTEPS_TLS_CERT is set with DMLC_ENABLE_RDMA: TLS wraps TCP only; unset one");
 #if BYTEPS_SERVER_WITH_RDMA
       run_node<bps::transport::rdma, bps::transport::rdma>(cfg, port_file);
 #else
@@ -162,6 +170,19 @@ int main(int argc, char** argv) {
                    "use --transport tcp\n");
       return 2;
 #endif
+    } else if (!cfg.tls_cert.empty()) {
+#if BYTEPS_SERVER_TLS
+      using tls = bps::transport::tls<bps::transport::tcp>;
+      run_node<tls, bps::transport::ipc<tls>>(cfg, port_file);
+#else
+      throw bps::usage_error(
+          "BYTEPS_TLS_CERT is set, but this byteps-server was built without TLS (libssl not "
+          "found or BYTEPS_WITH_TLS=OFF)");
+#endif
+    } else {
+      // Colocated workers that speak ipc send their pushes through shared memory
+      // (BYTEPS_ENABLE_IPC=0 turns it off); every other worker talks plain TCP.
+      run_node<bps::transport::tcp, bps::transport::ipc<bps::transport::tcp>>(cfg, port_file);
     }
   } catch (const bps::usage_error& e) {
     std::fprintf(stderr, "byteps-server: %s\n", e.what());

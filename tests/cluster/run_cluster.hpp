@@ -14,10 +14,12 @@ namespace bps::test {
 /// machine m `local_sizes[m]` worker threads, each with its own `Comm` running `body`. Rethrows
 /// the first exception any node threw. For clusters whose workers and servers use any
 /// transport; the scheduler needs another than tcp only where tcp cannot reach the others (the
-/// emulated RDMA fabric).
+/// emulated RDMA fabric). `alongside`, when given, runs on a thread of its own while the job
+/// runs, with the workers' config (the scheduler's port set): a test that attacks the job's
+/// listeners meanwhile (tests/tls).
 template <class ServerNet, class Comm, class SchedulerNet = transport::tcp>
-void run_cluster(Config base, std::vector<int> local_sizes,
-                 const std::function<void(Comm&)>& body) {
+void run_cluster(Config base, std::vector<int> local_sizes, const std::function<void(Comm&)>& body,
+                 const std::function<void(const Config&)>& alongside = {}) {
   Config s = base;
   s.node_role = role::scheduler;
   SchedulerNode<SchedulerNet> scheduler(s);
@@ -34,6 +36,7 @@ void run_cluster(Config base, std::vector<int> local_sizes,
   };
   std::vector<std::thread> threads;
   threads.emplace_back([&] { guard([&] { scheduler.run(); }); });
+  if (alongside) threads.emplace_back([&] { guard([&] { alongside(base); }); });
   for (int i = 0; i < base.num_servers; ++i)
     threads.emplace_back([&] {
       guard([&] {

@@ -9,7 +9,11 @@
 // each round's values differ, so several rounds still check that no state leaks between them.
 // --kill-rank/--kill-at-round: worker G sends itself SIGKILL at the start of round R (the
 // shared-memory cleanup test). Every worker prints "job <id>" so scripts can find its segments.
+// Built with BYTEPS_CHECK_TLS=1 (tests/tls) it runs over transport::tls<tcp> instead of tcp.
 #include <byteps/byteps.hpp>
+#if BYTEPS_CHECK_TLS
+#include <byteps/transport/tls.hpp>
+#endif
 
 #include <csignal>
 #include <cstdio>
@@ -18,8 +22,8 @@
 #include <exception>
 #include <string>
 
-#include "../cluster/values.hpp"
 #include "../cluster/exact_rounds.hpp"
+#include "../cluster/values.hpp"
 
 namespace {
 
@@ -93,10 +97,15 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    using Direct = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
-                                     bps::partition::by_bytes, bps::schedule::priority>;
-    using Host = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::host,
-                                   bps::partition::by_bytes, bps::schedule::priority>;
+#if BYTEPS_CHECK_TLS
+    using net = bps::transport::ipc<bps::transport::tls<bps::transport::tcp>>;
+#else
+    using net = bps::transport::ipc<bps::transport::tcp>;
+#endif
+    using Direct =
+        bps::Communicator<net, bps::local::none, bps::partition::by_bytes, bps::schedule::priority>;
+    using Host =
+        bps::Communicator<net, bps::local::host, bps::partition::by_bytes, bps::schedule::priority>;
     const auto cfg = bps::Config::from_env();
     const bool host =
         args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);

@@ -57,6 +57,9 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_RDMA_START_DEPTH",
     "BYTEPS_RDMA_STAGING_BYTES",
     "BYTEPS_RDMA_BUSY_POLL",
+    "BYTEPS_TLS_CA",
+    "BYTEPS_TLS_CERT",
+    "BYTEPS_TLS_KEY",
 };
 
 inline void clear_env() {

@@ -1,8 +1,11 @@
 #include <byteps/transport/tcp_options.hpp>
 #include <byteps/transport/ipc_options.hpp>
 #include <byteps/transport/faulty_options.hpp>
+#include <byteps/transport/tls_options.hpp>
 
 #include <catch2/catch.hpp>
+
+#include "config_env.hpp"
 
 // A transport's options: built in code they are today's defaults; from a Config they carry the
 // values Config::from_env() recorded; a decorator's carry its inner transport's.
@@ -12,6 +15,7 @@ namespace {
 using tcp_options = bps::transport::tcp_options;
 using ipc_tcp_options = bps::transport::ipc_options<tcp_options>;
 using faulty_ipc_tcp_options = bps::transport::faulty_options<ipc_tcp_options>;
+using tls_tcp_options = bps::transport::tls_options<tcp_options>;
 
 }  // namespace
 
@@ -48,4 +52,45 @@ TEST_CASE("tcp options out of range are refused, naming the field", "[options]")
                     "transport::tcp::options: io_threads = 0 is not valid: expected 1 .. 64");
   CHECK_THROWS_WITH(tcp_options{.io_threads = 65}.validate(),
                     "transport::tcp::options: io_threads = 65 is not valid: expected 1 .. 64");
+}
+
+TEST_CASE(
+    "tls options come from BYTEPS_TLS_CA, _CERT and _KEY through Config::from_env, and name what "
+    "is unset",
+    "[options][tls]") {
+  config_test::clean_env guard;
+  config_test::set_required();
+  auto unset = tls_tcp_options::from(bps::Config::from_env());
+  CHECK(unset.ca.empty());
+  CHECK(unset.cert.empty());
+  CHECK(unset.key.empty());
+  CHECK(unset.handshake_timeout == std::chrono::milliseconds(5000));  // BYTEPS_HELLO_TIMEOUT_MS
+  CHECK(unset.max_handshakes == 256);  // BYTEPS_MAX_PENDING_CONNECTIONS
+  CHECK_THROWS_WITH(unset.validate(),
+                    "transport::tls::options: ca (BYTEPS_TLS_CA) is not set: expected the path of "
+                    "the certificate authority that signs every node in PEM");
+
+  config_test::set("BYTEPS_TLS_CA", "/etc/job/ca.pem");
+  config_test::set("BYTEPS_TLS_CERT", "/etc/job/node.pem");
+  config_test::set("BYTEPS_TLS_KEY", "/etc/job/node.key");
+  config_test::set("BYTEPS_IO_THREADS", "2");
+  const auto c = bps::Config::from_env();
+  CHECK(c.tls_ca == "/etc/job/ca.pem");
+  const auto o = tls_tcp_options::from(c);
+  CHECK(o.ca == "/etc/job/ca.pem");
+  CHECK(o.cert == "/etc/job/node.pem");
+  CHECK(o.key == "/etc/job/node.key");
+  CHECK(o.inner.io_threads == 2);
+  REQUIRE_NOTHROW(o.validate());  // the files are read when the transport is built
+
+  auto no_key = o;
+  no_key.key.clear();
+  CHECK_THROWS_WITH(
+      no_key.validate(),
+      "transport::tls::options: key (BYTEPS_TLS_KEY) is not set: expected the path of "
+      "this node's private key in PEM");
+  auto bad_inner = o;
+  bad_inner.inner.io_threads = 0;
+  CHECK_THROWS_WITH(bad_inner.validate(),
+                    "transport::tcp::options: io_threads = 0 is not valid: expected 1 .. 64");
 }

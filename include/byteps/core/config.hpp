@@ -64,6 +64,8 @@ struct Config {
   std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
   std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
   std::string job_token;                         ///< BYTEPS_JOB_TOKEN ("": no token)
+  /// PEM files of `transport::tls` (tls_options.hpp): BYTEPS_TLS_CA, _CERT, _KEY ("": unset).
+  std::string tls_ca, tls_cert, tls_key;
   /// BYTEPS_PARTITION_BYTES: the largest partition; 0 (default) = auto, sized per tensor from its
   /// bytes and the number of servers (`partition::by_bytes`), at most `auto_partition_cap`.
   std::size_t partition_bytes = 0;
@@ -310,6 +312,9 @@ inline Config Config::from_env() {
   c.server_id = static_cast<int>(env_integer("BYTEPS_SERVER_ID", -1, 0, c.num_servers - 1));
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
   if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;
+  if (const char* f = env_or_null("BYTEPS_TLS_CA")) c.tls_ca = f;
+  if (const char* f = env_or_null("BYTEPS_TLS_CERT")) c.tls_cert = f;
+  if (const char* f = env_or_null("BYTEPS_TLS_KEY")) c.tls_key = f;
   c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));
   c.partition_bytes =
       static_cast<std::size_t>(env_integer("BYTEPS_PARTITION_BYTES", 0, 0, std::int64_t{1} << 31));

@@ -6,11 +6,9 @@
 /// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). A connection
 /// is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there.
 
-#include <asio.hpp>
-
 #include <array>
+#include <asio.hpp>
 #include <deque>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +19,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/transport/tcp_link.hpp"
 #include "byteps/transport/tcp_options.hpp"
+#include "byteps/transport/tcp_socket.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -35,9 +34,7 @@ class tcp {
   /// With the options the environment gave (`options::from(cfg)`).
   explicit tcp(const Config& cfg) : tcp(cfg, options::from(cfg)) {}
   tcp(const Config& cfg, const options& opts)
-      : max_frame_(cfg.max_frame_bytes()),
-        log_(cfg.log, "tcp"),
-        work_(asio::make_work_guard(io_)) {
+      : max_frame_(cfg.max_frame_bytes()), log_(cfg.log, "tcp"), work_(asio::make_work_guard(io_)) {
     opts.validate();
     for (int i = 0; i < opts.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
@@ -81,24 +78,7 @@ inline std::shared_ptr<tcp::link> tcp::adopt(asio::ip::tcp::socket socket) {
 
 inline std::uint16_t tcp::listen(const std::string& host, std::uint16_t port,
                                  std::function<void(std::shared_ptr<link>)> on_accept) {
-  std::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  if (ec) {
-    asio::ip::tcp::resolver resolver(io_);
-    auto results = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || results.empty())
-      throw communicator_error(fmt::format("cannot listen on {}:{}: cannot resolve '{}': {}", host,
-                                           port, host, ec.message()));
-    address = results.begin()->endpoint().address();
-  }
-  auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(io_);
-  asio::ip::tcp::endpoint endpoint(address, port);
-  acceptor->open(endpoint.protocol(), ec);
-  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor->bind(endpoint, ec);
-  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw communicator_error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()));
+  auto acceptor = open_acceptor(io_, host, port);
   auto bound = acceptor->local_endpoint().port();
   {
     std::lock_guard lock(mu_);
@@ -129,42 +109,10 @@ inline void tcp::accept_next(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
 
 inline std::shared_ptr<tcp::link> tcp::connect(const std::string& host, std::uint16_t port,
                                                std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + timeout;
-  std::string last_error = "timed out";
-  while (clock::now() < deadline) {
-    std::error_code ec;
-    asio::ip::tcp::resolver resolver(io_);
-    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (!ec) {
-      asio::ip::tcp::socket socket(io_);
-      std::promise<std::error_code> done;
-      auto result = done.get_future();
-      asio::async_connect(socket, endpoints,
-                          [&done](std::error_code e, const asio::ip::tcp::endpoint&) {
-                            done.set_value(e);
-                          });
-      if (result.wait_until(deadline) == std::future_status::timeout) {
-        asio::post(io_, [&socket] {
-          std::error_code ignored;
-          socket.cancel(ignored);
-        });
-        ec = result.get();
-        last_error = "timed out";
-      } else {
-        ec = result.get();
-      }
-      if (!ec) return adopt(std::move(socket));
-      if (ec != asio::error::operation_aborted) last_error = ec.message();
-    } else {
-      last_error = "cannot resolve: " + ec.message();
-    }
-    auto pause = std::min<clock::duration>(std::chrono::milliseconds(100),
-                                           std::max<clock::duration>(deadline - clock::now(), {}));
-    std::this_thread::sleep_for(pause);
-  }
-  throw communicator_error(fmt::format("could not connect to {}:{} within {} ms: {}", host, port,
-                                       timeout.count(), last_error));
+  return dial_until(io_, host, port, timeout,
+                    [this](asio::ip::tcp::socket socket, auto /*deadline*/, std::string&) {
+                      return adopt(std::move(socket));
+                    });
 }
 
 inline void tcp::stop() {

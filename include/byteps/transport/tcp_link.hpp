@@ -6,12 +6,15 @@
 /// progress (transport.hpp). Sends are queued and written as one gathered write of header plus
 /// payload: no copy of the payload. Everything that touches the socket or the receiver runs on
 /// the link's strand, so receiver callbacks come one at a time, in frame order.
-
-#include <asio.hpp>
+///
+/// The class is `basic_tcp_link<Stream>` over the byte stream that carries the frames: the plain
+/// socket for `transport::tcp` (`tcp_link`), Asio's SSL stream over that socket for
+/// `transport::tls` (tls_link.hpp). Both are one template, so TLS adds no branch to TCP's path.
 
 #include <fmt/format.h>
 
 #include <array>
+#include <asio.hpp>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -25,22 +28,34 @@
 
 namespace bps::transport {
 
-class tcp_link : public std::enable_shared_from_this<tcp_link> {
+/// What a link needs of its stream beyond Asio's stream requirements (`lowest_layer()` is the
+/// TCP socket of both). A stream that reports a peer's orderly close otherwise (TLS) specialises
+/// it (tls_link.hpp).
+template <class Stream>
+struct stream_traits {
+  /// The peer closed the connection (rather than it failing).
+  static bool closed_by_peer(const std::error_code& ec) { return ec == asio::error::eof; }
+};
+
+template <class Stream>
+class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream>> {
  public:
-  tcp_link(asio::ip::tcp::socket socket, std::size_t max_frame, const logger& log)
+  using stream_type = Stream;
+
+  basic_tcp_link(Stream socket, std::size_t max_frame, const logger& log)
       : socket_(std::move(socket)),
         strand_(asio::make_strand(socket_.get_executor())),
         max_frame_(max_frame),
         log_(log) {
     std::error_code ec;
-    auto remote = socket_.remote_endpoint(ec);
+    auto remote = socket_.lowest_layer().remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_text(remote);
-    auto local = socket_.local_endpoint(ec);
+    auto local = socket_.lowest_layer().local_endpoint(ec);
     local_host_ = ec ? std::string("127.0.0.1") : local.address().to_string();
   }
 
   void start(std::shared_ptr<receiver> r) {
-    asio::post(strand_, [self = shared_from_this(), r = std::move(r)]() mutable {
+    asio::post(strand_, [self = this->shared_from_this(), r = std::move(r)]() mutable {
       self->receiver_ = std::move(r);
       if (self->failed_) {
         auto rx = std::move(self->receiver_);
@@ -63,12 +78,12 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     queue_.push_back(outgoing{wire::encode(copy), payload, std::move(on_sent)});
     if (!writing_) {
       writing_ = true;
-      asio::post(strand_, [self = shared_from_this()] { self->write_front(); });
+      asio::post(strand_, [self = this->shared_from_this()] { self->write_front(); });
     }
   }
 
   void close() {
-    asio::post(strand_, [self = shared_from_this()] { self->fail("closed locally"); });
+    asio::post(strand_, [self = this->shared_from_this()] { self->fail("closed locally"); });
   }
 
   const std::string& peer() const noexcept { return peer_; }
@@ -87,8 +102,8 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
 
   void read_header() {
     asio::async_read(socket_, asio::buffer(in_header_),
-                     asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
-                                                                              std::size_t n) {
+                     asio::bind_executor(strand_, [self = this->shared_from_this()](
+                                                      std::error_code ec, std::size_t n) {
                        if (ec && n > 0)  // half a header: say so, whoever it was
                          return self->fail(fmt::format("{} after {} of a frame header's {} bytes",
                                                        self->io_reason(ec), n, wire::header_size));
@@ -116,13 +131,12 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     if (wire::is_transport_msg(current_.type) && !receiver_->wants_transport_frames()) {
       skipped_.resize(current_.payload_bytes);  // another transport's handshake: not for us
       if (skipped_.empty()) return read_header();
-      return asio::async_read(
-          socket_, asio::buffer(skipped_),
-          asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
-                                                                   std::size_t) {
-            if (ec) return self->fail(self->io_reason(ec));
-            if (!self->failed_) self->read_header();
-          }));
+      return asio::async_read(socket_, asio::buffer(skipped_),
+                              asio::bind_executor(strand_, [self = this->shared_from_this()](
+                                                               std::error_code ec, std::size_t) {
+                                if (ec) return self->fail(self->io_reason(ec));
+                                if (!self->failed_) self->read_header();
+                              }));
     }
     std::size_t step = 0;
     try {
@@ -142,7 +156,7 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     if (dest.empty()) return deliver({});
     if (step != 0 && dest.size() > step) return read_in_steps(dest, 0, step);
     asio::async_read(socket_, asio::buffer(dest.data(), dest.size()),
-                     asio::bind_executor(strand_, [self = shared_from_this(), dest](
+                     asio::bind_executor(strand_, [self = this->shared_from_this(), dest](
                                                       std::error_code ec, std::size_t n) {
                        if (ec) return self->fail(self->half_frame(ec, n));
                        self->deliver(dest);
@@ -155,7 +169,7 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
   void read_in_steps(std::span<std::byte> dest, std::size_t got, std::size_t step) {
     asio::async_read(
         socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
-        asio::bind_executor(strand_, [self = shared_from_this(), dest, got, step](
+        asio::bind_executor(strand_, [self = this->shared_from_this(), dest, got, step](
                                          std::error_code ec, std::size_t n) {
           if (ec) return self->fail(self->half_frame(ec, got + n));
           if (self->failed_) return;  // closed while the read completed: no receiver any more
@@ -195,11 +209,10 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
       front = &queue_.front();
     }
     std::array<asio::const_buffer, 2> buffers{
-        asio::buffer(front->header),
-        asio::buffer(front->payload.data(), front->payload.size())};
+        asio::buffer(front->header), asio::buffer(front->payload.data(), front->payload.size())};
     asio::async_write(socket_, buffers,
-                      asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec,
-                                                                               std::size_t) {
+                      asio::bind_executor(strand_, [self = this->shared_from_this()](
+                                                       std::error_code ec, std::size_t) {
                         if (ec) return self->fail(self->io_reason(ec));
                         sent_callback done;
                         {
@@ -215,13 +228,12 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
 
   // A read of the current frame's payload failed after `got` of its bytes.
   std::string half_frame(const std::error_code& ec, std::size_t got) const {
-    return fmt::format("{} in the middle of a {} frame ({} of its {} payload bytes)",
-                       io_reason(ec), wire::msg_name(current_.type), got,
-                       current_.payload_bytes);
+    return fmt::format("{} in the middle of a {} frame ({} of its {} payload bytes)", io_reason(ec),
+                       wire::msg_name(current_.type), got, current_.payload_bytes);
   }
 
   std::string io_reason(const std::error_code& ec) const {
-    if (ec == asio::error::eof) return "connection closed by " + peer_;
+    if (stream_traits<Stream>::closed_by_peer(ec)) return "connection closed by " + peer_;
     if (ec == asio::error::operation_aborted) return "closed locally";
     return "connection to " + peer_ + " failed: " + ec.message();
   }
@@ -234,8 +246,8 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     // Close before dropping the queue: a write in progress may still read the queued bytes
     // until the socket is closed.
     std::error_code ignored;
-    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    socket_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.lowest_layer().close(ignored);
     std::deque<outgoing> dropped;
     {
       std::lock_guard lock(mu_);
@@ -247,7 +259,7 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
     if (auto rx = std::move(receiver_)) rx->on_close(reason);
   }
 
-  asio::ip::tcp::socket socket_;
+  Stream socket_;
   asio::strand<asio::any_io_executor> strand_;
   std::size_t max_frame_;
   logger log_;
@@ -257,12 +269,15 @@ class tcp_link : public std::enable_shared_from_this<tcp_link> {
   wire::header_bytes in_header_{};
   wire::header current_{};
   std::vector<std::byte> skipped_;  // payload of a transport frame nobody here handles
-  bool failed_ = false;  // strand only
+  bool failed_ = false;             // strand only
   std::string close_reason_;
   std::mutex mu_;
   std::deque<outgoing> queue_;
   bool writing_ = false;
   bool closed_ = false;
 };
+
+/// A link of `transport::tcp`.
+using tcp_link = basic_tcp_link<asio::ip::tcp::socket>;
 
 }  // namespace bps::transport

@@ -1,0 +1,96 @@
+#pragma once
+/// @file
+/// The socket work that `transport::tcp` and `transport::tls` share: binding a listening socket
+/// (`open_acceptor`) and dialling a peer with retries until a deadline (`dial_until`). What each
+/// transport does with a connected socket (use it, or first run a TLS handshake on it) is the
+/// caller's `adopt`.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "byteps/core/error.hpp"
+
+namespace bps::transport {
+
+/// A socket bound to `host:port` (0: any free port) and listening. Throws `communicator_error`
+/// naming `host:port` and the reason.
+inline std::shared_ptr<asio::ip::tcp::acceptor> open_acceptor(asio::io_context& io,
+                                                              const std::string& host,
+                                                              std::uint16_t port) {
+  std::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) {
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty())
+      throw communicator_error(fmt::format("cannot listen on {}:{}: cannot resolve '{}': {}", host,
+                                           port, host, ec.message()));
+    address = results.begin()->endpoint().address();
+  }
+  auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(io);
+  asio::ip::tcp::endpoint endpoint(address, port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw communicator_error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()));
+  return acceptor;
+}
+
+/// Connects to `host:port`, retrying every 100 ms until `timeout` passes, and returns
+/// `adopt(socket, deadline, why)` for the first socket that connects. `adopt` returns the link,
+/// or null after setting `why` to try again, or throws to give up at once. Throws
+/// `communicator_error` naming `host:port`, the timeout and the last reason when time is up.
+template <class Adopt>
+auto dial_until(asio::io_context& io, const std::string& host, std::uint16_t port,
+                std::chrono::milliseconds timeout, Adopt&& adopt) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + timeout;
+  std::string last_error = "timed out";
+  while (clock::now() < deadline) {
+    std::error_code ec;
+    asio::ip::tcp::resolver resolver(io);
+    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (!ec) {
+      asio::ip::tcp::socket socket(io);
+      std::promise<std::error_code> done;
+      auto result = done.get_future();
+      asio::async_connect(
+          socket, endpoints,
+          [&done](std::error_code e, const asio::ip::tcp::endpoint&) { done.set_value(e); });
+      if (result.wait_until(deadline) == std::future_status::timeout) {
+        asio::post(io, [&socket] {
+          std::error_code ignored;
+          socket.cancel(ignored);
+        });
+        ec = result.get();
+        last_error = "timed out";
+      } else {
+        ec = result.get();
+      }
+      if (!ec) {
+        if (auto link = adopt(std::move(socket), deadline, last_error)) return link;
+      } else if (ec != asio::error::operation_aborted) {
+        last_error = ec.message();
+      }
+    } else {
+      last_error = "cannot resolve: " + ec.message();
+    }
+    auto pause = std::min<clock::duration>(std::chrono::milliseconds(100),
+                                           std::max<clock::duration>(deadline - clock::now(), {}));
+    std::this_thread::sleep_for(pause);
+  }
+  throw communicator_error(fmt::format("could not connect to {}:{} within {} ms: {}", host, port,
+                                       timeout.count(), last_error));
+}
+
+}  // namespace bps::transport
