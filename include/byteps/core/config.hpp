@@ -9,6 +9,8 @@
 /// (`io_threads`, `enable_ipc`, `rdma`), because it is the one reader of the environment; a
 /// transport's `options::from(cfg)` turns that record into its options when a node is given
 /// none. Nothing else reads these fields.
+///
+/// `from_env()` is in core/impl/config_from_env.hpp, included at the end of this file.
 
 #include <cctype>
 #include <cerrno>
@@ -31,9 +33,12 @@ enum class role { scheduler, server, worker };
 
 constexpr std::string_view role_name(role r) noexcept {
   switch (r) {
-    case role::scheduler: return "scheduler";
-    case role::server: return "server";
-    case role::worker: return "worker";
+    case role::scheduler:
+      return "scheduler";
+    case role::server:
+      return "server";
+    case role::worker:
+      return "worker";
   }
   return "?";
 }
@@ -43,10 +48,14 @@ enum class key_hash_fn { djb2, sdbm, naive, built_in };
 
 constexpr std::string_view key_hash_name(key_hash_fn f) noexcept {
   switch (f) {
-    case key_hash_fn::djb2: return "djb2";
-    case key_hash_fn::sdbm: return "sdbm";
-    case key_hash_fn::naive: return "naive";
-    case key_hash_fn::built_in: return "built_in";
+    case key_hash_fn::djb2:
+      return "djb2";
+    case key_hash_fn::sdbm:
+      return "sdbm";
+    case key_hash_fn::naive:
+      return "naive";
+    case key_hash_fn::built_in:
+      return "built_in";
   }
   return "?";
 }
@@ -54,42 +63,42 @@ constexpr std::string_view key_hash_name(key_hash_fn f) noexcept {
 struct Config {
   using millis = std::chrono::milliseconds;
 
-  role node_role = role::worker;                 ///< DMLC_ROLE
-  int num_workers = 1;                           ///< DMLC_NUM_WORKER
-  int num_servers = 1;                           ///< DMLC_NUM_SERVER
-  std::string scheduler_host = "127.0.0.1";      ///< DMLC_PS_ROOT_URI
-  std::uint16_t scheduler_port = 0;              ///< DMLC_PS_ROOT_PORT (0: scheduler picks one)
-  int worker_id = -1;                            ///< DMLC_WORKER_ID: the machine (-1: assigned)
-  int server_id = -1;                            ///< BYTEPS_SERVER_ID (-1: scheduler assigns)
-  std::string node_host;                         ///< DMLC_NODE_HOST ("": as seen by scheduler)
-  std::uint16_t server_port = 0;                 ///< BYTEPS_SERVER_PORT (0: ephemeral)
-  std::string job_token;                         ///< BYTEPS_JOB_TOKEN ("": no token)
+  role node_role = role::worker;             ///< DMLC_ROLE
+  int num_workers = 1;                       ///< DMLC_NUM_WORKER
+  int num_servers = 1;                       ///< DMLC_NUM_SERVER
+  std::string scheduler_host = "127.0.0.1";  ///< DMLC_PS_ROOT_URI
+  std::uint16_t scheduler_port = 0;          ///< DMLC_PS_ROOT_PORT (0: scheduler picks one)
+  int worker_id = -1;                        ///< DMLC_WORKER_ID: the machine (-1: assigned)
+  int server_id = -1;                        ///< BYTEPS_SERVER_ID (-1: scheduler assigns)
+  std::string node_host;                     ///< DMLC_NODE_HOST ("": as seen by scheduler)
+  std::uint16_t server_port = 0;             ///< BYTEPS_SERVER_PORT (0: ephemeral)
+  std::string job_token;                     ///< BYTEPS_JOB_TOKEN ("": no token)
   /// PEM files of `transport::tls` (tls_options.hpp): BYTEPS_TLS_CA, _CERT, _KEY ("": unset).
   std::string tls_ca, tls_cert, tls_key;
   /// BYTEPS_PARTITION_BYTES: the largest partition; 0 (default) = auto, sized per tensor from its
   /// bytes and the number of servers (`partition::by_bytes`), at most `auto_partition_cap`.
   std::size_t partition_bytes = 0;
-  int scheduling_credit = 4;                     ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
-  int server_engine_threads = 4;                 ///< BYTEPS_SERVER_ENGINE_THREAD
+  int scheduling_credit = 4;      ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
+  int server_engine_threads = 4;  ///< BYTEPS_SERVER_ENGINE_THREAD
   /// BYTEPS_SERVER_CHUNK_BYTES: servers only. A push of at least twice this size is summed and
   /// answered in chunks of it as its bytes arrive (cut-through, server/sync_sum.hpp), instead of
   /// after the whole partition is in; 0 = off. A multiple of 64, at most 2^26.
   std::size_t server_chunk_bytes = 262144;
-  key_hash_fn key_hash = key_hash_fn::djb2;      ///< BYTEPS_KEY_HASH_FN
-  bool mixed_mode = false;                       ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
-  log_level log = log_level::info;               ///< BYTEPS_LOG_LEVEL
-  int local_rank = 0;                            ///< BYTEPS_LOCAL_RANK
-  int local_size = 1;                            ///< BYTEPS_LOCAL_SIZE
-  millis connect_timeout{30000};                 ///< BYTEPS_CONNECT_TIMEOUT_MS
-  millis rendezvous_timeout{120000};             ///< BYTEPS_RENDEZVOUS_TIMEOUT_MS
-  millis op_timeout{60000};                      ///< BYTEPS_OP_TIMEOUT_MS
-  millis heartbeat_interval{1000};               ///< BYTEPS_HEARTBEAT_INTERVAL_MS
-  millis heartbeat_timeout{10000};               ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
-  millis stall_warning{60000};                   ///< BYTEPS_STALL_WARNING_MS
+  key_hash_fn key_hash = key_hash_fn::djb2;  ///< BYTEPS_KEY_HASH_FN
+  bool mixed_mode = false;                   ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
+  log_level log = log_level::info;           ///< BYTEPS_LOG_LEVEL
+  int local_rank = 0;                        ///< BYTEPS_LOCAL_RANK
+  int local_size = 1;                        ///< BYTEPS_LOCAL_SIZE
+  millis connect_timeout{30000};             ///< BYTEPS_CONNECT_TIMEOUT_MS
+  millis rendezvous_timeout{120000};         ///< BYTEPS_RENDEZVOUS_TIMEOUT_MS
+  millis op_timeout{60000};                  ///< BYTEPS_OP_TIMEOUT_MS
+  millis heartbeat_interval{1000};           ///< BYTEPS_HEARTBEAT_INTERVAL_MS
+  millis heartbeat_timeout{10000};           ///< BYTEPS_HEARTBEAT_TIMEOUT_MS
+  millis stall_warning{60000};               ///< BYTEPS_STALL_WARNING_MS
   // What a stranger may cost a listener (docs/reliability.md, "Security").
-  millis hello_timeout{5000};                    ///< BYTEPS_HELLO_TIMEOUT_MS: a new link's hello
-  int max_pending_connections = 256;             ///< BYTEPS_MAX_PENDING_CONNECTIONS (no hello yet)
-  std::size_t max_name_bytes = 4096;             ///< BYTEPS_MAX_NAME_BYTES: a tensor's name
+  millis hello_timeout{5000};         ///< BYTEPS_HELLO_TIMEOUT_MS: a new link's hello
+  int max_pending_connections = 256;  ///< BYTEPS_MAX_PENDING_CONNECTIONS (no hello yet)
+  std::size_t max_name_bytes = 4096;  ///< BYTEPS_MAX_NAME_BYTES: a tensor's name
   std::size_t max_tensors = std::size_t{1} << 20;  ///< BYTEPS_MAX_TENSORS: declared, per server
   /// BYTEPS_SERVER_LOG_INTERVAL_MS: a server logs its throughput and the workers' lag at INFO
   /// this often (0: never).
@@ -98,7 +107,7 @@ struct Config {
   /// server lost after the cluster formed is replaced (a standby, or a server restarted with its
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
   millis failover_timeout{0};
-  bool server_standby = false;                   ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+  bool server_standby = false;  ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
   /// BYTEPS_ENABLE_ASYNC: asynchronous training (server/async_sum.hpp). Servers hold the
   /// parameters, seeded from rank 0's first push of each tensor; a worker pushes a delta and
   /// gets the current parameters back at once, without waiting for the other workers.
@@ -119,8 +128,8 @@ struct Config {
   // The environment's values for the transports' options, recorded here only because
   // from_env() is the one reader of the environment. A node given no transport options builds
   // them from these (`transport::tcp::options::from`, `transport::ipc<I>::options::from`).
-  int io_threads = 1;                            ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
-  bool enable_ipc = true;                        ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
+  int io_threads = 1;      ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
+  bool enable_ipc = true;  ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
   /// The RDMA transport's variables (`transport::rdma_options::from` copies them; ranges and
   /// meanings in transport/rdma/rdma_options.hpp and docs/env.md).
   struct rdma_settings {
@@ -142,10 +151,10 @@ struct Config {
 
   // The timeline (detail/trace.hpp). A step is a round of the first tensor a worker push_pulls,
   // as in BytePS; steps start_step .. end_step-1 are recorded, and written at shutdown.
-  bool trace_on = false;                         ///< BYTEPS_TRACE_ON
-  int trace_start_step = 10;                     ///< BYTEPS_TRACE_START_STEP
-  int trace_end_step = 20;                       ///< BYTEPS_TRACE_END_STEP (first step not recorded)
-  std::string trace_dir = "./trace";             ///< BYTEPS_TRACE_DIR: one JSON file per node
+  bool trace_on = false;              ///< BYTEPS_TRACE_ON
+  int trace_start_step = 10;          ///< BYTEPS_TRACE_START_STEP
+  int trace_end_step = 20;            ///< BYTEPS_TRACE_END_STEP (first step not recorded)
+  std::string trace_dir = "./trace";  ///< BYTEPS_TRACE_DIR: one JSON file per node
 
   /// Server failover is on (`failover_timeout` > 0).
   bool failover() const noexcept { return failover_timeout.count() > 0; }
@@ -179,8 +188,8 @@ struct Config {
 
 inline void Config::validate() const {
   auto fail = [](std::string_view what, auto value, std::string_view expected) {
-    throw usage_error(fmt::format("Config: {} = {} is not valid: expected {}", what, value,
-                                  expected));
+    throw usage_error(
+        fmt::format("Config: {} = {} is not valid: expected {}", what, value, expected));
   };
   if (num_workers < 1) fail("num_workers (DMLC_NUM_WORKER)", num_workers, ">= 1");
   if (num_servers < 1) fail("num_servers (DMLC_NUM_SERVER)", num_servers, ">= 1");
@@ -188,13 +197,15 @@ inline void Config::validate() const {
     fail("worker_id (DMLC_WORKER_ID)", worker_id, "-1 (assigned) or 0 .. num_workers-1");
   if (partition_bytes != 0 && (partition_bytes < 4096 || partition_bytes > (std::size_t{1} << 31)))
     fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "0 (auto) or 4096 .. 2^31");
-  if (scheduling_credit < 0) fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
+  if (scheduling_credit < 0)
+    fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
   if (server_chunk_bytes % 64 != 0 || server_chunk_bytes > (std::size_t{1} << 26))
     fail("server_chunk_bytes (BYTEPS_SERVER_CHUNK_BYTES)", server_chunk_bytes,
          "0 (off) or a multiple of 64 up to 2^26");
-  if (io_threads < 1 || io_threads > 64) fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (io_threads < 1 || io_threads > 64)
+    fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
   if (rdma.port < 1 || rdma.port > 255) fail("rdma.port (BYTEPS_RDMA_PORT)", rdma.port, "1 .. 255");
   if (rdma.gid_index < -1 || rdma.gid_index > 255)
     fail("rdma.gid_index (BYTEPS_RDMA_GID_INDEX)", rdma.gid_index, "-1 (RoCE v2 preferred) .. 255");
@@ -217,9 +228,12 @@ inline void Config::validate() const {
     fail("worker_id (DMLC_WORKER_ID)", worker_id,
          "the machine's index 0 .. num_workers-1 when local_size (BYTEPS_LOCAL_SIZE) > 1, so "
          "that the local ranks of one machine find each other");
-  if (scheduler_host.empty()) fail("scheduler_host (DMLC_PS_ROOT_URI)", "\"\"", "a host name or address");
-  if (connect_timeout.count() <= 0) fail("connect_timeout (BYTEPS_CONNECT_TIMEOUT_MS)", connect_timeout.count(), "> 0");
-  if (rendezvous_timeout.count() <= 0) fail("rendezvous_timeout (BYTEPS_RENDEZVOUS_TIMEOUT_MS)", rendezvous_timeout.count(), "> 0");
+  if (scheduler_host.empty())
+    fail("scheduler_host (DMLC_PS_ROOT_URI)", "\"\"", "a host name or address");
+  if (connect_timeout.count() <= 0)
+    fail("connect_timeout (BYTEPS_CONNECT_TIMEOUT_MS)", connect_timeout.count(), "> 0");
+  if (rendezvous_timeout.count() <= 0)
+    fail("rendezvous_timeout (BYTEPS_RENDEZVOUS_TIMEOUT_MS)", rendezvous_timeout.count(), "> 0");
   if (op_timeout.count() <= 0) fail("op_timeout (BYTEPS_OP_TIMEOUT_MS)", op_timeout.count(), "> 0");
   if (heartbeat_interval.count() < 10)
     fail("heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)", heartbeat_interval.count(), ">= 10");
@@ -228,9 +242,11 @@ inline void Config::validate() const {
          "more than heartbeat_interval (BYTEPS_HEARTBEAT_INTERVAL_MS)");
   if (stall_warning.count() <= 0)
     fail("stall_warning (BYTEPS_STALL_WARNING_MS)", stall_warning.count(), "> 0");
-  if (hello_timeout.count() <= 0) fail("hello_timeout (BYTEPS_HELLO_TIMEOUT_MS)", hello_timeout.count(), "> 0");
+  if (hello_timeout.count() <= 0)
+    fail("hello_timeout (BYTEPS_HELLO_TIMEOUT_MS)", hello_timeout.count(), "> 0");
   if (max_pending_connections < 1)
-    fail("max_pending_connections (BYTEPS_MAX_PENDING_CONNECTIONS)", max_pending_connections, ">= 1");
+    fail("max_pending_connections (BYTEPS_MAX_PENDING_CONNECTIONS)", max_pending_connections,
+         ">= 1");
   if (max_name_bytes < 1 || max_name_bytes > 4096)
     fail("max_name_bytes (BYTEPS_MAX_NAME_BYTES)", max_name_bytes, "1 .. 4096");
   if (max_tensors < 1) fail("max_tensors (BYTEPS_MAX_TENSORS)", max_tensors, ">= 1");
@@ -286,132 +302,6 @@ inline void Config::validate() const {
          "server dies");
 }
 
-inline Config Config::from_env() {
-  using detail::env_integer;
-  using detail::env_or_null;
-  Config c;
-
-  const char* r = env_or_null("DMLC_ROLE");
-  if (r == nullptr) throw usage_error("DMLC_ROLE is not set: expected scheduler, server or worker");
-  std::string_view rv = r;
-  if (rv == "scheduler") c.node_role = role::scheduler;
-  else if (rv == "server") c.node_role = role::server;
-  else if (rv == "worker") c.node_role = role::worker;
-  else throw usage_error(fmt::format("DMLC_ROLE='{}' is not valid: expected scheduler, server or worker", rv));
-
-  c.num_workers = static_cast<int>(env_integer("DMLC_NUM_WORKER", 0, 1, 1 << 20, true));
-  c.num_servers = static_cast<int>(env_integer("DMLC_NUM_SERVER", 0, 1, 1 << 20, true));
-  const char* uri = env_or_null("DMLC_PS_ROOT_URI");
-  if (uri == nullptr) throw usage_error("DMLC_PS_ROOT_URI is not set: expected the scheduler's host name or address");
-  c.scheduler_host = uri;
-  // Only the scheduler may take 0 (any free port): the others must know where it listens.
-  const int lowest_port = c.node_role == role::scheduler ? 0 : 1;
-  c.scheduler_port =
-      static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, lowest_port, 65535, true));
-  c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
-  c.server_id = static_cast<int>(env_integer("BYTEPS_SERVER_ID", -1, 0, c.num_servers - 1));
-  if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
-  if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;
-  if (const char* f = env_or_null("BYTEPS_TLS_CA")) c.tls_ca = f;
-  if (const char* f = env_or_null("BYTEPS_TLS_CERT")) c.tls_cert = f;
-  if (const char* f = env_or_null("BYTEPS_TLS_KEY")) c.tls_key = f;
-  c.server_port = static_cast<std::uint16_t>(env_integer("BYTEPS_SERVER_PORT", 0, 0, 65535));
-  c.partition_bytes =
-      static_cast<std::size_t>(env_integer("BYTEPS_PARTITION_BYTES", 0, 0, std::int64_t{1} << 31));
-  if (c.partition_bytes != 0 && c.partition_bytes < 4096)
-    throw usage_error(fmt::format("BYTEPS_PARTITION_BYTES='{}' is not valid: expected 0 or unset "
-                                  "(auto) or a whole number from 4096 to 2147483648",
-                                  env_or_null("BYTEPS_PARTITION_BYTES")));
-  c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
-  c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
-  c.server_chunk_bytes = static_cast<std::size_t>(
-      env_integer("BYTEPS_SERVER_CHUNK_BYTES", 262144, 0, std::int64_t{1} << 26));
-  if (c.server_chunk_bytes % 64 != 0)
-    throw usage_error(
-        fmt::format("BYTEPS_SERVER_CHUNK_BYTES='{}' is not valid: expected 0 (off) "
-                    "or a multiple of 64 up to 67108864",
-                    env_or_null("BYTEPS_SERVER_CHUNK_BYTES")));
-  c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
-  c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
-  c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;
-  if (const char* e = env_or_null("DMLC_ENABLE_RDMA")) {
-    const std::string_view v = e;
-    if (v == "ibverbs" || v == "1")
-      c.enable_rdma = true;
-    else if (v != "0")
-      throw usage_error(
-          fmt::format("DMLC_ENABLE_RDMA='{}' is not valid: expected ibverbs or 1 "
-                      "(the RDMA transport), or 0 or unset (TCP)",
-                      v));
-  }
-  if (const char* d = env_or_null("BYTEPS_RDMA_DEVICE")) c.rdma.device = d;
-  c.rdma.port = static_cast<int>(env_integer("BYTEPS_RDMA_PORT", 1, 1, 255));
-  c.rdma.gid_index = static_cast<int>(env_integer("BYTEPS_RDMA_GID_INDEX", -1, 0, 255));
-  c.rdma.rx_depth = static_cast<int>(env_integer("BYTEPS_RDMA_RX_DEPTH", 64, 4, 16384));
-  c.rdma.start_depth = static_cast<int>(env_integer("BYTEPS_RDMA_START_DEPTH", 16, 2, 16384));
-  c.rdma.staging_bytes = static_cast<std::size_t>(
-      env_integer("BYTEPS_RDMA_STAGING_BYTES", 256 << 10, 4096, std::int64_t{1} << 30));
-  c.rdma.busy_poll = env_integer("BYTEPS_RDMA_BUSY_POLL", 0, 0, 1) == 1;
-  if (const char* i = env_or_null("DMLC_INTERFACE")) {
-    c.network_interface = i;
-    (void)interface_address(c.network_interface);  // checked now: a usage_error names the variable
-  }
-  c.local_size = static_cast<int>(env_integer("BYTEPS_LOCAL_SIZE", 1, 1, 1024));
-  c.local_rank = static_cast<int>(env_integer("BYTEPS_LOCAL_RANK", 0, 0, c.local_size - 1));
-  c.connect_timeout = millis(env_integer("BYTEPS_CONNECT_TIMEOUT_MS", 30000, 1, 86400000));
-  c.rendezvous_timeout = millis(env_integer("BYTEPS_RENDEZVOUS_TIMEOUT_MS", 120000, 1, 86400000));
-  c.op_timeout = millis(env_integer("BYTEPS_OP_TIMEOUT_MS", 60000, 1, 86400000));
-  c.heartbeat_interval = millis(env_integer("BYTEPS_HEARTBEAT_INTERVAL_MS", 1000, 10, 3600000));
-  c.heartbeat_timeout = millis(env_integer("BYTEPS_HEARTBEAT_TIMEOUT_MS", 10000, 20, 86400000));
-  c.stall_warning = millis(env_integer("BYTEPS_STALL_WARNING_MS", 60000, 1, 86400000));
-  c.hello_timeout = millis(env_integer("BYTEPS_HELLO_TIMEOUT_MS", 5000, 1, 3600000));
-  c.max_pending_connections =
-      static_cast<int>(env_integer("BYTEPS_MAX_PENDING_CONNECTIONS", 256, 1, 1 << 20));
-  c.max_name_bytes = static_cast<std::size_t>(env_integer("BYTEPS_MAX_NAME_BYTES", 4096, 1, 4096));
-  c.max_tensors =
-      static_cast<std::size_t>(env_integer("BYTEPS_MAX_TENSORS", 1 << 20, 1, std::int64_t{1} << 32));
-  c.server_log_interval =
-      millis(env_integer("BYTEPS_SERVER_LOG_INTERVAL_MS", 10000, 0, 86400000));
-  c.failover_timeout = millis(env_integer("BYTEPS_FAILOVER_TIMEOUT_MS", 0, 0, 86400000));
-  c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
-  c.enable_async = env_integer("BYTEPS_ENABLE_ASYNC", 0, 0, 1) == 1;
-  c.async_staleness = env_integer("BYTEPS_ASYNC_STALENESS", -1, 0, std::int64_t{1} << 40);
-  if (const char* z = env_or_null("BYTEPS_COMPRESSOR")) {
-    detail::parse_recipe_text(z, "BYTEPS_COMPRESSOR");  // the form only: the worker makes it
-    c.compressor = z;
-  }
-  c.min_compress_bytes = static_cast<std::size_t>(
-      env_integer("BYTEPS_MIN_COMPRESS_BYTES", 65536, 0, std::int64_t{1} << 40));
-  c.trace_on = env_integer("BYTEPS_TRACE_ON", 0, 0, 1) == 1;
-  c.trace_start_step = static_cast<int>(env_integer("BYTEPS_TRACE_START_STEP", 10, 0, 1 << 30));
-  c.trace_end_step = static_cast<int>(env_integer("BYTEPS_TRACE_END_STEP", 20, 0, 1 << 30));
-  if (c.trace_end_step < c.trace_start_step)
-    throw usage_error(fmt::format("BYTEPS_TRACE_END_STEP={} is not valid: expected at least "
-                                  "BYTEPS_TRACE_START_STEP={} (steps START .. END-1 are traced)",
-                                  c.trace_end_step, c.trace_start_step));
-  if (const char* d = env_or_null("BYTEPS_TRACE_DIR")) c.trace_dir = d;
-
-  if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
-    std::string_view v = h;
-    if (v == "djb2") c.key_hash = key_hash_fn::djb2;
-    else if (v == "sdbm") c.key_hash = key_hash_fn::sdbm;
-    else if (v == "naive") c.key_hash = key_hash_fn::naive;
-    else if (v == "built_in") c.key_hash = key_hash_fn::built_in;
-    else throw usage_error(fmt::format("BYTEPS_KEY_HASH_FN='{}' is not valid: expected djb2, sdbm, naive or built_in", v));
-  }
-  if (const char* l = env_or_null("BYTEPS_LOG_LEVEL")) {
-    std::string v = l;
-    for (auto& ch : v) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (v == "TRACE") c.log = log_level::trace;
-    else if (v == "DEBUG") c.log = log_level::debug;
-    else if (v == "INFO") c.log = log_level::info;
-    else if (v == "WARNING" || v == "WARN") c.log = log_level::warning;
-    else if (v == "ERROR") c.log = log_level::error;
-    else if (v == "OFF" || v == "FATAL") c.log = log_level::off;
-    else throw usage_error(fmt::format("BYTEPS_LOG_LEVEL='{}' is not valid: expected TRACE, DEBUG, INFO, WARNING, ERROR or OFF", l));
-  }
-  c.validate();
-  return c;
-}
-
 }  // namespace bps
+
+#include "byteps/core/impl/config_from_env.hpp"
