@@ -14,7 +14,9 @@
 // end as the seed plus every delta exactly once (int32, so exactly), and each answer carries
 // the counts that the next replacement would need.
 
-namespace {
+// A named namespace, not an anonymous one: the sanitizer builds compile test files in unity
+// batches, where another file's helpers (test_async_sum.cpp's `values`) would collide.
+namespace async_failover_test {
 
 using bps::dtype;
 using bps::detail::buffer_pool;
@@ -97,8 +99,6 @@ counts counts_of(const bps::server::reply& r) {
     c[w] = bps::wire::detail::get_le<std::uint64_t>(r.bytes.data() + n * 4 + 8 * w);
   return c;
 }
-
-}  // namespace
 
 TEST_CASE("async failover: answers carry each worker's count of applied deltas",
           "[server][handler][async][failover]") {
@@ -196,3 +196,5 @@ TEST_CASE("async failover: malformed offers and pushes are refused, naming the w
   REQUIRE(o.what == kind::refuse);
   CHECK(contains(o.error, "worker 1 offered 'grad' partition 0 after it pushed it here"));
 }
+
+}  // namespace async_failover_test
