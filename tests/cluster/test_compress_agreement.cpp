@@ -63,7 +63,7 @@ struct broken_onebit {
 
 }  // namespace
 
-TEST_CASE("compression agreement: BYTEPS_COMPRESSOR is every tensor's default; small tensors, "
+TEST_CASE("compression agreement: BYTEPS_COMPRESSOR is every tensor's default - small tensors, "
           "broadcasts and compress::none() travel raw",
           "[cluster][compress]") {
   auto cfg = test::base_config(2, 1);
@@ -169,7 +169,7 @@ TEST_CASE("compression agreement: two compressors for one tensor - the server re
 }
 
 TEST_CASE("compression agreement: a push that does not decode is refused naming the tensor, "
-          "partition and worker; the server lives on",
+          "partition and worker - the server lives on",
           "[cluster][compress]") {
   auto cfg = test::base_config(1, 1);
   cfg.min_compress_bytes = 0;
@@ -216,7 +216,7 @@ TEST_CASE("compression agreement: a compressed push whose raw size was corrupted
 }
 
 TEST_CASE("compression agreement: failover with a compressor the servers decode is refused at "
-          "once; summable ones still fail over",
+          "once - summable ones still fail over",
           "[cluster][compress]") {
   auto cfg = test::base_config(1, 1);
   cfg.failover_timeout = std::chrono::seconds(5);

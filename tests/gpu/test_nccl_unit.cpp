@@ -58,7 +58,7 @@ TEST_CASE("nccl: CUDA errors name the operation, the call and CUDA's message", "
                   usage_error);
 }
 
-TEST_CASE("nccl: NCCL errors name the call and NCCL's message; in-progress is no error",
+TEST_CASE("nccl: NCCL errors name the call and NCCL's message - in-progress is no error",
           "[nccl]") {
   using local::nccl_detail::nccl_check;
   CHECK_NOTHROW(nccl_check(ncclSuccess, nullptr, "ncclReduce", "x"));

@@ -108,7 +108,7 @@ struct placed_pair {
 
 }  // namespace
 
-TEST_CASE("rdma registration: a place that stays is advertised once; later rounds skip the grant",
+TEST_CASE("rdma registration: a place that stays is advertised once - later rounds skip the grant",
           "[rdma][registration]") {
   auto net = std::make_shared<emu::fabric>();
   constexpr std::size_t n = 20000;  // announced: above the 432-byte inline limit

@@ -119,7 +119,7 @@ TEST_CASE(
         std::future_status::timeout);
 }
 
-TEST_CASE("listener: handshakes in progress are bounded; one more is closed at once, named",
+TEST_CASE("listener: handshakes in progress are bounded - one more is closed at once, named",
           "[tls]") {
   test::certificates pki;
   Config cfg;

@@ -85,7 +85,7 @@ TEST_CASE("async_sum needs async mode", "[server][handler][async]") {
   }
 }
 
-TEST_CASE("async_sum seeds from rank 0's round 0; the others wait for it and get it",
+TEST_CASE("async_sum seeds from rank 0's round 0 - the others wait for it and get it",
           "[server][handler][async]") {
   driver d(3);
   CHECK_FALSE(d.handler.version(bps_test::grad_key, 0).has_value());
