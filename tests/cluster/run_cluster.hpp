@@ -4,8 +4,10 @@
 #include <byteps/byteps.hpp>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace bps::test {
@@ -16,10 +18,12 @@ namespace bps::test {
 /// transport; the scheduler needs another than tcp only where tcp cannot reach the others (the
 /// emulated RDMA fabric). `alongside`, when given, runs on a thread of its own while the job
 /// runs, with the workers' config (the scheduler's port set): a test that attacks the job's
-/// listeners meanwhile (tests/tls).
+/// listeners meanwhile (tests/tls). `options`, when given, makes the transport options of every
+/// server and worker from its config (a test that counts what its transports did).
 template <class ServerNet, class Comm, class SchedulerNet = transport::tcp>
 void run_cluster(Config base, std::vector<int> local_sizes, const std::function<void(Comm&)>& body,
-                 const std::function<void(const Config&)>& alongside = {}) {
+                 const std::function<void(const Config&)>& alongside = {},
+                 const std::function<typename ServerNet::options(const Config&)>& options = {}) {
   Config s = base;
   s.node_role = role::scheduler;
   SchedulerNode<SchedulerNet> scheduler(s);
@@ -42,8 +46,9 @@ void run_cluster(Config base, std::vector<int> local_sizes, const std::function<
       guard([&] {
         Config c = base;
         c.node_role = role::server;
-        Server<ServerNet> server(c);
-        server.run();
+        auto server = options ? std::make_unique<Server<ServerNet>>(c, options(c))
+                              : std::make_unique<Server<ServerNet>>(c);
+        server->run();
       });
     });
   for (std::size_t m = 0; m < local_sizes.size(); ++m)
@@ -55,8 +60,12 @@ void run_cluster(Config base, std::vector<int> local_sizes, const std::function<
           c.worker_id = static_cast<int>(m);
           c.local_rank = l;
           c.local_size = local_sizes[m];
-          Comm comm(c);
-          body(comm);
+          std::unique_ptr<Comm> comm;
+          if constexpr (std::is_constructible_v<Comm, const Config&, typename ServerNet::options>) {
+            if (options) comm = std::make_unique<Comm>(c, options(c));
+          }
+          if (!comm) comm = std::make_unique<Comm>(c);
+          body(*comm);
         });
       });
   for (auto& t : threads) t.join();

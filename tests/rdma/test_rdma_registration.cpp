@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "../cluster/cluster.hpp"
+#include "../cluster/run_cluster.hpp"
 #include "rdma_pair.hpp"
 
 using namespace bps;
@@ -214,38 +215,10 @@ TEST_CASE(
     o.tally = std::move(t);
     return o;
   };
-  Config s = base;
-  s.node_role = role::scheduler;
-  SchedulerNode<emu_rdma> scheduler(s);
-  base.scheduler_port = scheduler.port();
-  std::mutex mu;
-  std::exception_ptr failure;
-  auto guard = [&](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (...) {
-      std::lock_guard lock(mu);
-      if (!failure) failure = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { guard([&] { scheduler.run(); }); });
-  for (int i = 0; i < servers; ++i)
-    threads.emplace_back([&] {
-      guard([&] {
-        Config c = base;
-        c.node_role = role::server;
-        Server<emu_rdma> server(c, with_tally(c, server_tally));
-        server.run();
-      });
-    });
-  for (int w = 0; w < workers; ++w)
-    threads.emplace_back([&, w] {
-      guard([&] {
-        Config c = base;
-        c.node_role = role::worker;
-        c.worker_id = w;
-        comm_t comm(c, with_tally(c, worker_tally));
+  test::run_cluster<emu_rdma, comm_t, emu_rdma>(
+      base, std::vector<int>(workers, 1),
+      [&](comm_t& comm) {
+        const int w = comm.rank();
         std::vector<float> arena(n);  // the trainer's gradients, registered once
         comm.register_memory(std::as_writable_bytes(std::span(arena)));
         for (int r = 0; r < rounds; ++r) {
@@ -258,10 +231,11 @@ TEST_CASE(
                        arena[i], expect);
           }
         }
+      },
+      {},
+      [&](const Config& c) {
+        return with_tally(c, c.node_role == role::server ? server_tally : worker_tally);
       });
-    });
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
   const auto wc = worker_tally->snapshot();
   const auto sc = server_tally->snapshot();
   constexpr int per_round = workers * parts;  // pushes (and answers) per round, all workers
