@@ -43,6 +43,9 @@ struct backend {
   std::function<void(bps::dtype, std::size_t bytes)> prepare;
   /// The operation being measured: sums `count` elements of `type` at `data` over all ranks.
   std::function<void(void* data, std::size_t count, bps::dtype type)> all_reduce;
+  /// Optional, untimed: moves the filled host values to where `all_reduce` works, and the
+  /// result back for the check (a device buffer, for bps-gpu-bench). `data` is the host buffer.
+  std::function<void(void* data, std::size_t bytes)> upload, download;
   /// Blocks until every rank called it.
   std::function<void()> barrier;
   /// Sums `v` over all ranks, in place (for the statistics; not timed).
@@ -143,10 +146,12 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
       double wrong = 0;
       for (int it = 0; it < o.warmup + o.iters; ++it) {
         vals.fill(buffer.p, count, b.rank, it);
+        if (b.upload) b.upload(buffer.p, real_bytes);
         b.barrier();
         const auto t0 = clock::now();
         b.all_reduce(buffer.p, count, type);
         const auto t1 = clock::now();
+        if (b.download) b.download(buffer.p, real_bytes);
         if (it >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
         if (o.check) wrong += static_cast<double>(vals.count_wrong(buffer.p, count, it));
       }

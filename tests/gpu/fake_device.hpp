@@ -13,5 +13,7 @@ void device_free(void* p);
 /// Streams and NCCL communicators not yet destroyed or aborted.
 int live_streams();
 int live_comms();
+/// ncclReduce and ncclBroadcast calls so far, by communicators of `nranks` ranks.
+long collectives(int nranks);
 
 }  // namespace fake_device

@@ -259,9 +259,16 @@ ncclResult_t ncclGroupEnd() {
 }
 
 namespace {
+std::mutex collectives_mu;
+std::map<int, long> collectives_by_size;  // communicator size -> collective calls
+
 ncclResult_t add(ncclComm_t comm, queued_op op, cudaStream_t s) {
   auto c = comm_of(comm);
   if (!c) return ncclInvalidArgument;
+  {
+    std::lock_guard lock(collectives_mu);
+    ++collectives_by_size[c->group->nranks];
+  }
   if (op.root < 0 || op.root >= c->group->nranks) return ncclInvalidArgument;
   const bool alone = group_depth == 0;
   if (alone) ncclGroupStart();
@@ -280,4 +287,10 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t s) {
   return add(comm, {false, send, recv, count, type, root}, s);
+}
+
+long fake_device::collectives(int nranks) {
+  std::lock_guard lock(collectives_mu);
+  const auto it = collectives_by_size.find(nranks);
+  return it == collectives_by_size.end() ? 0 : it->second;
 }

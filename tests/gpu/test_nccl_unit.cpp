@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <string>
 
 using namespace bps;
@@ -109,4 +110,20 @@ TEST_CASE("nccl: a process with no CUDA device is told so when the policy attach
     CHECK(contains(e.what(), "bps::local::host"));
   }
   n.shutdown();
+}
+
+TEST_CASE("nccl: the local stage polls the device a while before it sleeps - host policies do not",
+          "[nccl]") {
+  using namespace std::chrono_literals;
+  struct sleeps_at_once {};
+  struct polls {
+    std::chrono::nanoseconds poll_window() const { return 5us; }
+  };
+  CHECK(local::poll_window_of(sleeps_at_once{}) == 0ns);
+  CHECK(local::poll_window_of(polls{}) == 5us);
+  const Config cfg;
+  const local::nccl gpu(cfg);
+  const local::host cpu(cfg);
+  CHECK(local::poll_window_of(gpu) > 0ns);
+  CHECK(local::poll_window_of(cpu) == 0ns);
 }

@@ -156,6 +156,20 @@ concept LocalSteps =
       l.abandon(w, t, s);
     };
 
+namespace local {
+/// How long the local stage keeps polling a policy's steps, after the last progress and while
+/// an operation is in a local step, before it sleeps on the doorbell: `L::poll_window()` where
+/// the policy has one (device work completes sooner than a host function can ring the bell),
+/// else zero (sleep at once).
+template <class L>
+std::chrono::nanoseconds poll_window_of(const L& l) {
+  if constexpr (requires { { l.poll_window() } -> std::convertible_to<std::chrono::nanoseconds>; })
+    return l.poll_window();
+  else
+    return std::chrono::nanoseconds(0);
+}
+}  // namespace local
+
 template <class L>
 concept LocalCollective =
     std::constructible_from<L, const Config&> &&

@@ -48,8 +48,9 @@
 /// count / local_size elements), allocated at first use and freed at shutdown.
 ///
 /// Needs the CUDA runtime and NCCL headers and libraries: link `byteps::cuda`
-/// (`find_package(byteps CONFIG COMPONENTS cuda)`). Tested on a GPU only where one is present:
-/// see docs/architecture.md ("GPU (NCCL) local stage") for what has and has not run.
+/// (`find_package(byteps CONFIG COMPONENTS cuda)`). Run on one H200 with one GPU process per
+/// machine; several GPUs per machine have not run: see docs/architecture.md ("GPU (NCCL) local
+/// stage") for what has and has not run.
 ///
 /// @par Thread Safety
 /// `begin` runs on callers' threads; every other step on the worker's one stage thread.
@@ -104,6 +105,9 @@ class nccl {
   int local_size() const noexcept { return local_size_; }
   /// The CUDA device this local rank uses (valid after `attach`).
   int device() const noexcept { return device_.device(); }
+  /// The local stage polls the device's events this long after the last progress before it
+  /// sleeps on the doorbell (which a host function queued after each step rings later).
+  std::chrono::nanoseconds poll_window() const noexcept { return std::chrono::microseconds(200); }
 
   /// Picks the device, meets the machine's other local ranks on the order board, and creates
   /// the NCCL communicator of the machine (bounded by BYTEPS_RENDEZVOUS_TIMEOUT_MS).

@@ -11,7 +11,9 @@
 /// `L` supplies only its steps. The timeline (`detail::tracer`) gets the operation's span and a
 /// span per local step. One stage thread runs every operation: it sleeps on the
 /// machine's doorbell, which the other local ranks, the device and the network's completions
-/// ring, so an idle job costs no CPU.
+/// ring, so an idle job costs no CPU. While an operation is in a local step it first polls for
+/// the policy's `poll_window()` after its last progress, where the policy has one
+/// (`local::poll_window_of`): device steps finish sooner than a host function rings the bell.
 ///
 /// Failure: a step that throws `communicator_error`, or an operation past its deadline in a
 /// local step, declares the communicator dead (`die`, the worker's one failure path), which in
@@ -175,6 +177,8 @@ class local_stage {
 
   void stage_loop() {
     const local::doorbell bell(bell_word_.load(std::memory_order_acquire));
+    const auto poll = local::poll_window_of(local_);
+    auto poll_until = clock::time_point::min();
     std::vector<operation_ptr> active;
     bool aborted = false;
     for (;;) {
@@ -192,7 +196,10 @@ class local_stage {
       }
       if (failure.empty()) {
         try {
-          if (step(active)) continue;
+          if (step(active)) {
+            if (poll.count() > 0) poll_until = clock::now() + poll;
+            continue;
+          }
         } catch (const std::exception& e) {
           // A communicator_error from a step, or anything from the machine-wide `progress`
           // (say, local ranks that disagree on a shape): the machine cannot go on.
@@ -212,6 +219,12 @@ class local_stage {
         bell.wait(seen, std::chrono::milliseconds(100));
         continue;
       }
+      // A device step finishes in microseconds; the host function that rings the bell, and the
+      // wake-up, take longer. So poll a while (the policy's window) before sleeping.
+      if (clock::now() < poll_until && in_local_step(active)) {
+        std::this_thread::yield();
+        continue;
+      }
       auto next = clock::time_point::max();
       for (auto& op : active) next = std::min(next, op->w.deadline);
       auto timeout = std::chrono::nanoseconds(-1);
@@ -220,6 +233,11 @@ class local_stage {
                   std::chrono::milliseconds(1);
       bell.wait(seen, timeout);
     }
+  }
+
+  static bool in_local_step(const std::vector<operation_ptr>& active) {
+    return std::any_of(active.begin(), active.end(),
+                       [](const operation_ptr& op) { return op->at != stage::network; });
   }
 
   // One pass over everything; true when anything moved. Throws what kills the communicator:

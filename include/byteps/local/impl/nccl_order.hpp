@@ -85,9 +85,12 @@ inline void nccl::issue(const order_entry& e) {
       "cudaLaunchHostFunc", what);
 }
 
-// One collective per local rank's run of elements, fused in one NCCL group.
+// One collective per local rank's run of elements, fused in one NCCL group. A machine of one
+// local rank has nothing to reduce or broadcast (both are in place): no group, no kernel, no
+// wait for NCCL to queue it.
 template <class Call>
 void nccl::group(const tensor_state& t, const work& w, std::string_view name, Call call) {
+  if (local_size_ == 1) return;
   ncclComm_t comm = device_.comm();
   nccl_detail::nccl_check(ncclGroupStart(), comm, "ncclGroupStart", w.what);
   for (int o = 0; o < local_size_; ++o) {
