@@ -213,7 +213,7 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     asio::async_write(socket_, buffers,
                       asio::bind_executor(strand_, [self = this->shared_from_this()](
                                                        std::error_code ec, std::size_t) {
-                        if (ec) return self->fail(self->io_reason(ec));
+                        if (ec) return self->write_failed(ec);
                         sent_callback done;
                         {
                           std::lock_guard lock(self->mu_);
@@ -236,6 +236,29 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     if (stream_traits<Stream>::closed_by_peer(ec)) return "connection closed by " + peer_;
     if (ec == asio::error::operation_aborted) return "closed locally";
     return "connection to " + peer_ + " failed: " + ec.message();
+  }
+
+  // Runs on the strand. A write failed: the peer is gone or going, but what it sent before (a
+  // bye after its last heartbeat, say) may still wait in the receive buffer, behind the frame
+  // the receiver is handling. So stop writing and let the reader drain it: the end of stream or
+  // error the reader then meets closes the link, with its own reason. (Closing here lost a
+  // worker's bye at the scheduler: tests/unit/test_transport_last_words.cpp.)
+  void write_failed(const std::error_code& ec) {
+    if (failed_) return;
+    if (ec == asio::error::operation_aborted) return fail(io_reason(ec));
+    std::deque<outgoing> dropped;
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;  // send() now drops, as after a close
+      writing_ = false;
+      dropped.swap(queue_);
+    }
+    std::error_code ignored;
+    socket_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+    log_.debug("write to {} failed ({}); reading what it sent before closing", peer_,
+               ec.message());
+    for (auto& frame : dropped)
+      if (frame.on_sent) frame.on_sent();
   }
 
   // Runs on the strand. Reports the first reason only.
