@@ -1,6 +1,7 @@
 // bps-bench: a push_pull sweep over sizes and dtypes, run as every worker of a byteps job
 // (byteps-launch on loopback, or benchmarks/run-emulated.sh on an emulated cluster). Rank 0
-// prints an nccl-tests style table on stdout (see common.hpp); progress goes to stderr.
+// prints an nccl-tests style table on stdout (see common.hpp); progress goes to stderr. With
+// --model, a real network's gradients per iteration instead of the sweep (model_run.hpp).
 // Every result is compared with the exact reference sum; the exit status is 1 if any was wrong.
 #include <byteps/byteps.hpp>
 #include <byteps/compress/registry.hpp>
@@ -17,11 +18,14 @@
 #include <cstdlib>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 
 #include "common.hpp"
+#include "model_run.hpp"
 
 namespace {
 
@@ -34,7 +38,10 @@ void usage(std::FILE* out) {
       "DMLC_PS_ROOT_PORT, BYTEPS_PARTITION_BYTES, ...; see docs/env.md). For example:\n\n"
       "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
       "      build/benchmarks/bps-bench --max-bytes 64M\n\n"
-      "Options:\n%s"
+      "Options:\n%s%s"
+      "                     Each iteration push_pulls every tensor, the last layer's\n"
+      "                     first, with priority -(forward position) (the first layers go\n"
+      "                     first), and waits for all of them only after starting all.\n"
       "  --compressor R     after the sweep, the same sweep (float32 only, no check: the\n"
       "                     compression is lossy) with every tensor compressed by recipe\n"
       "                     R (BYTEPS_COMPRESSOR's syntax, e.g. ef_onebit:scaling=1), then\n"
@@ -51,8 +58,13 @@ void usage(std::FILE* out) {
       "(slowest worker, microseconds), algbw = size/p50 and busbw = algbw*2(n-1)/n in\n"
       "GB/s (1e9 bytes), wrong (elements that differ from the exact sum, summed over\n"
       "workers and iterations; must be 0), time/bound (p50 over the performance model's\n"
-      "bound for --topology: ps = max(M/B, n*M/(k*B)), colocated = 2(n-1)/n*M/B).\n",
-      bench::common_help());
+      "bound for --topology: ps = max(M/B, n*M/(k*B)), colocated = 2(n-1)/n*M/B).\n"
+      "With --model: one row, p50 and p99 of one backward pass's communication (slowest\n"
+      "worker, milliseconds) and wrong, under a comment naming the model's tensor count,\n"
+      "parameter count and bytes, e.g.\n"
+      "  build/tools/byteps-launch --workers 2 --servers 2 -- \\\n"
+      "      build/benchmarks/bps-bench --model resnet50 --iters 10 --warmup 3\n",
+      bench::common_help(), bench::model_help());
 }
 
 // ipc over `Net`: pushes to a server on the same host go through shared memory
@@ -119,10 +131,38 @@ void compressed_sweep(Comm& comm, const bps::Config& cfg, bench::options opts, b
   std::fflush(stdout);
 }
 
-// The sweep (and what --compressor and --idle ask for) as one worker of the job.
+// --model: every gradient of a backward pass, pushed from the last layer to the first as a
+// framework's hooks would as each becomes ready, with the first layers' priority highest so
+// that they come back first for the next forward pass; nothing is waited for until all are
+// started. Returns the wrong elements over all workers.
+template <class Comm>
+double model_mix_job(Comm& comm, const bench::options& opts, bench::backend& b,
+                     const bench::model::mix& model) {
+  const bench::mix_memory memory(model);
+  if (b.rank == 0) bench::print_mix_header(stdout, opts, b, model);
+  std::vector<bps::handle> pending;
+  pending.reserve(model.tensors.size());
+  const auto backward = [&](std::span<const bench::mix_tensor> tensors) {
+    pending.clear();
+    for (auto t = tensors.rbegin(); t != tensors.rend(); ++t)
+      pending.push_back(comm.push_pull(t->name, t->data, t->count, bps::dtype::float32,
+                                       {.priority = t->priority}));
+    for (auto& h : pending) h.wait();
+  };
+  const auto result = bench::run_mix(opts, b, memory, backward);
+  if (b.rank == 0) {
+    bench::print_mix_row(stdout, "byteps", result);
+    std::fprintf(stderr, "bps-bench: %s done (p50 %.2f ms)\n", model.name.c_str(),
+                 result.p50_s * 1e3);
+  }
+  return result.wrong;
+}
+
+// The sweep or the model's mix (and what --compressor and --idle ask for) as one worker of the
+// job.
 template <class Comm>
 int bench_job(const bps::Config& cfg, const bench::options& opts, int idle_s,
-              const std::string& compressor) {
+              const std::string& compressor, const std::optional<bench::model::mix>& model) {
   Comm comm(cfg);
   bench::backend b;
   b.name = "byteps";
@@ -149,7 +189,8 @@ int bench_job(const bps::Config& cfg, const bench::options& opts, int idle_s,
         cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
         cfg.scheduling_credit);
   std::vector<bench::row> plain;
-  const double wrong = bench::run_sweep(opts, b, &plain);
+  const double wrong =
+      model ? model_mix_job(comm, opts, b, *model) : bench::run_sweep(opts, b, &plain);
   comm.barrier();
   if (!compressor.empty()) compressed_sweep(comm, cfg, opts, b, compressor, plain);
   if (idle_s > 0) {
@@ -171,6 +212,7 @@ int main(int argc, char** argv) {
   bench::options opts;
   int idle_s = 0;
   std::string compressor;
+  std::optional<bench::model::mix> model;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string_view a = argv[i];
@@ -180,6 +222,11 @@ int main(int argc, char** argv) {
       }
       if (a == "--compressor" && i + 1 < argc) {
         compressor = argv[++i];
+        continue;
+      }
+      if (a == "--model") {
+        if (i + 1 >= argc) throw bench::usage_error("--model needs a value (see --help)");
+        model = bench::parse_model(argv[++i]);
         continue;
       }
       if (a == "--idle" && i + 1 < argc) {
@@ -193,6 +240,13 @@ int main(int argc, char** argv) {
         throw bench::usage_error("unknown flag '" + std::string(a) + "' (see --help)");
     }
     bench::validate(opts);
+    if (model) {
+      bench::validate_for_model(opts);
+      if (!compressor.empty())
+        throw bench::usage_error(
+            "--compressor applies to the sweep; it cannot be combined "
+            "with --model");
+    }
   } catch (const bench::usage_error& e) {
     std::fprintf(stderr, "bps-bench: %s\n", e.what());
     return 2;
@@ -206,10 +260,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (cfg.tls_cert.empty())
-      return bench_job<comm_over<bps::transport::tcp>>(cfg, opts, idle_s, compressor);
+      return bench_job<comm_over<bps::transport::tcp>>(cfg, opts, idle_s, compressor, model);
 #if BYTEPS_BENCH_TLS
     return bench_job<comm_over<bps::transport::tls<bps::transport::tcp>>>(cfg, opts, idle_s,
-                                                                          compressor);
+                                                                          compressor, model);
 #else
     throw bps::usage_error("BYTEPS_TLS_CERT is set, but this bps-bench was built without TLS");
 #endif

@@ -101,6 +101,32 @@ inline void print_row(std::FILE* out, const options& o, const row& r) {
   std::fflush(out);
 }
 
+/// Every rank's iteration times and wrong count, combined (every rank calls it, with as many
+/// times as the others): per iteration the slowest rank's time, and the wrong elements of all.
+struct combined_times {
+  std::vector<double> slowest;
+  double wrong = 0;
+};
+
+inline combined_times combine_ranks(backend& b, const std::vector<double>& times, double wrong) {
+  const int n = b.size;
+  const std::size_t iters = times.size();
+  // Every rank's times and wrong count, summed into one vector: slot rank*iters + j.
+  std::vector<double> stats(static_cast<std::size_t>(n) * (iters + 1), 0.0);
+  for (std::size_t j = 0; j < iters; ++j)
+    stats[static_cast<std::size_t>(b.rank) * iters + j] = times[j];
+  stats[static_cast<std::size_t>(n) * iters + static_cast<std::size_t>(b.rank)] = wrong;
+  b.sum_doubles(stats);
+  combined_times out;
+  out.slowest.assign(iters, 0.0);
+  for (int r = 0; r < n; ++r) {
+    out.wrong += stats[static_cast<std::size_t>(n) * iters + static_cast<std::size_t>(r)];
+    for (std::size_t j = 0; j < iters; ++j)
+      out.slowest[j] = std::max(out.slowest[j], stats[static_cast<std::size_t>(r) * iters + j]);
+  }
+  return out;
+}
+
 /// Byte-aligned scratch for the largest size (64-byte aligned, never shared between ranks).
 struct aligned_buffer {
   explicit aligned_buffer(std::size_t bytes)
@@ -155,20 +181,9 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
         if (it >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
         if (o.check) wrong += static_cast<double>(vals.count_wrong(buffer.p, count, it));
       }
-      // Every rank's times and wrong count, summed into one vector: slot rank*iters + j.
-      const auto iters = static_cast<std::size_t>(o.iters);
-      std::vector<double> stats(static_cast<std::size_t>(n) * (iters + 1), 0.0);
-      for (std::size_t j = 0; j < iters; ++j) stats[static_cast<std::size_t>(b.rank) * iters + j] = times[j];
-      stats[static_cast<std::size_t>(n) * iters + static_cast<std::size_t>(b.rank)] = wrong;
-      b.sum_doubles(stats);
-      double size_wrong = 0;
-      for (int r = 0; r < n; ++r) size_wrong += stats[static_cast<std::size_t>(n) * iters + static_cast<std::size_t>(r)];
+      const auto [slowest, size_wrong] = combine_ranks(b, times, wrong);
       total_wrong += size_wrong;
       if (!root) continue;
-      std::vector<double> slowest(iters, 0.0);
-      for (int r = 0; r < n; ++r)
-        for (std::size_t j = 0; j < iters; ++j)
-          slowest[j] = std::max(slowest[j], stats[static_cast<std::size_t>(r) * iters + j]);
       row out;
       out.bytes = real_bytes;
       out.count = count;

@@ -1,6 +1,8 @@
 // gloo-allreduce: Gloo's ring all-reduce (Debian's libgloo-dev: TCP transport, FileStore
 // rendezvous, the gloo::allreduce function API with AllreduceOptions::Algorithm::RING), swept
-// over the same sizes and printed in the same columns as bps-bench (see common.hpp).
+// over the same sizes and printed in the same columns as bps-bench (see common.hpp). With
+// --model, a real network's gradients per iteration instead (model_run.hpp), all-reduced two
+// ways: one all-reduce per tensor, and fused into one buffer as Horovod does.
 //
 // Start one process per rank; they meet through files in --store (a directory every rank can
 // see: on one machine, also across network namespaces, any local directory works).
@@ -17,10 +19,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "common.hpp"
+#include "model_run.hpp"
 
 namespace {
 
@@ -36,11 +40,15 @@ void usage(std::FILE* out) {
                "  --prefix P         key prefix inside the store (default: gloo-bench)\n"
                "  --host ADDR        local address to bind and advertise (default 127.0.0.1)\n"
                "  --timeout-s S      Gloo's per-operation timeout (default 300)\n"
-               "%s"
+               "%s%s"
+               "                     Two rows: gloo-per-tensor (one ring all-reduce per tensor,\n"
+               "                     last layer first) and gloo-fused (every tensor copied into\n"
+               "                     one buffer, one all-reduce, copied back; the copies are\n"
+               "                     timed), then a comment naming the better of the two\n"
                "  --help             print this help\n\n"
                "Example, 2 ranks on loopback:\n"
                "  d=$(mktemp -d); for r in 0 1; do gloo-allreduce --rank $r --size 2 --store $d & done; wait\n",
-               bench::common_help());
+               bench::common_help(), bench::model_help());
 }
 
 template <class T>
@@ -62,6 +70,37 @@ gloo::AllreduceOptions::Func sum_for(bps::dtype t) {
   return {};
 }
 
+// --model: the mix per tensor, then fused, in the same job; rank 0 prints both rows and which
+// is better (the one a user of Gloo would pick). Returns the wrong elements over all ranks.
+double model_mix_runs(const bench::options& opts, bench::backend& b,
+                      const bench::model::mix& model) {
+  const bench::mix_memory memory(model);
+  if (b.rank == 0) bench::print_mix_header(stdout, opts, b, model);
+  struct variant {
+    const char* system;
+    bench::mix_step step;
+    bench::mix_result result{};
+  };
+  variant variants[] = {{"gloo-per-tensor", bench::per_tensor_step(b)},
+                        {"gloo-fused", bench::fused_step(b, memory.tensors())}};
+  double wrong = 0;
+  for (auto& v : variants) {
+    v.result = bench::run_mix(opts, b, memory, v.step);
+    wrong += v.result.wrong;
+    if (b.rank != 0) continue;
+    bench::print_mix_row(stdout, v.system, v.result);
+    std::fprintf(stderr, "gloo-allreduce: %s %s done (p50 %.2f ms)\n", model.name.c_str(), v.system,
+                 v.result.p50_s * 1e3);
+  }
+  if (b.rank == 0) {
+    const auto& best =
+        variants[0].result.p50_s <= variants[1].result.p50_s ? variants[0] : variants[1];
+    std::printf("# better: %s (p50 %.2f ms)\n", best.system, best.result.p50_s * 1e3);
+    std::fflush(stdout);
+  }
+  return wrong;
+}
+
 const char* env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
@@ -78,6 +117,7 @@ int main(int argc, char** argv) {
   std::string host = env("GLOO_HOST") ? env("GLOO_HOST") : "127.0.0.1";
   std::string prefix = env("GLOO_PREFIX") ? env("GLOO_PREFIX") : "gloo-bench";
   int timeout_s = 300;
+  std::optional<bench::model::mix> model;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string_view a = argv[i];
@@ -94,9 +134,11 @@ int main(int argc, char** argv) {
       else if (a == "--prefix") prefix = v;
       else if (a == "--host") host = v;
       else if (a == "--timeout-s") timeout_s = std::atoi(v.c_str());
+      else if (a == "--model") model = bench::parse_model(v);
       else throw bench::usage_error("unknown flag '" + std::string(a) + "' (see --help)");
     }
     bench::validate(opts);
+    if (model) bench::validate_for_model(opts);
     if (size < 1 || rank < 0 || rank >= size)
       throw bench::usage_error("need --size N >= 1 and --rank 0 .. N-1");
     if (store_dir.empty()) throw bench::usage_error("need --store DIR (a directory shared by the ranks)");
@@ -150,7 +192,7 @@ int main(int argc, char** argv) {
       gloo::allreduce(o);
     };
     if (rank == 0) std::fprintf(stderr, "gloo-allreduce: %d ranks on %s, ring\n", size, host.c_str());
-    const double wrong = bench::run_sweep(opts, b);
+    const double wrong = model ? model_mix_runs(opts, b, *model) : bench::run_sweep(opts, b);
     b.barrier();
     if (wrong != 0) {
       if (rank == 0) std::fprintf(stderr, "gloo-allreduce: %.0f wrong elements\n", wrong);

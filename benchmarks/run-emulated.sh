@@ -11,6 +11,9 @@
 #   mpi-ring          MPI_Allreduce (Open MPI, TCP, ring algorithm) over hosts 0..N-1
 # Loopback mode: N workers + K servers on this machine (byteps-launch) against Gloo and MPI with
 # N ranks over TCP on 127.0.0.1. No link rate, so no bound.
+# With --model NAME, each system runs a real network's gradient mix instead of the sweep
+# (bps-bench --model, gloo-allreduce --model: Gloo per tensor and fused; MPI has no mix), and
+# the table gives byteps' speed-up over Gloo's better variant.
 #
 # Output: OUT/<system>.txt (each program's table), OUT/logs/, OUT/summary.txt (the table below,
 # also printed), and OUT/busbw.png when gnuplot is there (benchmarks/plot.sh).
@@ -30,7 +33,9 @@ Options:
   --servers K       separate servers for the ps topology (default: N)
   --rate R          emulated link rate, tc units (default 1gbit)
   --topologies L    byteps placements, comma separated: ps,colocated (default both; loopback: ps)
-  --peers L         comma separated: gloo,mpi (default both; empty: none)
+  --peers L         comma separated: gloo,mpi (default both; with --model: gloo; empty: none)
+  --model NAME      instead of the sweep, one backward pass's gradients of NAME (resnet50 or
+                    vgg16) per iteration; the size and dtype options do not apply
   --min-bytes S     smallest size (default 4K)
   --max-bytes S     largest size (default 256M)
   --step-factor F   multiply the size by F each step (default 2)
@@ -58,6 +63,7 @@ Examples:
   sudo $prog --workers 4 --rate 1gbit --max-bytes 256M          # the issue-4 measurement
   sudo $prog --workers 2 --servers 2 --rate 200mbit --max-bytes 4M --iters 3 --warmup 1
   $prog --mode loopback --max-bytes 64M
+  $prog --mode loopback --model resnet50 --iters 10 --warmup 3
 EOF
 }
 
@@ -71,7 +77,9 @@ workers=
 servers=
 rate=1gbit
 topologies=
-peers=gloo,mpi
+peers=
+peers_given=0
+model=
 min_bytes=4K
 max_bytes=256M
 step=2
@@ -96,7 +104,8 @@ while (($# > 0)); do
     --servers) servers=${2:?}; shift 2 ;;
     --rate) rate=${2:?}; shift 2 ;;
     --topologies) topologies=${2:?}; shift 2 ;;
-    --peers) peers=${2-}; shift 2 ;;
+    --peers) peers=${2-}; peers_given=1; shift 2 ;;
+    --model) model=${2:?}; shift 2 ;;
     --min-bytes) min_bytes=${2:?}; shift 2 ;;
     --max-bytes) max_bytes=${2:?}; shift 2 ;;
     --step-factor) step=${2:?}; shift 2 ;;
@@ -126,10 +135,13 @@ if ! [[ $servers =~ ^[0-9]+$ ]] || ((servers < 1)); then die "--servers must be 
 for t in ${topologies//,/ }; do
   case $t in ps | colocated) ;; *) die "--topologies: unknown '$t' (ps, colocated)" ;; esac
 done
+case $model in '' | resnet50 | vgg16) ;; *) die "--model: unknown '$model' (resnet50, vgg16)" ;; esac
+if ((!peers_given)); then peers=$([[ -n $model ]] && echo gloo || echo gloo,mpi); fi
 for p in ${peers//,/ }; do
   case $p in gloo | mpi) ;; *) die "--peers: unknown '$p' (gloo, mpi)" ;; esac
 done
 has() { [[ ",$1," == *",$2,"* ]]; }
+if [[ -n $model ]] && has "$peers" mpi; then die "--model: mpi-allreduce has no model mix (use --peers gloo)"; fi
 
 if [[ -z $build ]]; then
   if [[ -x $here/bps-bench ]]; then build=$(cd "$here/.." && pwd); else build=$(pwd)/build; fi
@@ -150,6 +162,9 @@ fi
 
 sweep_args=(--min-bytes "$min_bytes" --max-bytes "$max_bytes" --step-factor "$step" --dtype "$dtype" --iters "$iters"
   --warmup "$warmup" --check "$check")
+# A mix has the model's sizes and float32; --topology and --link-gbps, still passed, only
+# shape the sweep's time/bound column.
+[[ -n $model ]] && sweep_args=(--model "$model" --iters "$iters" --warmup "$warmup" --check "$check")
 
 # ------------------------------------------------------------------ outside: set up, recurse
 if [[ $mode == emulated && $inside == 0 ]]; then
@@ -260,9 +275,10 @@ run_byteps_loopback() {
     --servers "$servers" --server-bin "$server_bin" --timeout "$timeout_s" -- \
     "$bench_bin" "${sweep_args[@]}" --topology ps --label "loopback ${workers}w+${servers}s" $bench_args \
     >"$out/logs/$name.launch.log" 2>&1 || rc=$?
-  # Table rows and '#' comments of worker 0 (its stderr lines are progress, not table).
+  # Table rows and '#' comments of worker 0 (its stderr lines are progress, not table): a
+  # sweep's rows start with the size, a mix's with the system.
   sed -n 's/^\[worker 0\] //p' "$out/logs/$name.launch.log" |
-    grep -E '^(#|[[:space:]]*[0-9])' >"$out/$name.txt" || true
+    grep -E '^(#|[[:space:]]*[0-9]|byteps +[0-9])' >"$out/$name.txt" || true
   ((rc == 0)) || log "$name: byteps-launch exited $rc; see $out/logs/$name.launch.log"
   return "$rc"
 }
@@ -352,9 +368,8 @@ if has "$peers" gloo; then run_gloo || failed+=(gloo-ring); systems+=(gloo-ring)
 if has "$peers" mpi; then run_mpi || failed+=(mpi-ring); systems+=(mpi-ring); fi
 
 # ------------------------------------------------------------------ the combined table
-summary=$out/summary.txt
-{
-  ps_servers=
+sweep_summary() {
+  local ps_servers=
   if [[ $mode == loopback ]]; then ps_servers=" + $servers servers"; elif has "$topologies" ps; then ps_servers=", $servers separate servers (ps)"; fi
   echo "# run-emulated.sh --mode $mode: $workers workers$ps_servers, dtype $dtype," \
     "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup"
@@ -395,9 +410,47 @@ summary=$out/summary.txt
         }
       }
     }'
-} >"$summary"
+}
+
+# A --model run's table: every system's rows (a byteps row named after its placement), and
+# byteps' speed-up over Gloo's better variant, per tensor or fused (the one a Gloo user picks).
+mix_summary() {
+  local ps_servers='' s
+  if [[ $mode == loopback ]]; then ps_servers=" + $servers servers"; elif has "$topologies" ps; then ps_servers=", $servers separate servers (ps)"; fi
+  echo "# run-emulated.sh --mode $mode --model $model: $workers workers$ps_servers," \
+    "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup"
+  for s in "${systems[@]}"; do grep -m1 '^# model ' "$out/$s.txt" 2>/dev/null && break; done
+  echo "# p50, p99 of the slowest rank's time per iteration, ms;" \
+    "x_gloo = the p50 of Gloo's better variant / this system's p50 (byteps rows only)"
+  printf '#%-17s %10s %10s %7s %7s\n' system p50_ms p99_ms wrong x_gloo
+  awk -v systems="${systems[*]}" -v dir="$out" '
+    BEGIN {
+      n = split(systems, sys, " ")
+      best = 0
+      for (s = 1; s <= n; s++) {
+        file = dir "/" sys[s] ".txt"
+        while ((getline line < file) > 0) {
+          if (line ~ /^#/ || line ~ /^[[:space:]]*$/) continue
+          nf = split(line, f, " ")
+          if (nf < 4 || f[2] !~ /^[0-9.]+$/) continue
+          name = sys[s] ~ /^byteps/ ? sys[s] : f[1]
+          rows[++m] = name; p50[m] = f[2]; p99[m] = f[3]; wr[m] = f[4]
+          if (name ~ /^gloo/ && f[2] > 0 && (best == 0 || f[2] + 0 < best)) best = f[2] + 0
+        }
+        close(file)
+      }
+      for (i = 1; i <= m; i++) {
+        x = "-"
+        if (rows[i] ~ /^byteps/ && best > 0 && p50[i] > 0) x = sprintf("%.2f", best / p50[i])
+        printf "%-18s %10s %10s %7s %7s\n", rows[i], p50[i], p99[i], wr[i], x
+      }
+    }'
+}
+
+summary=$out/summary.txt
+if [[ -n $model ]]; then mix_summary >"$summary"; else sweep_summary >"$summary"; fi
 cat "$summary"
-if command -v gnuplot >/dev/null && [[ -x $here/plot.sh ]]; then
+if [[ -z $model ]] && command -v gnuplot >/dev/null && [[ -x $here/plot.sh ]]; then
   if "$here/plot.sh" "$summary" "$out/busbw.png" >/dev/null 2>&1; then
     log "plot: $out/busbw.png"
   else
