@@ -15,6 +15,8 @@
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -22,8 +24,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
@@ -281,8 +281,8 @@ class node {
     // Bye, so that servers and the scheduler know this exit is no failure. A dead communicator
     // says nothing: its silent exit is what tells the scheduler that the job failed.
     if (healthy)
-      server_links<T>::say_bye(
-          links, [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
+      server_links<T>::say_bye(links,
+                               [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
     transport_.stop();
   }
 
