@@ -57,13 +57,8 @@ class SchedulerNode {
     mine_ = rendezvous::hello::from(cfg_, role::scheduler);
     // Every connection is challenged at once; its first frame must be a hello proving the token.
     port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
-      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
-        if (auto x = weak.lock()) x->close();
-      });
-      if (!ticket) return l->close();
-      auto s = std::make_shared<session>(this, l, ticket);
-      l->start(s);
-      rendezvous::hello_gate::send_challenge(*l, *ticket);
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
     });
     log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
               cfg_.num_workers, cfg_.num_servers);

@@ -147,13 +147,8 @@ class Server {
     const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
-      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
-        if (auto x = weak.lock()) x->close();
-      });
-      if (!ticket) return l->close();
-      auto s = std::make_shared<session>(this, l, ticket);
-      l->start(s);
-      rendezvous::hello_gate::send_challenge(*l, *ticket);
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
     });
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
