@@ -4,8 +4,9 @@
 /// that have not proved themselves yet. On accept it refuses the connection when
 /// `Config::max_pending_connections` others are still waiting to say hello, and otherwise hands
 /// out a `pending_hello` with a fresh nonce, which the listener sends in a `challenge` frame
-/// (auth.hpp). The connection's first frame must then be its hello, proving the job's token for
-/// that nonce. A connection that sends nothing of the kind within `Config::hello_timeout`
+/// (auth.hpp); `admit_and_challenge` does both for an accepted link, and is what the scheduler and
+/// the servers call. The connection's first frame must then be its hello, proving the job's
+/// token for that nonce. A connection that sends nothing of the kind within `Config::hello_timeout`
 /// (BYTEPS_HELLO_TIMEOUT_MS) is closed. Every refusal is logged at WARNING with the peer's
 /// address and counted (`counts()`).
 ///
@@ -128,6 +129,20 @@ class hello_gate {
   gate_counts counts() const {
     std::lock_guard lock(mu_);
     return counts_;
+  }
+
+  /// What a listener (the scheduler, a server) does with each link it accepts: `admit` it,
+  /// closing it at once when too many wait already and later when no hello comes in time; start
+  /// it with the receiver that `make_receiver(ticket)` returns, which keeps the ticket to settle
+  /// it on the link's first frame; then send the ticket's challenge.
+  template <class Link, class MakeReceiver>
+  void admit_and_challenge(const std::shared_ptr<Link>& l, MakeReceiver&& make_receiver) {
+    auto ticket = admit(l->peer(), [weak = std::weak_ptr<Link>(l)] {
+      if (auto x = weak.lock()) x->close();
+    });
+    if (!ticket) return l->close();
+    l->start(std::forward<MakeReceiver>(make_receiver)(ticket));
+    send_challenge(*l, *ticket);
   }
 
   /// Sends `t`'s challenge on `link` (any link type with `send`).

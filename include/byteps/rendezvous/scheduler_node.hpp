@@ -16,6 +16,8 @@
 /// Joining is in rendezvous/impl/scheduler_join.hpp, failover in
 /// rendezvous/impl/scheduler_failover.hpp; both are included at the end of this file.
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -24,8 +26,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
@@ -49,18 +49,16 @@ class SchedulerNode {
   /// (the environment's).
   explicit SchedulerNode(const Config& cfg) : SchedulerNode(cfg, T::options::from(cfg)) {}
   SchedulerNode(const Config& cfg, const typename T::options& transport_options)
-      : cfg_(cfg), transport_(cfg, transport_options), log_(cfg.log, "scheduler"), gate_(cfg, log_) {
+      : cfg_(cfg),
+        transport_(cfg, transport_options),
+        log_(cfg.log, "scheduler"),
+        gate_(cfg, log_) {
     cfg_.validate();
     mine_ = rendezvous::hello::from(cfg_, role::scheduler);
     // Every connection is challenged at once; its first frame must be a hello proving the token.
     port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
-      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
-        if (auto x = weak.lock()) x->close();
-      });
-      if (!ticket) return l->close();
-      auto s = std::make_shared<session>(this, l, ticket);
-      l->start(s);
-      rendezvous::hello_gate::send_challenge(*l, *ticket);
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
     });
     log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
               cfg_.num_workers, cfg_.num_servers);
@@ -125,7 +123,7 @@ class SchedulerNode {
     std::string peer;
     link_ptr link;
     clock::time_point last_heard = clock::now();
-    bool left = false;   // said bye
+    bool left = false;  // said bye
     bool alive = true;
     bool standby = false;  // a server waiting for a dead server's rank (failover)
   };
@@ -216,8 +214,8 @@ class SchedulerNode {
     std::lock_guard lock(mu_);
     if (s.refused) return;  // its refusal is on its way; the link closes after it
     if (s.node_index < 0 && h.type != wire::msg::hello) {  // a stranger: never "a worker"
-      gate_.refused(*s.ticket, fmt::format("it sent a {} frame before its hello",
-                                           wire::msg_name(h.type)));
+      gate_.refused(*s.ticket,
+                    fmt::format("it sent a {} frame before its hello", wire::msg_name(h.type)));
       return s.link_->close();
     }
     if (h.type == wire::msg::hello) return hello_locked(s, payload);
@@ -233,7 +231,8 @@ class SchedulerNode {
         if (++barriers_[h.round] == workers_) {
           barriers_.erase(h.round);
           for (auto& w : nodes_)
-            if (w.alive && w.r == role::worker) send_locked(w.link, wire::msg::barrier_release, {}, h.round);
+            if (w.alive && w.r == role::worker)
+              send_locked(w.link, wire::msg::barrier_release, {}, h.round);
         }
         return;
       }
@@ -283,7 +282,6 @@ class SchedulerNode {
 
   // A node is gone without bye (rendezvous/impl/scheduler_failover.hpp).
   void lost_locked(node& n, const std::string& what);
-
 
   // A node that joined is gone without saying bye: the job cannot go on, before or after the
   // cluster formed. Everyone still connected is told which node, so nobody waits for it.
@@ -346,13 +344,13 @@ class SchedulerNode {
   std::condition_variable cv_;
   std::vector<node> nodes_;
   std::map<std::uint64_t, int> barriers_;
-  rendezvous::welcome table_;       // as sent at formation; failover updates the server table
-  rendezvous::vacancies vacant_;    // failover: ranks of dead servers awaiting a replacement
+  rendezvous::welcome table_;     // as sent at formation; failover updates the server table
+  rendezvous::vacancies vacant_;  // failover: ranks of dead servers awaiting a replacement
   bool formed_ = false;
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
-  int workers_ = 0;  // worker processes, once formed
+  int workers_ = 0;                  // worker processes, once formed
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

@@ -11,6 +11,8 @@
 /// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`).
 /// Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
+/// What the server does with a push, from the thread it is summed on to the handler's outcome
+/// carried out, is in server/impl/server_push.hpp, included at the end of this file.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
@@ -25,7 +27,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -147,13 +148,8 @@ class Server {
     const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
-      auto ticket = gate_.admit(l->peer(), [weak = std::weak_ptr<typename T::link>(l)] {
-        if (auto x = weak.lock()) x->close();
-      });
-      if (!ticket) return l->close();
-      auto s = std::make_shared<session>(this, l, ticket);
-      l->start(s);
-      rendezvous::hello_gate::send_challenge(*l, *ticket);
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
     });
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
@@ -225,38 +221,15 @@ class Server {
     server::take_declare(names_, s, key, payload, compressors_, log_);
   }
 
+  // A whole push or, with failover, a sum_offer: handled on the I/O thread that read it when it
+  // is small (`inline_sum_bytes`), else posted to its key's engine thread.
   void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
-                 server::receive_times received) {
-    stats_.received(payload.size);
-    auto& e = engine_for(key_id{h.key, h.part});
-    if (payload.size <= inline_sum_bytes) {
-      {
-        std::lock_guard lock(e.mu);
-        on_push(e, s, h, payload, received);
-      }
-      pool_->give_back(std::move(payload));
-      return;
-    }
-    e.post([this, &e, s = std::move(s), h, received,
-            payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
-      on_push(e, s, h, *payload, received);
-      pool_->give_back(std::move(*payload));
-    });
-  }
+                 server::receive_times received);
 
   // Cut-through: part (`complete` false) or the rest of a streamed push, for its key's engine,
   // which sees a frame's calls in order.
   void post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
-                   std::size_t bytes_in, bool first, bool complete,
-                   server::receive_times received) {
-    if (complete) stats_.received(in.bytes.size());
-    auto& e = engine_for(key_id{h.key, h.part});
-    e.post(
-        [this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {
-          detail::buffer_pool::buffer none;
-          on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
-        });
-  }
+                   std::size_t bytes_in, bool first, bool complete, server::receive_times received);
 
   // Which call of a streamed push `on_push` carries out; a whole push is its only call.
   struct stream_call {
@@ -269,81 +242,10 @@ class Server {
   // failover, a sum_offer: the handler decides, the server carries it out.
   void on_push(engine& e, const session_ptr& s, const wire::header& h,
                detail::buffer_pool::buffer& payload, server::receive_times received,
-               stream_call call = {}) {
-    if (auto dead = dead_reason(); !dead.empty()) {
-      if (call.complete) s->send_error(h, dead, wire::flag_fatal);
-      return;
-    }
-    const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
-    const auto sum_ns = traced ? trace_.now() : 0;
-    const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
-    std::shared_ptr<const compress::spec> codec;  // compressed pushes only: a lock, a lookup
-    if ((h.flags & wire::flag_compressed) != 0) {
-      if constexpr (!server::decodes_pushes<H>)
-        return s->send_error(h,
-                             fmt::format("{} partition {}: a compressed push, but this server's "
-                                         "handler does not decode (use server::decoding<>)",
-                                         name(), h.part),
-                             wire::flag_usage);
-      codec = names_.codec(h.key);
-    }
-    const server::outcome o = e.handler.handle(
-        server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name, call.in,
-                        call.bytes_in, call.first, call.complete, codec.get()});
-    using kind = server::outcome::kind;
-    const key_id id{h.key, h.part};
-    switch (o.what) {
-      case kind::refuse:
-        return s->send_error(h, o.error, wire::flag_usage);
-      case kind::taken:
-        return;
-      case kind::answer_now:
-        if (log_.enabled(log_level::debug))  // an async handler's every push: no name lookup
-          log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
-                     h.part, h.round, s->worker, o.answer.round);
-        return answer(h, o.answer, std::span(&s, 1));
-      case kind::release_each:          // held workers of one key may wait for different rounds
-        if (h.type == wire::msg::push)  // an offer's worker has its answer already
-          answer(h, o.answer, std::span(&s, 1));
-        for (const auto& a : o.released)
-          if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
-        return;
-      default:
-        break;
-    }
-    auto& room =
-        h.type == wire::msg::push && call.first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
-    if (traced && h.type == wire::msg::push)
-      server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
-    if (o.what == kind::wait) return;
-    if (o.what == kind::piece) {
-      for (auto& w : room.workers) w->send_piece(h, o.answer, o.last);
-      stats_.sent(o.answer.bytes.size() * room.workers.size());
-      if (!o.last) return;
-      stats_.round_done();
-      if (trace_.on()) server::trace_answers(trace_, names_, room, h, trace_.now());
-      room.workers.clear();
-      return;
-    }
-    if (h.type == wire::msg::sum_offer)
-      log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer",
-                 name(), h.part, h.round, room.workers.size(), s->worker);
-    const auto complete_ns = trace_.now();
-    if (o.what == kind::release) {
-      answer(h, o.answer, room.workers);
-      stats_.round_done();
-    } else {
-      for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
-    }
-    if (trace_.on()) server::trace_answers(trace_, names_, room, h, complete_ns);
-    room.workers.clear();
-  }
+               stream_call call = {});
 
   // Sends the handler's answer about `h`'s partition to each of `to`.
-  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to) {
-    for (auto& w : to) w->send_answer(h, a);
-    stats_.sent(a.bytes.size() * to.size());
-  }
+  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to);
 
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
   // rest of the last interval. An idle interval with nobody behind says nothing.
@@ -415,3 +317,5 @@ class Server {
 };
 
 }  // namespace bps
+
+#include "byteps/server/impl/server_push.hpp"

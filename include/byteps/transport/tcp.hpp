@@ -4,7 +4,8 @@
 ///
 /// One `asio::io_context` per transport object (no process-wide state, so many nodes can live in
 /// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). A connection
-/// is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there.
+/// is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there. Listening
+/// sockets accept through `tcp_listeners` (tcp_listeners.hpp), as `tls<tcp>`'s do.
 
 #include <array>
 #include <asio.hpp>
@@ -18,6 +19,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/transport/tcp_link.hpp"
+#include "byteps/transport/tcp_listeners.hpp"
 #include "byteps/transport/tcp_options.hpp"
 #include "byteps/transport/tcp_socket.hpp"
 #include "byteps/transport/transport.hpp"
@@ -50,8 +52,6 @@ class tcp {
   void stop();
 
  private:
-  void accept_next(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                   std::function<void(std::shared_ptr<link>)> on_accept);
   std::shared_ptr<link> adopt(asio::ip::tcp::socket socket);
 
   std::size_t max_frame_;
@@ -61,7 +61,7 @@ class tcp {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   bool stopped_ = false;
-  std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acceptors_;
+  tcp_listeners listeners_{io_, log_};
   std::vector<std::weak_ptr<link>> links_;
 };
 
@@ -78,33 +78,10 @@ inline std::shared_ptr<tcp::link> tcp::adopt(asio::ip::tcp::socket socket) {
 
 inline std::uint16_t tcp::listen(const std::string& host, std::uint16_t port,
                                  std::function<void(std::shared_ptr<link>)> on_accept) {
-  auto acceptor = open_acceptor(io_, host, port);
-  auto bound = acceptor->local_endpoint().port();
-  {
-    std::lock_guard lock(mu_);
-    acceptors_.push_back(acceptor);
-  }
-  accept_next(acceptor, std::move(on_accept));
-  return bound;
-}
-
-inline void tcp::accept_next(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                             std::function<void(std::shared_ptr<link>)> on_accept) {
-  auto* raw = acceptor.get();
-  raw->async_accept([this, acceptor = std::move(acceptor), on_accept = std::move(on_accept)](
-                        std::error_code ec, asio::ip::tcp::socket socket) mutable {
-    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-    if (!ec) {
-      try {
-        on_accept(adopt(std::move(socket)));
-      } catch (const std::exception& e) {
-        log_.error("accepting a connection failed: {}", e.what());
-      }
-    } else {
-      log_.warn("accept failed: {}", ec.message());
-    }
-    accept_next(std::move(acceptor), std::move(on_accept));
-  });
+  return listeners_.listen(
+      host, port, [this, on_accept = std::move(on_accept)](asio::ip::tcp::socket socket) {
+        tcp_listeners::hand_over(log_, [&] { on_accept(adopt(std::move(socket))); });
+      });
 }
 
 inline std::shared_ptr<tcp::link> tcp::connect(const std::string& host, std::uint16_t port,
@@ -121,12 +98,7 @@ inline void tcp::stop() {
     std::lock_guard lock(mu_);
     if (stopped_) return;
     stopped_ = true;
-    for (auto& a : acceptors_) {
-      asio::post(io_, [a] {
-        std::error_code ignored;
-        a->close(ignored);
-      });
-    }
+    listeners_.close();
     for (auto& w : links_)
       if (auto l = w.lock()) links.push_back(std::move(l));
   }

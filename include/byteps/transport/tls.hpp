@@ -37,6 +37,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/transport/tcp.hpp"
+#include "byteps/transport/tcp_listeners.hpp"
 #include "byteps/transport/tcp_socket.hpp"
 #include "byteps/transport/tls_context.hpp"
 #include "byteps/transport/tls_link.hpp"
@@ -96,8 +97,6 @@ class tls {
     return make_tls_context(opts.ca, opts.cert, opts.key);
   }
 
-  void accept_next(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                   std::function<void(std::shared_ptr<link>)> on_accept);
   void start_handshake(asio::ip::tcp::socket socket,
                        const std::function<void(std::shared_ptr<link>)>& on_accept);
   void finish_handshake(const std::shared_ptr<handshake>& hs, std::error_code ec,
@@ -114,7 +113,7 @@ class tls {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   bool stopped_ = false;
-  std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acceptors_;
+  tcp_listeners listeners_{io_, log_};
   std::vector<std::weak_ptr<link>> links_;
   std::vector<std::weak_ptr<handshake>> handshakes_;  // accepted, handshake not done
 };
@@ -135,31 +134,10 @@ template <class Inner>
 requires std::same_as<Inner, tcp> std::uint16_t tls<Inner>::listen(
     const std::string& host, std::uint16_t port,
     std::function<void(std::shared_ptr<link>)> on_accept) {
-  auto acceptor = open_acceptor(io_, host, port);
-  auto bound = acceptor->local_endpoint().port();
-  {
-    std::lock_guard lock(mu_);
-    acceptors_.push_back(acceptor);
-  }
-  accept_next(acceptor, std::move(on_accept));
-  return bound;
-}
-
-template <class Inner>
-requires std::same_as<Inner, tcp>
-void tls<Inner>::accept_next(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                             std::function<void(std::shared_ptr<link>)> on_accept) {
-  auto* raw = acceptor.get();
-  raw->async_accept([this, acceptor = std::move(acceptor), on_accept = std::move(on_accept)](
-                        std::error_code ec, asio::ip::tcp::socket socket) mutable {
-    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-    if (!ec) {
-      start_handshake(std::move(socket), on_accept);
-    } else {
-      log_.warn("accept failed: {}", ec.message());
-    }
-    accept_next(std::move(acceptor), std::move(on_accept));
-  });
+  return listeners_.listen(host, port,
+                           [this, on_accept = std::move(on_accept)](asio::ip::tcp::socket socket) {
+                             start_handshake(std::move(socket), on_accept);
+                           });
 }
 
 template <class Inner>
@@ -219,11 +197,7 @@ void tls<Inner>::finish_handshake(const std::shared_ptr<handshake>& hs, std::err
     hs->stream.lowest_layer().close(ignored);
     return;
   }
-  try {
-    on_accept(adopt(std::move(hs->stream)));
-  } catch (const std::exception& e) {
-    log_.error("accepting a connection failed: {}", e.what());
-  }
+  tcp_listeners::hand_over(log_, [&] { on_accept(adopt(std::move(hs->stream))); });
 }
 
 template <class Inner>
@@ -266,12 +240,7 @@ void tls<Inner>::stop() {
     std::lock_guard lock(mu_);
     if (stopped_) return;
     stopped_ = true;
-    for (auto& a : acceptors_) {
-      asio::post(io_, [a] {
-        std::error_code ignored;
-        a->close(ignored);
-      });
-    }
+    listeners_.close();
     for (auto& w : handshakes_) {
       if (auto hs = w.lock()) {
         asio::post(hs->strand, [hs] {

@@ -15,6 +15,8 @@
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -23,9 +25,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
@@ -42,6 +41,7 @@
 #include "byteps/schedule/scheduler.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/answers.hpp"
+#include "byteps/worker/compressor_choice.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/local_stage.hpp"
@@ -65,7 +65,7 @@ class node {
         control_(transport_, cfg),
         log_(cfg.log, "worker"),
         local_(cfg),
-        default_codec_(default_compressor(cfg)),
+        compressor_choice_(cfg),
         dispatcher_(cfg),
         trace_(cfg, role::worker),
         stage_(
@@ -126,7 +126,8 @@ class node {
           "delta the servers add into the parameters, and the answer is the parameters, not a "
           "sum to divide; scale the delta before pushing instead",
           what));
-    opts.compressor = compressor_for(what, count * dtype_size(type), std::move(opts.compressor));
+    opts.compressor = compressor_choice_.for_operation(what, count * dtype_size(type),
+                                                       std::move(opts.compressor));
     const auto deadline = clock::now() + cfg_.op_timeout;
     if constexpr (!L::is_identity) {
       {
@@ -193,32 +194,6 @@ class node {
 
   op_table& ops() noexcept { return dispatcher_.ops(); }
 
-  // BYTEPS_COMPRESSOR made with the built-ins, checked before the worker joins.
-  static std::shared_ptr<const compress::spec> default_compressor(const Config& cfg) {
-    if (cfg.compressor.empty()) return nullptr;
-    try {
-      return compress::by_name(compress::parse(cfg.compressor, "BYTEPS_COMPRESSOR"));
-    } catch (const usage_error& e) {
-      throw usage_error(fmt::format("BYTEPS_COMPRESSOR='{}': {}", cfg.compressor, e.what()));
-    }
-  }
-
-  // The compressor an operation on `bytes` bytes runs with: the one asked for, else the
-  // default; none (null) below BYTEPS_MIN_COMPRESS_BYTES, so a small tensor keeps "none" on
-  // every call whatever it asks for.
-  std::shared_ptr<const compress::spec> compressor_for(
-      const std::string& what, std::size_t bytes, std::shared_ptr<const compress::spec> asked) {
-    if (!asked) asked = default_codec_;
-    if (!asked || asked->is_none() || bytes < cfg_.min_compress_bytes) return nullptr;
-    if (cfg_.failover() && asked->declared())
-      throw usage_error(fmt::format(
-          "{}: compressor '{}' is decoded by the servers, which failover "
-          "(BYTEPS_FAILOVER_TIMEOUT_MS > 0) does not support yet: a replacement server cannot "
-          "rebuild the dead one's error feedback; use no compressor or a summable one",
-          what, asked->name()));
-    return asked;
-  }
-
   void join() {
     cfg_.validate();
     auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
@@ -281,8 +256,8 @@ class node {
     // Bye, so that servers and the scheduler know this exit is no failure. A dead communicator
     // says nothing: its silent exit is what tells the scheduler that the job failed.
     if (healthy)
-      server_links<T>::say_bye(
-          links, [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
+      server_links<T>::say_bye(links,
+                               [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
     transport_.stop();
   }
 
@@ -386,7 +361,7 @@ class node {
   rendezvous::client<T> control_;
   logger log_;
   L local_;
-  std::shared_ptr<const compress::spec> default_codec_;  // BYTEPS_COMPRESSOR; null for none
+  compressor_choice compressor_choice_;  // checks BYTEPS_COMPRESSOR when the node is built
   mutable std::mutex mu_;
   dispatcher<P, S> dispatcher_;
   server_links<T> links_;

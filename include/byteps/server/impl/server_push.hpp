@@ -1,0 +1,133 @@
+#pragma once
+/// @file
+/// What `Server` does with a push (see server/server.hpp): the thread it is summed on, the
+/// handler's decision, and that decision carried out: answers to the workers waiting for the
+/// round, errors, the timeline's spans and the throughput counts. Included at the end of
+/// server/server.hpp.
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "byteps/server/server.hpp"
+
+namespace bps {
+
+template <Transport T, ServerHandler H>
+void Server<T, H>::post_push(session_ptr s, const wire::header& h,
+                             detail::buffer_pool::buffer payload, server::receive_times received) {
+  stats_.received(payload.size);
+  auto& e = engine_for(key_id{h.key, h.part});
+  if (payload.size <= inline_sum_bytes) {
+    {
+      std::lock_guard lock(e.mu);
+      on_push(e, s, h, payload, received);
+    }
+    pool_->give_back(std::move(payload));
+    return;
+  }
+  e.post([this, &e, s = std::move(s), h, received,
+          payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
+    on_push(e, s, h, *payload, received);
+    pool_->give_back(std::move(*payload));
+  });
+}
+
+template <Transport T, ServerHandler H>
+void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
+                               std::size_t bytes_in, bool first, bool complete,
+                               server::receive_times received) {
+  if (complete) stats_.received(in.bytes.size());
+  auto& e = engine_for(key_id{h.key, h.part});
+  e.post([this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {
+    detail::buffer_pool::buffer none;
+    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
+  });
+}
+
+template <Transport T, ServerHandler H>
+void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
+                           detail::buffer_pool::buffer& payload, server::receive_times received,
+                           stream_call call) {
+  if (auto dead = dead_reason(); !dead.empty()) {
+    if (call.complete) s->send_error(h, dead, wire::flag_fatal);
+    return;
+  }
+  const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
+  const auto sum_ns = traced ? trace_.now() : 0;
+  const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
+  std::shared_ptr<const compress::spec> codec;  // compressed pushes only: a lock, a lookup
+  if ((h.flags & wire::flag_compressed) != 0) {
+    if constexpr (!server::decodes_pushes<H>)
+      return s->send_error(h,
+                           fmt::format("{} partition {}: a compressed push, but this server's "
+                                       "handler does not decode (use server::decoding<>)",
+                                       name(), h.part),
+                           wire::flag_usage);
+    codec = names_.codec(h.key);
+  }
+  const server::outcome o = e.handler.handle(
+      server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name, call.in,
+                      call.bytes_in, call.first, call.complete, codec.get()});
+  using kind = server::outcome::kind;
+  const key_id id{h.key, h.part};
+  switch (o.what) {
+    case kind::refuse:
+      return s->send_error(h, o.error, wire::flag_usage);
+    case kind::taken:
+      return;
+    case kind::answer_now:
+      if (log_.enabled(log_level::debug))  // an async handler's every push: no name lookup
+        log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
+                   h.part, h.round, s->worker, o.answer.round);
+      return answer(h, o.answer, std::span(&s, 1));
+    case kind::release_each:          // held workers of one key may wait for different rounds
+      if (h.type == wire::msg::push)  // an offer's worker has its answer already
+        answer(h, o.answer, std::span(&s, 1));
+      for (const auto& a : o.released)
+        if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
+      return;
+    default:
+      break;
+  }
+  auto& room =
+      h.type == wire::msg::push && call.first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
+  if (traced && h.type == wire::msg::push)
+    server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
+  if (o.what == kind::wait) return;
+  if (o.what == kind::piece) {
+    for (auto& w : room.workers) w->send_piece(h, o.answer, o.last);
+    stats_.sent(o.answer.bytes.size() * room.workers.size());
+    if (!o.last) return;
+    stats_.round_done();
+    if (trace_.on()) server::trace_answers(trace_, names_, room, h, trace_.now());
+    room.workers.clear();
+    return;
+  }
+  if (h.type == wire::msg::sum_offer)
+    log_.debug("{} partition {} round {}: {} worker(s) answered with worker {}'s sum_offer", name(),
+               h.part, h.round, room.workers.size(), s->worker);
+  const auto complete_ns = trace_.now();
+  if (o.what == kind::release) {
+    answer(h, o.answer, room.workers);
+    stats_.round_done();
+  } else {
+    for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
+  }
+  if (trace_.on()) server::trace_answers(trace_, names_, room, h, complete_ns);
+  room.workers.clear();
+}
+
+template <Transport T, ServerHandler H>
+void Server<T, H>::answer(const wire::header& h, const server::reply& a,
+                          std::span<const session_ptr> to) {
+  for (auto& w : to) w->send_answer(h, a);
+  stats_.sent(a.bytes.size() * to.size());
+}
+
+}  // namespace bps
