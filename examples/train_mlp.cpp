@@ -58,12 +58,11 @@
 #include "train_mlp_checks.hpp"
 #include "train_mlp_async.hpp"
 
-// One process per machine, or several meeting in shared memory (BYTEPS_LOCAL_SIZE > 1). The
-// ipc transport sends pushes to a server on this machine through shared memory.
-using DirectComm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::none,
-                                     bps::partition::by_bytes, bps::schedule::priority>;
-using HostComm = bps::Communicator<bps::transport::ipc<bps::transport::tcp>, bps::local::host,
-                                   bps::partition::by_bytes, bps::schedule::priority>;
+// One process per machine (the defaults), or several meeting in shared memory
+// (BYTEPS_LOCAL_SIZE > 1). The default transport sends pushes to a server on this machine
+// through shared memory and to the others over TCP (transport/standard.hpp).
+using DirectComm = bps::Communicator<>;
+using HostComm = bps::Communicator<bps::transport::standard, bps::local::host>;
 using clock_type = std::chrono::steady_clock;
 
 namespace {

@@ -2,9 +2,7 @@
 /// @file
 /// byteps: BytePS-style gradient exchange through summation servers, header-only C++20.
 ///
-///   using Comm = bps::Communicator<bps::transport::tcp, bps::local::none,
-///                                  bps::partition::by_bytes, bps::schedule::priority>;
-///   Comm comm(bps::Config::from_env());
+///   bps::Communicator<> comm(bps::Config::from_env());  // the defaults: transport/standard.hpp
 ///   comm.push_pull("layer0.weight", std::span(grad), {.priority = 3, .average = true}).wait();
 ///
 /// One include per layer, as the folders are laid out.
@@ -32,5 +30,6 @@
 #include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/tcp.hpp"
 #include "byteps/transport/tcp_options.hpp"
+#include "byteps/transport/standard.hpp"
 #include "byteps/version.hpp"
 #include "byteps/worker/communicator.hpp"

@@ -56,6 +56,7 @@
 #include "byteps/server/sync_sum.hpp"
 #include "byteps/server/waiting.hpp"
 #include "byteps/server/worker_places.hpp"
+#include "byteps/transport/standard.hpp"
 #include "byteps/transport/transport.hpp"
 
 namespace bps {
@@ -64,7 +65,7 @@ namespace testing {
 struct server_access;  // the tests' way into a server; not defined by the library
 }  // namespace testing
 
-template <Transport T, ServerHandler H = server::decoding<server::sync_sum>>
+template <Transport T = transport::standard, ServerHandler H = server::decoding<server::sync_sum>>
 class Server {
  public:
   using link_ptr = std::shared_ptr<typename T::link>;

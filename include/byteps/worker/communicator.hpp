@@ -21,6 +21,8 @@
 /// All member functions may be called from several threads. The caller's buffer must stay
 /// alive and untouched until the operation's handle is done (also when it fails).
 
+#include <fmt/format.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -29,8 +31,6 @@
 #include <string_view>
 #include <type_traits>
 
-#include <fmt/format.h>
-
 #include "byteps/compress/compressor.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
@@ -38,15 +38,23 @@
 #include "byteps/core/handle.hpp"
 #include "byteps/core/push_pull_options.hpp"
 #include "byteps/local/local_collective.hpp"
+#include "byteps/local/none.hpp"
+#include "byteps/partition/by_bytes.hpp"
 #include "byteps/partition/partitioner.hpp"
+#include "byteps/schedule/priority.hpp"
 #include "byteps/schedule/scheduler.hpp"
+#include "byteps/transport/standard.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/node.hpp"
 #include "byteps/worker/request_checks.hpp"
 
 namespace bps {
 
-template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+/// The defaults (`Communicator<>`): shared memory to a server on this host and TCP to the others
+/// (`transport::standard`), one process per machine (`local::none`), partitions sized from the
+/// tensor and the server count (`partition::by_bytes`), first layers first (`schedule::priority`).
+template <Transport T = transport::standard, LocalCollective L = local::none,
+          Partitioner P = partition::by_bytes, Scheduler S = schedule::priority>
 class Communicator {
  public:
   /// Joins the cluster: connects to the scheduler, waits for every node (at most
