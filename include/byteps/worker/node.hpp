@@ -211,6 +211,14 @@ class node {
           "collective (bps::local::host) to cut tensors into the same slices; this worker uses "
           "bps::local::none",
           welcome.slices));
+    // The machine's local ranks meet right after the welcome, before the links to the servers
+    // (which fail once another local rank died): a segment is unlinked when every local rank
+    // mapped it, so a local rank that dies before its first push_pull leaves nothing behind.
+    // Attached after the links, a survivor failing on its way here left the dead one's control
+    // segment in /dev/shm.
+    const local::cluster machine{rank_,        num_workers_,   global_rank_,
+                                 global_size_, welcome.slices, welcome.job_id};
+    local_.attach(machine);
     control_.on_failure([this](const std::string& why) {
       std::lock_guard lock(mu_);
       die_locked(why);
@@ -224,9 +232,6 @@ class node {
                        });
     ops().stats().servers(links_.size());
     if (failover_) failover_->listen();
-    const local::cluster machine{rank_,        num_workers_,   global_rank_,
-                                 global_size_, welcome.slices, welcome.job_id};
-    local_.attach(machine);
     if constexpr (!L::is_identity) stage_.start(machine);
     log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
               global_size_, num_workers_, links_.size());
