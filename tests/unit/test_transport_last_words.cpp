@@ -9,10 +9,10 @@
 // in progress (it reads nothing), it sends two frames and resets the connection, and the
 // link's receiver holds the first frame until the reset has failed the write.
 
-#include <sys/socket.h>
-
+#include <algorithm>
 #include <asio.hpp>
-
+#include <byteps/transport/tcp.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -24,10 +24,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <byteps/transport/tcp.hpp>
-
-#include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 
@@ -86,16 +82,17 @@ std::vector<std::byte> frame(std::uint64_t key, std::size_t payload) {
   h.key = key;
   h.payload_bytes = payload;
   const auto head = wire::encode(h);
-  std::vector<std::byte> out(head.begin(), head.end());
-  out.resize(out.size() + payload, std::byte{7});
+  std::vector<std::byte> out(head.size() + payload, std::byte{7});
+  std::copy(head.begin(), head.end(), out.begin());
   return out;
 }
 
 }  // namespace last_words_test
 
-TEST_CASE("tcp link: frames a peer sent before it reset are delivered although a write failed "
-          "first, then the close",
-          "[transport][tcp]") {
+TEST_CASE(
+    "tcp link: frames a peer sent before it reset are delivered although a write failed "
+    "first, then the close",
+    "[transport][tcp]") {
   using namespace last_words_test;
   bps::Config cfg;
   cfg.log = bps::log_level::error;
