@@ -10,18 +10,16 @@
 //
 // benchmarks/gpu-sweep.sh runs both and, per size, a traced job whose `byteps-trace summary`
 // splits the time into the pipeline's stages. Exits 77 with a message where there is no GPU.
-#include <byteps/byteps.hpp>
-#include <byteps/local/nccl.hpp>
-
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <atomic>
+#include <byteps/byteps.hpp>
+#include <byteps/local/nccl.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,28 +48,18 @@ void usage(std::FILE* out) {
                bench::common_help());
 }
 
-void cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(fmt::format("{} failed: {}: {}", what, cudaGetErrorName(e),
-                                         cudaGetErrorString(e)));
+// CUDA's errors as the library words them (local/cuda_helpers.hpp).
+void cuda(cudaError_t e, const char* call) {
+  bps::local::nccl_detail::cuda_check(e, call, "the benchmark");
 }
 
 struct device_memory {
-  explicit device_memory(std::size_t bytes) { cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
+  explicit device_memory(std::size_t bytes) {
+    cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  }
   ~device_memory() { cudaFree(p); }
   device_memory(const device_memory&) = delete;
   device_memory& operator=(const device_memory&) = delete;
-  void* p = nullptr;
-};
-
-struct pinned_memory {
-  explicit pinned_memory(std::size_t bytes) {
-    cuda(cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost");
-    std::memset(p, 1, bytes);
-  }
-  ~pinned_memory() { cudaFreeHost(p); }
-  pinned_memory(const pinned_memory&) = delete;
-  pinned_memory& operator=(const pinned_memory&) = delete;
   void* p = nullptr;
 };
 
@@ -132,29 +120,32 @@ void host_latency(void* dst, const void* src, cudaMemcpyKind kind, cudaStream_t 
   }
   cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   cudaEventDestroy(done);
-  std::printf("# %s 4 KiB, host-observed, p50/p99 of 200: event polled %.1f/%.1f us, host "
-              "function ran %.1f/%.1f us\n",
-              label, bench::percentile(polled, 0.5) * 1e6, bench::percentile(polled, 0.99) * 1e6,
-              bench::percentile(called, 0.5) * 1e6, bench::percentile(called, 0.99) * 1e6);
+  std::printf(
+      "# %s 4 KiB, host-observed, p50/p99 of 200: event polled %.1f/%.1f us, host "
+      "function ran %.1f/%.1f us\n",
+      label, bench::percentile(polled, 0.5) * 1e6, bench::percentile(polled, 0.99) * 1e6,
+      bench::percentile(called, 0.5) * 1e6, bench::percentile(called, 0.99) * 1e6);
 }
 
 int copy_bandwidth(const bench::options& o) {
   const auto sizes = bench::sweep(o);
-  pinned_memory host(sizes.back());
+  bps::local::nccl_detail::pinned host(sizes.back(), "the benchmark");
+  std::memset(host.data(), 1, host.size());  // touch every page before timing
   device_memory dev(sizes.back());
   cudaStream_t stream = nullptr;
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cudaDeviceProp prop{};
   cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("# copy bandwidth on %s (%d copy engines), pinned host memory, one stream, p50 of "
-              "%d + %d warmup; GB = 1e9 bytes\n",
-              prop.name, prop.asyncEngineCount, o.iters, o.warmup);
-  host_latency(dev.p, host.p, cudaMemcpyHostToDevice, stream, "h2d");
-  host_latency(host.p, dev.p, cudaMemcpyDeviceToHost, stream, "d2h");
+  std::printf(
+      "# copy bandwidth on %s (%d copy engines), pinned host memory, one stream, p50 of "
+      "%d + %d warmup; GB = 1e9 bytes\n",
+      prop.name, prop.asyncEngineCount, o.iters, o.warmup);
+  host_latency(dev.p, host.data(), cudaMemcpyHostToDevice, stream, "h2d");
+  host_latency(host.data(), dev.p, cudaMemcpyDeviceToHost, stream, "d2h");
   std::printf("#%11s %12s %12s %12s %12s\n", "size", "h2d_us", "h2d_GBps", "d2h_us", "d2h_GBps");
   for (std::size_t bytes : sizes) {
-    const double h2d = copy_seconds(dev.p, host.p, bytes, cudaMemcpyHostToDevice, stream, o);
-    const double d2h = copy_seconds(host.p, dev.p, bytes, cudaMemcpyDeviceToHost, stream, o);
+    const double h2d = copy_seconds(dev.p, host.data(), bytes, cudaMemcpyHostToDevice, stream, o);
+    const double d2h = copy_seconds(host.data(), dev.p, bytes, cudaMemcpyDeviceToHost, stream, o);
     std::printf("%12zu %12.1f %12.2f %12.1f %12.2f\n", bytes, h2d * 1e6,
                 static_cast<double>(bytes) / h2d / 1e9, d2h * 1e6,
                 static_cast<double>(bytes) / d2h / 1e9);
