@@ -63,8 +63,8 @@ TEST_CASE("plain tcp workers and ipc servers still talk", "[cluster][ipc]") {
   test::run_cluster<ipc_tcp, test::comm_t>(cfg, {1, 1}, [&](test::comm_t& comm) { exact_sums(comm, 2); });
 }
 
-TEST_CASE("ipc transport: payloads take shared memory only after the handshake, and not with "
-          "BYTEPS_ENABLE_IPC=0",
+TEST_CASE("ipc transport: payloads take shared memory both ways only after the handshake, and "
+          "not with BYTEPS_ENABLE_IPC=0",
           "[ipc]") {
   for (bool enabled : {true, false}) {
     CAPTURE(enabled);
@@ -95,7 +95,8 @@ TEST_CASE("ipc transport: payloads take shared memory only after the handshake, 
       l->start(server_side);
     });
     auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));
-    client->start(std::make_shared<collect>());
+    std::shared_ptr<transport::receiver> client_receiver = std::make_shared<collect>();
+    client->start(client_receiver);
     // Give the handshake its round trip, then send payloads of every size class.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::vector<std::vector<std::byte>> sent;
@@ -116,6 +117,29 @@ TEST_CASE("ipc transport: payloads take shared memory only after the handshake, 
     }
     // The two payloads of at least 16 KiB went through the ring when enabled.
     CHECK(client_net.payloads_through_shm() == (enabled ? 2u : 0u));
+    // The way back has a ring of its own, offered by the server once it mapped the client's.
+    const auto ready_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (enabled && !accepted->through_shm() && std::chrono::steady_clock::now() < ready_by)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(accepted->through_shm() == enabled);
+    CHECK(client->through_shm() == enabled);
+    auto client_side = std::static_pointer_cast<collect>(client_receiver);
+    for (auto& p : sent) {
+      wire::header h;
+      h.type = wire::msg::pull_response;
+      accepted->send(h, p, {});
+    }
+    {
+      std::unique_lock lock(client_side->mu);
+      REQUIRE(client_side->cv.wait_for(lock, std::chrono::seconds(10),
+                                       [&] { return client_side->got.size() == sent.size(); }));
+      for (std::size_t i = 0; i < sent.size(); ++i) CHECK(client_side->got[i] == sent[i]);
+    }
+    const auto counted = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (enabled && server_net.payloads_through_shm() < 2 &&
+           std::chrono::steady_clock::now() < counted)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(server_net.payloads_through_shm() == (enabled ? 2u : 0u));
     client_net.stop();
     server_net.stop();
   }

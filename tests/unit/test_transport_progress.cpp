@@ -270,15 +270,16 @@ TEST_CASE("faulty tcp with no faults planned passes progress through",
 
 TEST_CASE("ipc over tcp on one host reports progress for payloads on the tcp link only",
           "[transport][ipc][progress]") {
-  const auto big_push = pattern(1, big);      // client to server: through the ring
+  const auto big_push = pattern(1, big);      // client to server: through the client's ring
   const auto small_push = pattern(2, 12300);  // below min_ipc_bytes: on the tcp link
-  const auto big_answer = pattern(3, big);    // server to client: always on the tcp link
+  const auto big_answer = pattern(3, big);    // server to client: through the server's ring
+  const auto small_answer = pattern(4, 12300);
   const auto probe = pattern(100, ipc_tcp::min_ipc_bytes);
   static_assert(12300 < ipc_tcp::min_ipc_bytes);
   auto in = std::make_shared<recorder>(step);
   auto back = std::make_shared<recorder>(step);
   std::size_t probes = 0, through_ring = 0;
-  std::uint64_t shm_payloads = 0;
+  std::uint64_t client_shm = 0, server_shm = 0;
   {
     link_pair<ipc_tcp> pair({}, in, back);
     // Probes until one takes the ring: the handshake has finished. One on the tcp link gets the
@@ -290,18 +291,27 @@ TEST_CASE("ipc over tcp on one host reports progress for payloads on the tcp lin
       if (in->frames().back().progress.empty()) ++through_ring;
     }
     REQUIRE(through_ring == 1);
+    // The way back: the server offers its ring once it mapped the client's, one round trip on.
+    while (!pair.server->through_shm() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    REQUIRE(pair.server->through_shm());
     send_frame(*pair.client, 1, big_push);
     send_frame(*pair.client, 2, small_push);
     send_frame(*pair.server, 3, big_answer);
+    send_frame(*pair.server, 4, small_answer);
     REQUIRE(in->wait_messages(probes + 2));
-    REQUIRE(back->wait_messages(1));
-    // The copier counts a ring payload right after sending its header: wait for the count.
+    REQUIRE(back->wait_messages(2));
+    // The copier counts a ring payload right after sending its header: wait for the counts.
     const auto counted = std::chrono::steady_clock::now() + 5s;
-    while (pair.client_net.payloads_through_shm() < 2 && std::chrono::steady_clock::now() < counted)
+    while ((pair.client_net.payloads_through_shm() < 2 ||
+            pair.server_net.payloads_through_shm() < 1) &&
+           std::chrono::steady_clock::now() < counted)
       std::this_thread::sleep_for(1ms);
-    shm_payloads = pair.client_net.payloads_through_shm();
+    client_shm = pair.client_net.payloads_through_shm();
+    server_shm = pair.server_net.payloads_through_shm();
   }
-  CHECK(shm_payloads == 2);  // the last probe and the big push
+  CHECK(client_shm == 2);  // the last probe and the big push
+  CHECK(server_shm == 1);  // the big answer
   const auto frames = in->frames();
   REQUIRE(frames.size() == probes + 2);
   for (std::size_t i = 0; i + 1 < probes; ++i) {
@@ -312,6 +322,7 @@ TEST_CASE("ipc over tcp on one host reports progress for payloads on the tcp lin
   check_frame(frames[probes], 1, big, {});
   check_frame(frames[probes + 1], 2, small_push.size(), {4096, 8192, 12288});
   const auto answers = back->frames();
-  REQUIRE(answers.size() == 1);
-  check_frame(answers[0], 3, big, steps_below(big));
+  REQUIRE(answers.size() == 2);
+  check_frame(answers[0], 3, big, {});
+  check_frame(answers[1], 4, small_answer.size(), {4096, 8192, 12288});
 }

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include <array>
+#include <algorithm>
 #include <asio.hpp>
 #include <deque>
 #include <memory>
@@ -198,32 +198,49 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     return !failed_;
   }
 
+  // Runs on the strand. Writes every queued frame (up to `max_gathered_frames`) in one gathered
+  // write: a burst of small frames (an ipc marker and its header, many small tensors' pushes)
+  // then costs the peer one wake-up, not one per frame. The queue is a deque, so the frames'
+  // bytes stay put while senders append behind them.
   void write_front() {
-    outgoing* front;
+    std::size_t frames = 0;
     {
       std::lock_guard lock(mu_);
       if (closed_ || queue_.empty()) {
         writing_ = false;
         return;
       }
-      front = &queue_.front();
+      gathered_.clear();
+      frames = std::min(queue_.size(), max_gathered_frames);
+      for (std::size_t i = 0; i < frames; ++i) {
+        const outgoing& f = queue_[i];
+        gathered_.push_back(asio::buffer(f.header));
+        if (!f.payload.empty())
+          gathered_.push_back(asio::buffer(f.payload.data(), f.payload.size()));
+      }
     }
-    std::array<asio::const_buffer, 2> buffers{
-        asio::buffer(front->header), asio::buffer(front->payload.data(), front->payload.size())};
-    asio::async_write(socket_, buffers,
-                      asio::bind_executor(strand_, [self = this->shared_from_this()](
+    asio::async_write(socket_, gathered_,
+                      asio::bind_executor(strand_, [self = this->shared_from_this(), frames](
                                                        std::error_code ec, std::size_t) {
                         if (ec) return self->write_failed(ec);
-                        sent_callback done;
-                        {
-                          std::lock_guard lock(self->mu_);
-                          if (self->queue_.empty()) return;
-                          done = std::move(self->queue_.front().on_sent);
-                          self->queue_.pop_front();
-                        }
-                        if (done) done();
-                        self->write_front();
+                        self->finish_written(frames);
                       }));
+  }
+
+  // Runs on the strand: the first `frames` queued frames left; their callbacks run, in order.
+  void finish_written(std::size_t frames) {
+    done_.clear();
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < frames && !queue_.empty(); ++i) {
+        done_.push_back(std::move(queue_.front().on_sent));
+        queue_.pop_front();
+      }
+    }
+    for (auto& done : done_)
+      if (done) done();
+    done_.clear();
+    write_front();
   }
 
   // A read of the current frame's payload failed after `got` of its bytes.
@@ -296,6 +313,9 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   std::string close_reason_;
   std::mutex mu_;
   std::deque<outgoing> queue_;
+  static constexpr std::size_t max_gathered_frames = 64;  // 128 buffers, far below IOV_MAX
+  std::vector<asio::const_buffer> gathered_;               // the strand's; the write in flight
+  std::vector<sent_callback> done_;                        // the strand's
   bool writing_ = false;
   bool closed_ = false;
 };

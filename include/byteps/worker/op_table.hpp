@@ -168,8 +168,17 @@ class op_table {
   void answered(key_id id, const op_ptr& op) {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second.op == op) {
-      if (auto* t = find_tensor(id.key); t != nullptr && it->second.sent_at != clock::time_point{}) {
-        t->timing.answering += stats_recorder::seconds(clock::now() - it->second.sent_at);
+      if (auto* t = find_tensor(id.key); t != nullptr) {
+        // The answer may come before the transport's on_sent for the push (a gathered write
+        // completes after the server already answered): the sending then ended by now, and
+        // the answer took no time after it. Each partition counts once either way.
+        const auto now = clock::now();
+        if (it->second.sent_at == clock::time_point{}) {
+          if (it->second.dispatched_at != clock::time_point{})
+            t->timing.sending += stats_recorder::seconds(now - it->second.dispatched_at);
+        } else {
+          t->timing.answering += stats_recorder::seconds(now - it->second.sent_at);
+        }
         ++t->timing.partitions;
       }
       pending_.erase(it);
