@@ -149,6 +149,10 @@ class session final : public transport::receiver,
         return owner_->declare(*this, h.key, payload);  // throws for a malformed payload
       case wire::msg::push:
       case wire::msg::sum_offer:
+        // An empty sum_offer gets here past payload_destination's refusal (a link refuses only
+        // frames with a payload), and incoming_ holds no buffer for it: refused here as well.
+        if (h.type == wire::msg::sum_offer && !owner_->config().failover())
+          throw wire::decode_error("sum_offer while failover is off");
         if (h.sender != static_cast<std::uint32_t>(worker))
           throw wire::decode_error(
               fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
