@@ -12,7 +12,9 @@
 // What must hold, else it aborts:
 // - a connection that has not proved the token changes nothing: no frame is sent anywhere
 //   (bar its challenge), the name table is as it was, and the server is no more dead;
-// - at most BYTEPS_MAX_TENSORS names of at most BYTEPS_MAX_NAME_BYTES are held;
+// - at most BYTEPS_MAX_TENSORS names of at most BYTEPS_MAX_NAME_BYTES are held, and a
+//   connection past BYTEPS_MAX_PENDING_CONNECTIONS strangers is closed unchallenged (the
+//   others are challenged);
 // - the server sends only challenges, pull responses and errors, and only the challenge to a
 //   connection that never proved itself; every error has a message;
 // - a receiver throws only byteps's own error types (in_process_transport.hpp);
@@ -113,9 +115,17 @@ class harness {
   void run(fuzzing::operation op) {
     connection* c = op.conn < conns_.size() ? &conns_[op.conn] : nullptr;
     if (op.kind == fuzzing::op::open) {
-      if (conns_.size() < fuzzing::max_connections)
-        open("10.0.0." + std::to_string(conns_.size() + 1) + ":5000");
-      return settle();
+      if (conns_.size() >= fuzzing::max_connections) return;
+      // BYTEPS_MAX_PENDING_CONNECTIONS: past it, a connection is closed unchallenged.
+      const auto pending = std::count_if(conns_.begin(), conns_.end(), [](const connection& x) {
+        return x.link->open() && !admitted(x);
+      });
+      auto& fresh = conns_[open("10.0.0." + std::to_string(conns_.size() + 1) + ":5000")];
+      const bool refused = pending >= cfg_.max_pending_connections;
+      if (refused != !fresh.link->open() || refused != fresh.received.empty())
+        broken("the pending-connection limit was not kept: " + std::to_string(pending) +
+               " connections waited for their hello");
+      return;
     }
     if (c == nullptr) return;
     const bool stranger = !admitted(*c);
