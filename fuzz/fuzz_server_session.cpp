@@ -22,8 +22,9 @@
 //   an authenticated worker broke the job, the error that names why; a job that never admitted
 //   a fuzzed connection is never broken;
 // - the job ends normally when the scheduler says so.
-#include <algorithm>
 #include <byteps/server/server.hpp>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <future>

@@ -15,13 +15,14 @@
 // Exceptions: a receiver may throw only byteps's named errors (`bps::error`,
 // `wire::decode_error`); anything else aborts, since a real link would turn it into a dropped
 // connection and hide that some code threw what it does not document.
-#include <algorithm>
 #include <byteps/core/config.hpp>
 #include <byteps/core/error.hpp>
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/transport/transport.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/frame.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

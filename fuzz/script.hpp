@@ -18,12 +18,13 @@
 //                           payload length, of which the input holds what it holds
 //   7 close   c             the peer closes connection c
 // Connections are numbered in the order they were opened; K indexes `keys`.
-#include <algorithm>
-#include <array>
 #include <byteps/compress/recipe.hpp>
 #include <byteps/core/dtype.hpp>
 #include <byteps/wire/declare.hpp>
 #include <byteps/wire/frame.hpp>
+
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
