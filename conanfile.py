@@ -5,17 +5,24 @@
 Consumers then write, with the CMakeDeps and CMakeToolchain generators:
 
     find_package(byteps CONFIG REQUIRED)
-    target_link_libraries(app PRIVATE byteps::byteps)
+    target_link_libraries(app PRIVATE byteps::byteps)   # byteps::tls for transport/tls.hpp,
+                                                        # byteps::rdma for transport/rdma.hpp,
+                                                        # byteps::cuda for local/nccl.hpp
 
 package_info() below describes the package to Conan's generators; the CMake package that
 `cmake --install` produces (cmake/byteps-config.cmake.in, cmake/Findasio.cmake) is not used.
+Its targets are the CMake package's, one Conan component each (cmake/tls.cmake, rdma.cmake,
+cuda.cmake): byteps::byteps (asio, fmt, libcrypto), byteps::tls (adds libssl), byteps::rdma
+(adds rdma-core's libibverbs and librdmacm; option with_rdma) and byteps::cuda (adds the CUDA
+runtime and NCCL, which are no Conan packages: linked by name from the consumer's system;
+option with_cuda). tests/install/check_conanfile.py checks this description without Conan.
 """
 
 import os
 import re
 
 from conan import ConanFile
-from conan.errors import ConanException
+from conan.errors import ConanException, ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
 from conan.tools.files import copy, load
 from conan.tools.layout import basic_layout
@@ -30,6 +37,10 @@ class BytepsConan(ConanFile):
     topics = ("distributed-training", "parameter-server", "allreduce", "asio", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
+    # The components that need more than asio, fmt and OpenSSL, as the CMake build's
+    # BYTEPS_WITH_RDMA and BYTEPS_WITH_CUDA; off by default, as those libraries are not everywhere.
+    options = {"with_rdma": [True, False], "with_cuda": [True, False]}
+    default_options = {"with_rdma": False, "with_cuda": False}
     exports_sources = "include/*", "cmake/*", "CMakeLists.txt", "LICENSE*"
     no_copy_source = True
 
@@ -51,8 +62,12 @@ class BytepsConan(ConanFile):
         # headers include both, so their headers must reach byteps' consumers.
         self.requires("asio/1.28.1", transitive_headers=True)
         self.requires("fmt/9.1.0", transitive_headers=True)
-        # libcrypto: the job token's challenge-response (rendezvous/auth.hpp), near Debian 12's 3.0.
+        # libcrypto: the job token's challenge-response (rendezvous/auth.hpp), near Debian 12's 3.0;
+        # libssl: the tls component (transport/tls.hpp).
         self.requires("openssl/3.0.13", transitive_headers=True)
+        if self.options.with_rdma:
+            # transport/rdma.hpp includes infiniband/verbs.h and rdma/rdma_cma.h.
+            self.requires("rdma-core/48.0", transitive_headers=True)
 
     def package_id(self):
         # Headers only: one package serves every os, arch, compiler and build type.
@@ -61,6 +76,8 @@ class BytepsConan(ConanFile):
     def validate(self):
         if self.settings.get_safe("compiler.cppstd"):
             check_min_cppstd(self, 20)
+        if self.options.with_rdma and self.settings.os != "Linux":
+            raise ConanInvalidConfiguration("byteps: with_rdma needs rdma-core, which is Linux only")
 
     def package(self):
         copy(self, "LICENSE*", src=self.source_folder,
@@ -70,13 +87,39 @@ class BytepsConan(ConanFile):
 
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "byteps")
-        self.cpp_info.set_property("cmake_target_name", "byteps::byteps")
+        # Conan's aggregate of every component; the CMake package has no such target, and users
+        # link the components' targets below, as they do the installed CMake package's.
+        self.cpp_info.set_property("cmake_target_name", "byteps::all")
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
-        # The TCP transport (the CMake component "tcp") is part of the one target, as in the
-        # installed CMake package; CMakeDeps accepts find_package(... COMPONENTS tcp).
-        self.cpp_info.requires = ["asio::asio", "fmt::fmt", "openssl::crypto"]
+
+        # byteps::byteps: everything but the transports and collectives named below. The TCP
+        # transport (the CMake component "tcp") is part of it, as in the installed CMake package;
+        # CMakeDeps accepts find_package(... COMPONENTS tcp).
+        core = self._component("byteps")
+        core.requires = ["asio::asio", "fmt::fmt", "openssl::crypto"]
         # As in the CMake build (cmake/Findasio.cmake); ASIO_STANDALONE comes from Conan's asio.
-        self.cpp_info.defines = ["ASIO_NO_DEPRECATED"]
+        core.defines = ["ASIO_NO_DEPRECATED"]
         if self.settings.os in ("Linux", "FreeBSD"):
-            self.cpp_info.system_libs = ["pthread"]
+            core.system_libs = ["pthread"]
+
+        # byteps::tls: bps::transport::tls<tcp>, over OpenSSL's libssl (cmake/tls.cmake).
+        self._component("tls").requires = ["byteps", "openssl::ssl"]
+        # byteps::rdma: bps::transport::rdma, over rdma-core (cmake/rdma.cmake).
+        if self.options.with_rdma:
+            self._component("rdma").requires = ["byteps", "rdma-core::librdmacm",
+                                                "rdma-core::libibverbs"]
+        # byteps::cuda: bps::local::nccl (cmake/cuda.cmake). The CUDA toolkit and NCCL are not
+        # Conan packages: their libraries are linked by name and must be on the linker's path
+        # (for example LIBRARY_PATH=/usr/local/cuda/lib64), their headers on the include path.
+        if self.options.with_cuda:
+            cuda = self._component("cuda")
+            cuda.requires = ["byteps"]
+            cuda.system_libs = ["cudart", "nccl"]
+
+    def _component(self, name):
+        c = self.cpp_info.components[name]
+        c.set_property("cmake_target_name", f"byteps::{name}")
+        c.bindirs = []
+        c.libdirs = []
+        return c

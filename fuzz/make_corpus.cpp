@@ -9,6 +9,8 @@
 #include <byteps/wire/declare.hpp>
 #include <byteps/wire/frame.hpp>
 
+#include "script.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -204,6 +206,180 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   write(dir, "bad-welcome-truncated", b);
 }
 
+// Scripts for fuzz_server_session (script.hpp): one worker session of each kind that must work,
+// and one of each attack or mistake the server must refuse.
+void server_sessions(const std::filesystem::path& dir) {
+  using fuzzing::proof_kind;
+  using fuzzing::script_writer;
+  const float a[] = {1.0f, 2.5f, -3.0f, 4.0f};
+  const float b[] = {0.5f, 0.5f, 0.5f, 0.5f};
+  const std::span<const float> fa(a), fb(b);
+  constexpr std::uint8_t f32 = 0, i32 = 6, m0 = 0, m1 = 1, l0 = 0;
+  // Both workers prove the token, declare, push two rounds (a pull is the answer) and leave.
+  auto two_workers = [&](std::uint8_t setup, bool offer) {
+    script_writer w(setup);
+    w.open().open().hello(0, proof_kind::right, m0, l0).hello(1, proof_kind::right, m1, l0);
+    w.declare(0, 0, 1, 0, "w0").declare(1, 0, 1, 0, "w0");
+    for (std::uint8_t round = 0; round < 2; ++round)
+      w.push(0, 0, f32, round, fa).push(1, 0, f32, round, fb);
+    if (offer) w.push(0, 1, f32, 0, fa, 0, true);
+    w.bye(0, "").bye(1, "");
+    return w.bytes();
+  };
+  write(dir, "valid-two-workers-push-pull", two_workers(0, false));
+  write(dir, "valid-two-workers-failover-offer", two_workers(1, true));
+  write(dir, "valid-two-workers-no-token", two_workers(4, false));
+  {
+    std::vector<float> big(32, 0.25f);  // 128 bytes: streamed with a 64-byte server chunk
+    script_writer w(2);
+    w.open().open().hello(0, proof_kind::right, m0, l0).hello(1, proof_kind::right, m1, l0);
+    w.push(0, 2, f32, 0, std::span<const float>(big))
+        .push(1, 2, f32, 0, std::span<const float>(big));
+    w.bye(0, "").bye(1, "");
+    write(dir, "valid-cut-through", w.bytes());
+  }
+  {
+    const std::int32_t v[] = {0x7fffffff, -1};
+    script_writer w(0);
+    w.open().open().hello(0, proof_kind::right, m0, l0).hello(1, proof_kind::right, m1, l0);
+    w.push(0, 3, i32, 0, std::span<const std::int32_t>(v))
+        .push(1, 3, i32, 0, std::span<const std::int32_t>(v));
+    w.bye(0, "done").bye(1, "");
+    write(dir, "valid-int32-wraps", w.bytes());
+  }
+  // Strangers: frames before any hello, on the check key too.
+  write(dir, "bad-frames-before-hello",
+        script_writer(0)
+            .open()
+            .declare(0, 5, 1, 0, "x")
+            .push(0, 5, f32, 0, fa)
+            .bye(0, "hi")
+            .frame(0, 10, 0, 0, 5, 0, 0, 0, 0)
+            .frame(0, 9, 0, 0, 5, 0, 0, 0, 0)
+            .bytes());
+  write(dir, "bad-replayed-hello",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(1, proof_kind::replayed, m0, l0)
+            .push(1, 5, f32, 0, fa)
+            .bytes());
+  write(dir, "bad-wrong-token",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::wrong_token, m0, l0)
+            .declare(0, 0, 1, 0, "x")
+            .bytes());
+  write(dir, "bad-proof-for-another-machine",
+        script_writer(0).open().hello(0, proof_kind::other_machine, m1, l0).bytes());
+  write(dir, "bad-flipped-proof",
+        script_writer(0).open().hello(0, proof_kind::flipped, m0, l0, 31).bytes());
+  write(dir, "bad-hello-not-in-job",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(0, proof_kind::right, 2, l0)
+            .hello(1, proof_kind::right, m0, 3)
+            .bytes());
+  // peer_hello frames of 31 and 33 bytes (length selectors 0xf0 and 0xf2).
+  write(dir, "bad-hello-sizes",
+        script_writer(0)
+            .open()
+            .open()
+            .frame(0, 8, 0, 0, 0, 0, 0, 0, 0xf0)
+            .frame(1, 8, 0, 0, 0, 0, 0, 0, 0xf2)
+            .bytes());
+  write(dir, "bad-transport-frame-before-hello",
+        script_writer(0).open().frame(0, 0xd0, 0, 0, 0, 0, 0, 0, 4).bytes());
+  write(dir, "bad-pending-flood",
+        script_writer(0).open().open().open().open().hello(3, proof_kind::right, m0, l0).bytes());
+  // Workers of the job that misbehave.
+  write(dir, "bad-duplicate-hello",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .hello(0, proof_kind::right, m0, l0)
+            .hello(1, proof_kind::right, m0, l0)
+            .bytes());
+  write(dir, "bad-out-of-round",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .push(0, 0, f32, 3, fa)
+            .push(0, 0, f32, 3, fa)
+            .bytes());
+  write(dir, "bad-push-twice-in-one-round",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .push(0, 0, f32, 0, fa)
+            .push(0, 0, f32, 0, fa)
+            .bye(0, "")
+            .bytes());
+  // quirks: 1 another sender (5), 2 tensor_bytes off by one, 4 a partial element.
+  write(dir, "bad-push-quirks",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .push(0, 1, f32, 0, fa, 2)
+            .push(0, 1, f32, 0, fa, 4)
+            .push(0, 1, f32, 0, fa, 1 | (5 << 5))
+            .bytes());
+  // A name past BYTEPS_MAX_NAME_BYTES (selector 0xf1: max + 1), one past what a declare carries
+  // (0xf4: 4097), then more tensors than BYTEPS_MAX_TENSORS.
+  write(dir, "bad-names-past-limits",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .declare(0, 0, 0xf1, 0, "long")
+            .declare(0, 1, 0xf4, 0, "huge")
+            .declare(0, 0, 1, 0, "t0")
+            .declare(0, 1, 1, 0, "t1")
+            .declare(0, 2, 1, 0, "t2")
+            .declare(0, 3, 1, 0, "t3")
+            .declare(0, 4, 1, 3, "t4")
+            .bytes());
+  // Another transport's frame (skipped), a server's own frame type from a worker, and a type
+  // no node knows, each from a worker of the job.
+  write(dir, "bad-unknown-types",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .hello(1, proof_kind::right, m1, l0)
+            .frame(0, 0xd0, 0, 0, 0, 0, 0, 0, 4)
+            .frame(0, 11, 0, 0, 0, 0, 0, 0, 3)
+            .frame(1, 18, 0, 1, 0, 0, 0, 0, 0)
+            .bytes());
+  // Found by this fuzzer: an empty sum_offer while failover is off was summed from the buffer
+  // of the worker's previous push, already handed over (a null pointer with that push's size).
+  write(dir, "bad-empty-sum-offer-without-failover",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .hello(1, proof_kind::right, m1, l0)
+            .push(1, 0, f32, 0, fa)
+            .push(1, 1, 3, 0, std::span<const float>(), 0, true)
+            .bytes());
+  write(dir, "bad-huge-push",
+        script_writer(0)
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .frame(0, 10, 0, 0, 0, 0, 0, 0, 0xf8)
+            .bytes());
+  write(dir, "bad-close-mid-round",
+        script_writer(0)
+            .open()
+            .open()
+            .hello(0, proof_kind::right, m0, l0)
+            .hello(1, proof_kind::right, m1, l0)
+            .push(0, 0, f32, 0, fa)
+            .close(1)
+            .bytes());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,6 +390,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path root = argv[1];
   frames(root / "fuzz_frame");
   rendezvous_payloads(root / "fuzz_rendezvous");
+  server_sessions(root / "fuzz_server_session");
   std::printf("wrote the seed corpus under %s\n", root.c_str());
   return 0;
 }

@@ -36,7 +36,7 @@ ctest --test-dir "$build_dir/fuzz" --output-on-failure --no-tests=error
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 status=0
-for target in fuzz_frame fuzz_rendezvous; do
+for target in fuzz_frame fuzz_rendezvous fuzz_server_session; do
   work=$build_dir/corpus-run/$target
   rm -rf "$work"
   mkdir -p "$work" "$build_dir/artifacts"

@@ -22,5 +22,5 @@ class BytepsTestPackageConan(ConanFile):
 
     def test(self):
         if can_run(self):
-            program = os.path.join(self.cpp.build.bindir, "test_package")
-            self.run(program, env="conanrun")
+            for name in ("test_package", "test_package_tls"):
+                self.run(os.path.join(self.cpp.build.bindir, name), env="conanrun")

@@ -165,7 +165,7 @@ void take_declare(tensor_names& names, Session& s, std::uint64_t key,
   try {
     d = wire::decode_declare(payload);
   } catch (const wire::decode_error& e) {
-    throw std::runtime_error(fmt::format("malformed declare: {}", e.what()));
+    throw wire::decode_error(fmt::format("malformed declare: {}", e.what()));
   }
   const auto problem = names.declare(key, d, reg, s.worker);
   if (!problem) return;

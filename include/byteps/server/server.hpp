@@ -269,7 +269,7 @@ class Server {
     }
     log_.error("{}", why);
     for (auto& e : engines_) {
-      e->post([this, ep = e.get(), why] {
+      e->post([ep = e.get(), why] {
         ep->waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
           wire::header h;
           h.key = id.key;

@@ -4,7 +4,10 @@
 /// frame must be `peer_hello`, proving the job's token for the nonce of the server's challenge
 /// (rendezvous/auth.hpp, gate.hpp); anything else closes the link, logged by the server's gate.
 /// Then it reads pushes into pooled buffers and hands each frame to its server, which decides
-/// what the frame means and answers through it.
+/// what the frame means and answers through it. A frame a worker may not send (a second
+/// `peer_hello`, a push with another worker's rank, a type a server does not take, a malformed
+/// declare) throws `wire::decode_error`, byteps's type for a peer that breaks the protocol: the
+/// link closes.
 ///
 /// `Owner` (the `Server`, which befriends this class) provides: `link_ptr`; `config()`;
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `gate()` (its
@@ -25,7 +28,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -36,6 +38,7 @@
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/codec.hpp"
 #include "byteps/wire/declare.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -127,7 +130,7 @@ class session final : public transport::receiver,
   }
   void on_progress(const wire::header& h, std::size_t bytes_in) override {
     if (h.sender != static_cast<std::uint32_t>(worker))
-      throw std::runtime_error("push with another worker's rank");
+      throw wire::decode_error("push with another worker's rank");
     owner_->post_stream(this->shared_from_this(), h, streamed(), bytes_in,
                         std::exchange(first_, false), false, receive_times{received_ns_, 0});
   }
@@ -140,14 +143,18 @@ class session final : public transport::receiver,
     }
     switch (h.type) {
       case wire::msg::peer_hello:
-        if (worker >= 0) throw std::runtime_error("a second peer_hello on one link");
+        if (worker >= 0) throw wire::decode_error("a second peer_hello on one link");
         return hello(h, payload);
       case wire::msg::declare:
         return owner_->declare(*this, h.key, payload);  // throws for a malformed payload
       case wire::msg::push:
       case wire::msg::sum_offer:
+        // An empty sum_offer gets here past payload_destination's refusal (a link refuses only
+        // frames with a payload), and incoming_ holds no buffer for it: refused here as well.
+        if (h.type == wire::msg::sum_offer && !owner_->config().failover())
+          throw wire::decode_error("sum_offer while failover is off");
         if (h.sender != static_cast<std::uint32_t>(worker))
-          throw std::runtime_error(
+          throw wire::decode_error(
               fmt::format("{} with another worker's rank", wire::msg_name(h.type)));
         if (!refused_.empty()) {
           if (auto it = refused_.find(h.key); it != refused_.end()) {
@@ -168,7 +175,7 @@ class session final : public transport::receiver,
         said_bye = true;
         return;
       default:
-        throw std::runtime_error(
+        throw wire::decode_error(
             fmt::format("unexpected {} frame from a worker", wire::msg_name(h.type)));
     }
   }
