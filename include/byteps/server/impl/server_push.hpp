@@ -44,6 +44,12 @@ void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::pay
                                server::receive_times received) {
   if (complete) stats_.received(in.bytes.size());
   auto& e = engine_for(key_id{h.key, h.part});
+  if (first && complete && in.bytes.size() <= inline_sum_bytes) {  // a small landed push
+    std::lock_guard lock(e.mu);
+    detail::buffer_pool::buffer none;
+    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
+    return;
+  }
   e.post([this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {
     detail::buffer_pool::buffer none;
     on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
