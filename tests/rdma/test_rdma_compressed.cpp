@@ -16,7 +16,7 @@ using namespace bps::test;
 
 namespace {
 
-using comm_t = Communicator<emu_rdma, local::none, partition::by_bytes, schedule::priority>;
+using rdma_comm_t = Communicator<emu_rdma, local::none, partition::by_bytes, schedule::priority>;
 
 std::vector<float> input(int rank, int round, std::size_t n) {
   std::vector<float> v(n);
@@ -40,9 +40,9 @@ TEST_CASE("rdma compressed: pushes of changing sizes land in place, bit for bit 
   auto worker_tally = std::make_shared<transport::rdma_msg::tally>();
   auto server_tally = std::make_shared<transport::rdma_msg::tally>();
   std::atomic<int> rounds_checked{0};
-  run_cluster<emu_rdma, comm_t, emu_rdma>(
+  run_cluster<emu_rdma, rdma_comm_t, emu_rdma>(
       cfg, std::vector<int>(2, 1),
-      [&](comm_t& comm) {
+      [&](rdma_comm_t& comm) {
         const auto parts = partition::by_bytes(cfg).split(n * 4, 4);
         for (const auto& text : recipes) {
           compress_reference ref(text, cfg.num_workers, parts);

@@ -5,7 +5,9 @@
 /// payload byte lands, grants that place to the sender (or its staging area, a window at a
 /// time, when the place is not registered), and delivers the frame once the last write is in.
 /// A place its receiver says stays (`destination_stays`) is advertised in the grant, and a later
-/// `direct` frame for it is written there without a grant (rdma_link.hpp, "Cached places").
+/// `direct` frame for it (no longer than the place) is written there without a grant
+/// (rdma_link.hpp, "Cached places"). Until the receiver admits its peer, it refuses what only an
+/// admitted peer may send, and a link that ends mid-frame says how far the frame got (`cut`).
 
 #include <algorithm>
 #include <cstring>
