@@ -12,7 +12,9 @@
 /// Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 /// What the server does with a push, from the thread it is summed on to the handler's outcome
-/// carried out, is in server/impl/server_push.hpp, included at the end of this file.
+/// carried out, is in server/impl/server_push.hpp, included at the end of this file. On a
+/// transport that registers memory (RDMA), each worker link's pushes of a partition land in one
+/// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
