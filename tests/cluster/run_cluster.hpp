@@ -19,8 +19,10 @@ namespace bps::test {
 /// emulated RDMA fabric). `alongside`, when given, runs on a thread of its own while the job
 /// runs, with the workers' config (the scheduler's port set): a test that attacks the job's
 /// listeners meanwhile (tests/tls). `options`, when given, makes the transport options of every
-/// server and worker from its config (a test that counts what its transports did).
-template <class ServerNet, class Comm, class SchedulerNet = transport::tcp>
+/// server and worker from its config (a test that counts what its transports did). The servers
+/// run `Handler` (the default one, or `server::async_sum` for an async job).
+template <class ServerNet, class Comm, class SchedulerNet = transport::tcp,
+          class Handler = server::decoding<server::sync_sum>>
 void run_cluster(Config base, std::vector<int> local_sizes, const std::function<void(Comm&)>& body,
                  const std::function<void(const Config&)>& alongside = {},
                  const std::function<typename ServerNet::options(const Config&)>& options = {}) {
@@ -46,8 +48,8 @@ void run_cluster(Config base, std::vector<int> local_sizes, const std::function<
       guard([&] {
         Config c = base;
         c.node_role = role::server;
-        auto server = options ? std::make_unique<Server<ServerNet>>(c, options(c))
-                              : std::make_unique<Server<ServerNet>>(c);
+        auto server = options ? std::make_unique<Server<ServerNet, Handler>>(c, options(c))
+                              : std::make_unique<Server<ServerNet, Handler>>(c);
         server->run();
       });
     });

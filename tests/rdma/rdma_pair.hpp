@@ -4,6 +4,7 @@
 // private fabric with a connected pair of links between them.
 #include <byteps/transport/rdma/basic_rdma.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -79,7 +80,15 @@ class recorder final : public transport::receiver {
     cv_.notify_all();
   }
 
+  bool destination_stays(const wire::header&, std::span<const std::byte>) override {
+    return stays_;
+  }
+  bool peer_admitted() const override { return admitted_; }
+
   void use_arena(std::vector<std::byte>* arena) { arena_ = arena; }
+  // Says its destinations stay (the sender then caches them), or its peer is not admitted yet.
+  void stay(bool s) { stays_ = s; }
+  void admit(bool a) { admitted_ = a; }
   void ask_progress(std::size_t step) { step_ = step; }
   bool wait_messages(std::size_t n, std::chrono::milliseconds limit = 10s) {
     std::unique_lock lock(mu_);
@@ -115,6 +124,7 @@ class recorder final : public transport::receiver {
   std::vector<std::byte>* arena_ = nullptr;
   std::size_t arena_used_ = 0;
   std::size_t step_ = 0;
+  std::atomic<bool> stays_{false}, admitted_{true};
   std::size_t messages_ = 0;
   int closes_ = 0;
   std::size_t closed_after_messages_ = 0;
@@ -171,11 +181,14 @@ inline emu_rdma::options emu_options(std::shared_ptr<emu::fabric> net) {
 
 // Two transports on one fabric; `pair()` connects a client link to the server transport.
 struct rdma_pair {
-  explicit rdma_pair(emu_rdma::options o)
-      : server_net(quiet_config(), o), client_net(quiet_config(), o) {
+  explicit rdma_pair(emu_rdma::options o, const Config& cfg = quiet_config())
+      : server_net(cfg, o), client_net(cfg, o) {
     port = server_net.listen("127.0.0.1", 0, [this](std::shared_ptr<emu_rdma::link> l) {
       std::lock_guard lock(mu);
       auto rx = std::make_shared<recorder>();
+      rx->admit(server_admits);
+      rx->stay(server_stays);
+      if (server_arena != nullptr) rx->use_arena(server_arena);
       server_rx.push_back(rx);
       l->start(rx);
       accepted.push_back(l);
@@ -199,6 +212,9 @@ struct rdma_pair {
     return client.size() - 1;
   }
 
+  // How the server's next recorders behave (set before connect_one).
+  std::atomic<bool> server_admits{true}, server_stays{false};
+  std::atomic<std::vector<std::byte>*> server_arena{nullptr};
   emu_rdma server_net, client_net;
   std::uint16_t port = 0;
   std::mutex mu;

@@ -84,6 +84,13 @@ struct Config {
   /// answered in chunks of it as its bytes arrive (cut-through, server/sync_sum.hpp), instead of
   /// after the whole partition is in; 0 = off. A multiple of 64, at most 2^26.
   std::size_t server_chunk_bytes = 262144;
+  /// BYTEPS_SERVER_LANDING_BYTES: servers on a transport that registers memory (RDMA) only. Each
+  /// worker link's pushes of a partition land in one registered buffer that stays from round
+  /// to round, so the worker writes later rounds there without asking (server/landing.hpp);
+  /// they cost up to workers x the server's share of the model. This bounds their total: past
+  /// it, pushes land in buffers taken per push and ask for their place every round. 0 = no
+  /// bound.
+  std::size_t server_landing_bytes = std::size_t{4} << 30;
   key_hash_fn key_hash = key_hash_fn::djb2;  ///< BYTEPS_KEY_HASH_FN
   bool mixed_mode = false;                   ///< BYTEPS_ENABLE_MIXED_MODE (see placement.hpp)
   log_level log = log_level::info;           ///< BYTEPS_LOG_LEVEL

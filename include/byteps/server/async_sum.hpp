@@ -61,6 +61,11 @@ class async_sum {
  public:
   /// @throws usage_error when `cfg` is not in async mode: workers would get parameters where
   /// they expect sums.
+  /// Landed pushes (RDMA): each is read during `handle` only (added to the parameters, or
+  /// dropped while the key waits for its seed), so the landing buffer is free again before the
+  /// worker's answer.
+  static constexpr bool reads_in_place = true;
+
   async_sum(const Config& cfg, detail::buffer_pool&) : staleness_(cfg.async_staleness) {
     check_config(cfg);
   }
@@ -89,14 +94,14 @@ class async_sum {
     if (!k.seeded) {
       if (r.worker != 0) return outcome::wait();  // waits for the seed (or an offer)
       k.seeded = true;
-      reduce::accumulate_init(k.master.data(), r.payload.data.get(), k.count(), k.type);
+      reduce::accumulate_init(k.master.data(), r.whole().data(), k.count(), k.type);
       return outcome::release(snapshot(k, 0));  // rank 0 and everyone who waited for the seed
     }
     if (h.round == 0) return outcome::answer_now(snapshot(k, 0));
     if (h.round <= k.pushes[w])  // a re-push the replacement's parameters already hold
       return outcome::answer_now(snapshot(k, h.round));
     const std::uint64_t slowest_before = k.slowest();
-    k.apply(r.worker, h.round, r.payload.data.get(), rejoined);
+    k.apply(r.worker, h.round, r.whole().data(), rejoined);
     if (staleness_ >= 0 && k.pushes[w] - k.slowest() > static_cast<std::uint64_t>(staleness_)) {
       k.held[w] = h.round;
       return outcome::wait();
@@ -122,12 +127,12 @@ class async_sum {
     const bool offer = h.type == wire::msg::sum_offer;
     const std::uint64_t counts = offer ? wire::applied_counts_bytes(r.num_workers) : 0;
     if (!t) return fmt::format("unknown dtype value {} for {}", h.dtype, r.tensor_name());
-    if (offer && ((h.flags & wire::flag_applied) == 0 || r.payload.size < counts))
+    if (offer && ((h.flags & wire::flag_applied) == 0 || r.whole().size() < counts))
       return fmt::format(
           "a sum_offer of {} partition {} without the {} bytes of applied counts "
           "that async mode's offers end with",
           r.tensor_name(), h.part, counts);
-    const std::size_t size = r.payload.size - counts;
+    const std::size_t size = r.whole().size() - counts;
     if (size % dtype_size(*t) != 0)
       return fmt::format("a partition of {} has {} bytes, not a whole number of {} elements",
                          r.tensor_name(), size, dtype_name(*t));
@@ -178,7 +183,7 @@ class async_sum {
   // slowest count, held workers it frees are answered.
   outcome take_offer(key& k, const request& r) {
     const auto n = static_cast<std::size_t>(r.num_workers);
-    const std::byte* params = r.payload.data.get();
+    const std::byte* params = r.whole().data();
     std::vector<std::uint64_t> counts(n);
     for (std::size_t w = 0; w < n; ++w)
       counts[w] = wire::detail::get_le<std::uint64_t>(params + k.bytes + 8 * w);

@@ -52,6 +52,9 @@ class decoding {
   /// Uncompressed pushes stream exactly when `Inner`'s do.
   static constexpr bool cut_through = streams_pushes<Inner>;
   static constexpr bool decodes_compressed = true;
+  /// Landed pushes: a compressed one is decoded from where it landed (during `handle`), an
+  /// uncompressed one goes to `Inner`, so it takes them when `Inner` does.
+  static constexpr bool reads_in_place = server::reads_in_place<Inner>;
 
   decoding(const Config& cfg, detail::buffer_pool& pool)
       : inner_(cfg, pool), pool_(&pool), max_raw_(cfg.max_frame_bytes()) {}
@@ -90,8 +93,9 @@ class decoding {
           "compressor it could make",
           where()));
     const auto type = dtype_from_wire(h.dtype);
-    const std::span<const std::byte> in = r.payload.span();
-    if (!type || r.streamed != nullptr || in.size() < wire::compressed_prefix_bytes)
+    const std::span<const std::byte> in = r.whole();
+    const bool partial = r.streamed != nullptr && !(r.first && r.complete);  // never: not streamed
+    if (!type || partial || in.size() < wire::compressed_prefix_bytes)
       return outcome::refuse(fmt::format("a malformed compressed push of {}: {}", where(),
                                          !type ? fmt::format("dtype value {} is unknown", h.dtype)
                                                : std::string("shorter than its 8-byte raw size")));

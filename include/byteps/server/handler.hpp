@@ -71,6 +71,13 @@ struct request {
   /// stay so). Each call says how much is in; `first` marks a frame's first call and `complete`
   /// its last, when all of `streamed->bytes` are in. A frame's calls come in order, but calls
   /// for other frames of the key may come between them.
+  ///
+  /// Landed pushes, for handlers that ask for them (`reads_in_place`) on a transport that
+  /// registers memory (RDMA): a push written straight into its link's landing buffer, which
+  /// the next round of that worker overwrites (server/landing.hpp), comes the same way, whole,
+  /// in one call (`first` and `complete`, `bytes_in` its size). The handler may read its bytes
+  /// until it answers that worker for the round (the worker pushes again only after), never
+  /// later, and must not keep them as its own (no answer may be sent from them).
   const payload_ref* streamed = nullptr;
   std::size_t bytes_in = 0;  ///< streamed: the first `bytes_in` bytes are in
   bool first = true;
@@ -78,6 +85,12 @@ struct request {
   /// A push flagged `wire::flag_compressed`: how to make the key's server compressor, from the
   /// recipe its workers declared (server/decoding.hpp decodes with it); null otherwise.
   const compress::spec* codec = nullptr;
+
+  /// A whole frame's bytes, wherever they came: `payload`, or a landed push (`streamed`, whole).
+  /// Not for the calls of a push still arriving.
+  std::span<const std::byte> whole() const noexcept {
+    return streamed != nullptr ? streamed->bytes : std::span<const std::byte>(payload.span());
+  }
 };
 
 /// The bytes a worker pulls, with the fields of the `pull_response` header that carries them.
@@ -169,6 +182,16 @@ inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {
 template <class H>
 concept streams_pushes = requires {
   requires H::cut_through;
+};
+
+/// A handler that can read a push where the transport wrote it (see `request::streamed`) has
+/// `static constexpr bool reads_in_place = true`; on a transport that registers memory its
+/// server then lands each worker's pushes of a partition in one buffer that stays, so the
+/// worker writes later rounds there without asking (RDMA's cached places). Other handlers get
+/// every push in a buffer of its own (`request::payload`), as over TCP.
+template <class H>
+concept reads_in_place = requires {
+  requires H::reads_in_place;
 };
 
 /// A handler that cannot serve some jobs has `static void check_config(const Config&)`, which

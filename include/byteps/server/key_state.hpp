@@ -46,10 +46,11 @@ class key_state {
   /// Checks worker `worker`'s push of `size` bytes for the current round and counts it as
   /// pushed. Returns what was wrong with it (the message for that worker alone), or "" when
   /// admitted. A push whose shape differs from the key's is admitted but poisons the round:
-  /// everyone who pushed gets `round_error`.
+  /// everyone who pushed gets `round_error`. `hold`: the key's first push ever makes it one
+  /// that holds its pushes where they are (`streamed()`, whatever its size: a landed push).
   template <class NameFn>
   std::string admit(const wire::header& h, std::size_t size, int worker, int num_workers,
-                    NameFn&& tensor_name) {
+                    NameFn&& tensor_name, bool hold = false) {
     auto t = dtype_from_wire(h.dtype);
     if (auto bad = check_frame(h, size, t, worker, num_workers, tensor_name); !bad.empty())
       return bad;
@@ -60,7 +61,7 @@ class key_state {
           "round {}; was a push_pull skipped on one worker?",
           worker, h.round, tensor_name(), h.part, round);
     if (!initialized_) {
-      init_shape(h, *t, size, worker, num_workers);
+      init_shape(h, *t, size, worker, num_workers, hold);
     } else if (!same_shape(h, *t, size) && round_error.empty()) {
       round_error = fmt::format(
           "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
@@ -167,8 +168,20 @@ class key_state {
   /// Every worker pushed the current round and all of their bytes are in.
   bool complete(int num_workers) const noexcept { return pushed_ == num_workers && arriving_ == 0; }
 
-  /// Cut-through: this key's pushes are summed as they arrive (see `arrived`).
+  /// Cut-through: this key's pushes are summed as they arrive (see `arrived`), from where they
+  /// are: a streamed push's shared buffer, or a landed push's landing buffer (sync_sum.hpp).
   bool streamed() const noexcept { return streamed_; }
+
+  /// Makes a key shaped by a `sum_offer` (failover) hold its pushes from now on, as one shaped
+  /// by a landed push does. Only between rounds' pushes (`pushed() == 0`); an offered sum kept
+  /// in either buffer stays.
+  void hold_inputs() {
+    streamed_ = true;
+    inputs_.assign(pushed_by_.size(), {});
+    in_.assign(pushed_by_.size(), 0);
+    for (auto& o : out_)
+      if (!o.data) o = pool_->take(bytes);
+  }
 
   /// Streamed keys: worker `worker`'s push, just admitted, arrives in `in`.
   void take_input(int worker, const payload_ref& in) {
@@ -201,7 +214,7 @@ class key_state {
     // A piece needs every worker's bytes, so none is sent before a round is known to be sound.
     if (!round_error.empty() || pushed_ < static_cast<int>(inputs_.size())) return {answered_, 0};
     std::size_t ready = *std::min_element(in_.begin(), in_.end());
-    if (ready < bytes) ready -= ready % chunk_;
+    if (ready < bytes && chunk_ > 0) ready -= ready % chunk_;  // (landed pushes come whole)
     if (ready <= answered_) return {answered_, 0};
     const std::size_t from = answered_;
     sources_.clear();
@@ -263,7 +276,8 @@ class key_state {
     return {};
   }
 
-  void init_shape(const wire::header& h, dtype t, std::size_t size, int worker, int num_workers) {
+  void init_shape(const wire::header& h, dtype t, std::size_t size, int worker, int num_workers,
+                  bool hold = false) {
     initialized_ = true;
     type = t;
     tensor_bytes = h.tensor_bytes;
@@ -272,7 +286,7 @@ class key_state {
     first_worker_ = worker;
     pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
     if (failover_) held_.resize(static_cast<std::size_t>(num_workers));
-    streamed_ = chunk_ > 0 && size >= 2 * chunk_;
+    streamed_ = hold || (chunk_ > 0 && size >= 2 * chunk_);
     // A streamed key sums into out_ (fp16 and bf16 through scratch_). Its rounds may still come
     // whole (a handler that wraps sync_sum without cut_through gets whole pushes), and then go
     // through add() as any key's.
@@ -282,8 +296,9 @@ class key_state {
     }
     if (type == dtype::float16 || type == dtype::bfloat16)
       wide_.assign(reduce::accumulator_bytes(type, bytes / dtype_size(type)), std::byte{0});
+    // From the pool, so that on RDMA they are registered and answers go out without staging.
     if (streamed_ || !wide_.empty())
-      for (auto& o : out_) o = {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+      for (auto& o : out_) o = pool_->take(bytes);
   }
 
   bool same_shape(const wire::header& h, dtype t, std::size_t size) const {

@@ -1,9 +1,10 @@
 #pragma once
 /// @file
 /// `server::register_pool(pool, transport, log)`: a server's partition buffers (its buffer pool:
-/// every push lands in one, every sum is answered from one) registered with a transport that
-/// registers memory (`T::registers_memory`, RDMA), so pushes are written straight into them and
-/// answers written straight from them, with no staging copy. Each buffer is registered once, when
+/// every push lands in one, a worker link's landing buffer (server/landing.hpp) or one taken per
+/// push, and every sum is answered from one) registered with a transport that registers memory
+/// (`T::registers_memory`, RDMA), so pushes are written straight into them and answers written
+/// straight from them, with no staging copy. Each buffer is registered once, when
 /// the pool allocates it, and the pool then keeps its buffers until the server ends (after the
 /// transport stopped). Other transports (TCP) leave the pool as it is.
 

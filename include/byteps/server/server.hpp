@@ -12,7 +12,9 @@
 /// Each key belongs to one engine thread
 /// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
 /// What the server does with a push, from the thread it is summed on to the handler's outcome
-/// carried out, is in server/impl/server_push.hpp, included at the end of this file.
+/// carried out, is in server/impl/server_push.hpp, included at the end of this file. On a
+/// transport that registers memory (RDMA), each worker link's pushes of a partition land in one
+/// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
@@ -48,6 +50,7 @@
 #include "byteps/server/decoding.hpp"
 #include "byteps/server/engine.hpp"
 #include "byteps/server/handler.hpp"
+#include "byteps/server/landing.hpp"
 #include "byteps/server/names.hpp"
 #include "byteps/server/registered_pool.hpp"
 #include "byteps/server/round_trace.hpp"
@@ -201,6 +204,28 @@ class Server {
   bool streams(std::size_t bytes) const {
     return server::streams_pushes<H> && server::streamed_size(cfg_, bytes);
   }
+  // Pushes land in per-link landing buffers that stay (server/landing.hpp): on a transport that
+  // registers memory, with a handler that reads pushes in place. TCP and ipc keep one pool
+  // buffer per push (the first of a round becomes its sum without a copy).
+  static constexpr bool lands = requires { requires T::registers_memory; } &&
+                                server::reads_in_place<H>;
+  static constexpr bool lands_pushes() noexcept { return lands; }
+  std::shared_ptr<detail::buffer_pool::buffer> landing_buffer(std::size_t bytes) {
+    bool first_miss = false;
+    if (!landing_budget_->take(bytes, first_miss)) {
+      if (first_miss)
+        log_.warn("landing buffers hold BYTEPS_SERVER_LANDING_BYTES={} bytes: pushes of further "
+                  "partitions land in buffers taken per push and ask for their place every round",
+                  landing_budget_->limit());
+      return nullptr;
+    }
+    return {new detail::buffer_pool::buffer(pool_->take(bytes)),
+            [pool = pool_, budget = landing_budget_](detail::buffer_pool::buffer* b) {
+              budget->give(b->size);
+              pool->give_back(std::move(*b));
+              delete b;
+            }};
+  }
   std::shared_ptr<detail::buffer_pool::buffer> shared_receive_buffer(std::size_t bytes) {
     return {new detail::buffer_pool::buffer(pool_->take(bytes)),
             [pool = pool_](detail::buffer_pool::buffer* b) {
@@ -302,6 +327,9 @@ class Server {
   detail::tracer trace_;         // the timeline: null when BYTEPS_TRACE_ON=0
   // Shared with the streamed pushes' buffers, which a link may still hold after the server.
   std::shared_ptr<detail::buffer_pool> pool_ = std::make_shared<detail::buffer_pool>();
+  // Shared with the landing buffers, which may go back after the server (as pool_).
+  std::shared_ptr<server::landing_budget> landing_budget_ =
+      std::make_shared<server::landing_budget>(cfg_.server_landing_bytes);
   server::tensor_names names_;
   server::throughput stats_;
   server::worker_places places_;  // one link per worker process

@@ -16,7 +16,9 @@
 /// (wire/declare.hpp); `post_push(session_ptr, header, buffer, receive_times)`;
 /// `worker_lost(session&, reason)`. For cut-through: `streams(bytes)` (is a push of that size
 /// streamed), `shared_receive_buffer(bytes)` and `post_stream(session_ptr, header, payload_ref,
-/// bytes_in, first, complete, receive_times)`.
+/// bytes_in, first, complete, receive_times)`. For landed pushes (RDMA, server/landing.hpp):
+/// `lands_pushes()` and `landing_buffer(bytes)` (null past the budget); a landed push goes to
+/// `post_stream` whole, in one call (or chunk by chunk when it also streams).
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -33,10 +35,12 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/core/keys.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/rendezvous/gate.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/server/handler.hpp"
+#include "byteps/server/landing.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/codec.hpp"
 #include "byteps/wire/declare.hpp"
@@ -88,13 +92,30 @@ class session final : public transport::receiver,
           return {};
         }
         received_ns_ = owner_->now_ns();
-        // A compressed push is decoded whole, and a refused key's push is not summed at all,
-        // so neither streams; the common case pays the flag test and an empty() only.
-        if ((h.flags & wire::flag_compressed) == 0 && owner_->streams(h.payload_bytes) &&
-            (refused_.empty() || !refused_.contains(h.key))) {
-          streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
-          first_ = true;
-          return streaming_->span();
+        landed_ = false;
+        {
+          // A compressed push is decoded whole, and a refused key's push is not summed at all,
+          // so neither streams; the common case pays the flag test and an empty() only.
+          const bool refused = !refused_.empty() && refused_.contains(h.key);
+          chunked_ = (h.flags & wire::flag_compressed) == 0 && owner_->streams(h.payload_bytes) &&
+                     !refused;
+          if (owner_->lands_pushes() && !refused) {  // RDMA: the partition's landing buffer
+            streaming_ = landing_.take(key_id{h.key, h.part}, h.payload_bytes,
+                                       [this](std::size_t n) { return owner_->landing_buffer(n); });
+            landed_ = streaming_ != nullptr;
+            // Past the landing budget: a buffer of its own, still handed over as a landed push,
+            // so that every push of a key reaches the handler the same way.
+            if (!landed_) streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
+            first_ = true;
+            streaming_bytes_ = h.payload_bytes;
+            return streaming_->span().first(h.payload_bytes);
+          }
+          if (chunked_) {
+            streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
+            streaming_bytes_ = h.payload_bytes;
+            first_ = true;
+            return streaming_->span();
+          }
         }
         incoming_ = owner_->receive_buffer(h.payload_bytes);
         return incoming_.span();
@@ -126,7 +147,12 @@ class session final : public transport::receiver,
 
   // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.
   std::size_t progress_step(const wire::header& h) override {
-    return h.type == wire::msg::push && streaming_ ? owner_->config().server_chunk_bytes : 0;
+    return h.type == wire::msg::push && streaming_ && chunked_ ? owner_->config().server_chunk_bytes
+                                                                : 0;
+  }
+  // RDMA: a push that landed in its partition's landing buffer lands there next round too.
+  bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
+    return landed_ && h.type == wire::msg::push && landing_.holds(key_id{h.key, h.part}, dest.data());
   }
   void on_progress(const wire::header& h, std::size_t bytes_in) override {
     if (h.sender != static_cast<std::uint32_t>(worker))
@@ -183,6 +209,7 @@ class session final : public transport::receiver,
   void on_close(const std::string& reason) override {
     owner_->recycle(std::move(incoming_));
     streaming_.reset();
+    landing_.clear();
     // A connection that never said peer_hello is no worker (a stray client, a port scan): the
     // gate logs it, once, as a peer.
     if (worker < 0) return owner_->gate().closed(*ticket_, reason);
@@ -277,14 +304,19 @@ class session final : public transport::receiver,
   }
 
   server::payload_ref streamed() const {
-    return {std::span<const std::byte>(streaming_->span()), streaming_};
+    return {std::span<const std::byte>(streaming_->span().first(streaming_bytes_)), streaming_};
   }
 
   Owner* owner_;
   detail::buffer_pool::buffer incoming_;  // I/O thread only
   /// I/O thread only: the streamed push being read, shared with the handler that sums it
+  /// or landed in its partition's landing buffer (its first streaming_bytes_ bytes)
   std::shared_ptr<detail::buffer_pool::buffer> streaming_;
-  bool first_ = false;            // streaming_ has not been handed over yet
+  std::size_t streaming_bytes_ = 0;
+  bool first_ = false;    // streaming_ has not been handed over yet
+  bool chunked_ = false;  // the push is summed chunk by chunk as it arrives (progress_step)
+  bool landed_ = false;   // the push lands in landing_ (RDMA; its place stays)
+  server::landing_places landing_;  // I/O thread only
   std::int64_t received_ns_ = 0;  // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
   std::shared_ptr<rendezvous::pending_hello> ticket_;       // until peer_hello proved the token

@@ -12,6 +12,12 @@
 /// (`outcome::piece`), so the answer flows back while the pushes still flow in. The bits are
 /// those of a whole rank-order sum: chunking changes when a sum is taken, not what it is.
 ///
+/// Landed pushes (`request::streamed`, whole; a transport that registers memory): the key holds
+/// each worker's landing buffer, not a copy, and sums them all straight into buffer r % 2 in
+/// worker-rank order once every push is in (a streamed key's path, in one piece). No push
+/// buffer becomes the sum, since the landing buffer takes that worker's next round; it is read
+/// before the round is answered, and a worker pushes again only after its answer.
+///
 /// With failover on, a replacement server starts empty: each key adopts the round of the first
 /// push or `sum_offer`, a worker that re-pushes the previous round (whose answer the dead server
 /// never sent it) is answered at once with that round's sum, and an offer of the current round
@@ -39,6 +45,9 @@ class sync_sum {
  public:
   /// Takes pushes as they arrive (cut-through): see `streamed`.
   static constexpr bool cut_through = true;
+  /// Takes landed pushes (RDMA): a key whose pushes land holds them where they are and sums
+  /// them in worker-rank order once all are in, as a streamed key does.
+  static constexpr bool reads_in_place = true;
 
   sync_sum(const Config& cfg, detail::buffer_pool& pool)
       : pool_(&pool), chunk_(cfg.server_chunk_bytes) {
@@ -83,6 +92,10 @@ class sync_sum {
   outcome streamed(key_state& k, const request& r) {
     const wire::header& h = r.head;
     const std::size_t size = r.streamed->bytes.size();
+    // A whole push here on a key that does not hold its pushes yet: a landed push on a key a
+    // sum_offer shaped (failover). Between rounds it starts holding them.
+    if (k.initialized() && !k.streamed() && r.first && r.complete && k.pushed() == 0)
+      k.hold_inputs();
     if (k.initialized() && !k.streamed()) {
       // An unstreamed key (its partition is smaller): this push cannot have its shape, which
       // poisons the round. Its first call counts it (and puts its worker among those the
@@ -97,7 +110,7 @@ class sync_sum {
         if (auto previous = k.previous_sum(h.round))
           return outcome::answer_now(sum(k, *previous, h.round));  // its later calls: taken
       }
-      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
+      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name, true);
       if (!problem.empty()) return outcome::refuse(std::move(problem));  // later calls: taken
       k.take_input(r.worker, *r.streamed);
     } else if (!k.is_input(r.worker, r.streamed->owner.get())) {

@@ -59,6 +59,8 @@ inline Config Config::from_env() {
         fmt::format("BYTEPS_SERVER_CHUNK_BYTES='{}' is not valid: expected 0 (off) "
                     "or a multiple of 64 up to 67108864",
                     env_or_null("BYTEPS_SERVER_CHUNK_BYTES")));
+  c.server_landing_bytes = static_cast<std::size_t>(env_integer(
+      "BYTEPS_SERVER_LANDING_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 50));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;

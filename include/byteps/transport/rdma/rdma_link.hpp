@@ -15,7 +15,7 @@
 ///
 /// Cached places: when the receiver's `destination_stays` says a registered destination is the
 /// place of every later frame of that (key, part, type, offset), its grant says so (`stays`), and
-/// the sender keeps that (address, rkey). A later such frame of the same length then goes at once
+/// the sender keeps that (address, rkey). A later such frame no longer than it then goes at once
 /// (a `direct` SEND of its header, then its WRITE WITH IMM), without announce or grant. Should
 /// the receiver's destination have moved after all, it copies the bytes from the old place and
 /// revokes it, and the sender asks again next time.
@@ -30,7 +30,15 @@
 /// Receiving and every callback run on the transport's progress thread (basic_rdma.hpp), one
 /// link's completions in order: receiver callbacks one at a time, in frame order; `on_close`
 /// once, after the last `on_message`. A failed work request, a flushed queue, a refused frame or
-/// a DISCONNECTED event closes the link with its reason; the process goes on.
+/// a DISCONNECTED event closes the link with its reason; the process goes on. A link that ends
+/// in the middle of a large frame adds how far it got ("... in the middle of a push frame (8192
+/// of its 20000 payload bytes)"), logged at WARNING with the peer.
+///
+/// Before the receiver admits its peer (`receiver::peer_admitted`, false on a listener's link
+/// until the hello), the peer may send frames, announces, credits and grants answering our
+/// announces; a transport-range frame (a decorator's handshake), a direct frame, a revoke or a
+/// grant nobody asked for closes the link, logged at WARNING with the peer ("dropping
+/// connection from A: a transport frame (type 0xf001) before its hello"), as over TCP.
 
 #include <cstring>
 #include <deque>
@@ -226,6 +234,11 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
     }
   }
   void on_grant(std::uint64_t seq, const rdma_msg::grant& g);
+  // Whether a grant for frame `seq` answers our announce (the frame waiting for its grants).
+  bool awaits_grant(std::uint64_t seq) {
+    std::lock_guard lock(mu_);
+    return !queue_.empty() && queue_.front().seq == seq && queue_.front().announced;
+  }
   void on_revoke(const rdma_msg::place_id& id) {
     std::lock_guard lock(mu_);
     if (places_.erase(id) != 0) ++tally_.forgotten;

@@ -11,7 +11,8 @@
 ///             type, offset) too (the receiver's `destination_stays`), which the sender caches
 ///   credit    prefix only: returns receive credits when no other message carries them
 ///   direct    prefix + 64-byte wire header: the payload follows at once by WRITE WITH IMM into
-///             the place a `stays` grant advertised for this frame's (key, part, type, offset)
+///             the place a `stays` grant advertised for this frame's (key, part, type, offset),
+///             whose first bytes it fills (a frame up to the advertised length may go there)
 ///   revoke    prefix + key, part, offset, type: forget that advertised place
 ///
 /// A WRITE WITH IMM carries the frame's sequence number (low 32 bits) as its immediate. Fields
@@ -36,6 +37,19 @@ enum class kind : std::uint8_t {
   direct = 5,
   revoke = 6
 };
+
+/// The kind's name, for messages ("announce").
+constexpr const char* name(kind k) noexcept {
+  switch (k) {
+    case kind::frame: return "frame";
+    case kind::announce: return "announce";
+    case kind::grant: return "grant";
+    case kind::credit: return "credit";
+    case kind::direct: return "direct";
+    case kind::revoke: return "revoke";
+  }
+  return "unknown";
+}
 
 inline constexpr std::size_t prefix_size = 16;
 inline constexpr std::size_t grant_size = prefix_size + 40;

@@ -5,7 +5,9 @@
 /// payload byte lands, grants that place to the sender (or its staging area, a window at a
 /// time, when the place is not registered), and delivers the frame once the last write is in.
 /// A place its receiver says stays (`destination_stays`) is advertised in the grant, and a later
-/// `direct` frame for it is written there without a grant (rdma_link.hpp, "Cached places").
+/// `direct` frame for it (no longer than the place) is written there without a grant
+/// (rdma_link.hpp, "Cached places"). Until the receiver admits its peer, it refuses what only an
+/// admitted peer may send, and a link that ends mid-frame says how far the frame got (`cut`).
 
 #include <algorithm>
 #include <cstring>
@@ -32,6 +34,16 @@ class rdma_link_rx {
       std::lock_guard lock(l_.mu_);
       l_.credits_ += p->credits;
     }
+    if (!admitted()) {
+      // A peer that has not proved who it is (its hello is still to come) may send frames and
+      // announces (its hello, checked below as TCP checks it), credits, and a grant that
+      // answers our own announce. Nothing of ours can be advertised to it, so a direct frame or
+      // a revoke is a stranger's, and so is a grant nobody asked for.
+      const bool stray = p->k == rdma_msg::kind::direct || p->k == rdma_msg::kind::revoke ||
+                         (p->k == rdma_msg::kind::grant && !l_.awaits_grant(p->seq));
+      if (stray)
+        return refuse(fmt::format("an RDMA {} message before its hello", rdma_msg::name(p->k)));
+    }
     switch (p->k) {
       case rdma_msg::kind::frame: return on_frame(msg.subspan(rdma_msg::prefix_size));
       case rdma_msg::kind::announce: return on_announce(p->seq, msg.subspan(rdma_msg::prefix_size));
@@ -47,6 +59,15 @@ class rdma_link_rx {
     }
   }
 
+  /// `reason`, and when the link ends in the middle of a large frame, how far that frame got
+  /// (as TCP says it: "... in the middle of a push frame (8192 of its 20000 payload bytes)").
+  std::string cut(const std::string& reason) const {
+    if (!active_) return reason;
+    const std::uint64_t in = staged_ ? done_ + got_ : done_;
+    return fmt::format("{} in the middle of a {} frame ({} of its {} payload bytes)", reason,
+                       wire::msg_name(h_.type), in, h_.payload_bytes);
+  }
+
  private:
   struct advert {
     std::span<std::byte> place;
@@ -60,7 +81,27 @@ class rdma_link_rx {
     auto decoded = wire::decode(body.first<wire::header_size>(), l_.max_frame_);
     if (!decoded) return l_.fail("protocol error: " + decoded.reason), false;
     h_ = decoded.value;
+    if (wire::is_transport_msg(h_.type) && !admitted()) {
+      // As over TCP: no decorator's handshake (nor a transport frame's scratch buffer) for a
+      // peer that has not said hello.
+      refuse(fmt::format("a transport frame (type {:#x}) before its hello",
+                         static_cast<unsigned>(h_.type)));
+      return false;
+    }
     return true;
+  }
+
+  // Closes the link for what the peer sent, logged at WARNING with its address (as TCP logs
+  // every connection it drops).
+  void refuse(const std::string& why) {
+    l_.log_.warn("dropping connection from {}: {}", l_.peer_, why);
+    l_.fail("protocol error: " + why);
+  }
+
+  // The receiver's peer_admitted(), asked until it says yes (admission is never withdrawn).
+  bool admitted() {
+    if (!admitted_) admitted_ = l_.receiver_->peer_admitted();
+    return admitted_;
   }
 
   // Where the payload of h_ goes: the receiver's answer, or a scratch buffer for a transport
@@ -125,7 +166,7 @@ class rdma_link_rx {
     auto keys = l_.registry_.lookup(dest_.data(), dest_.size());
     staged_ = !keys;
     const auto id = rdma_msg::place_id::of(h_);
-    const bool stays = !staged_ && step_ == 0 && deliver_ && destination_stays();
+    const bool stays = !staged_ && deliver_ && destination_stays();
     if (auto old = advertised_.find(id); old != advertised_.end() && !stays)
       revoke(old->second, id);
     if (!staged_) {  // straight into the receiver's memory, in pieces of the step if it asked
@@ -152,16 +193,25 @@ class rdma_link_rx {
     if (!read_header(body)) return;
     const auto id = rdma_msg::place_id::of(h_);
     auto it = advertised_.find(id);
-    if (it == advertised_.end() || it->second.place.size() != h_.payload_bytes)
+    // The place fits any frame up to the size it was advertised with (a compressed push's
+    // size varies from round to round); the frame takes its first bytes.
+    if (it == advertised_.end() || it->second.place.size() < h_.payload_bytes)
       return l_.fail(
           fmt::format("protocol error: {} wrote a frame of {} bytes to a place this "
                       "end did not advertise",
                       l_.peer_, h_.payload_bytes));
-    place_ = it->second.place;
+    place_ = it->second.place.first(h_.payload_bytes);
     bool ok = false;
     dest_ = destination(ok);
     if (!ok) return;
     step_ = 0;
+    if (deliver_) {  // cut-through: the sender writes in pieces of the step the grant named
+      try {
+        step_ = l_.receiver_->progress_step(h_);
+      } catch (const std::exception& e) {
+        return l_.fail(std::string("protocol error: ") + e.what());
+      }
+    }
     active_ = true;
     seq_ = seq;
     done_ = reported_ = got_ = 0;
@@ -249,6 +299,7 @@ class rdma_link_rx {
   rdma_link<V>& l_;
   wire::header h_{};
   bool deliver_ = true;
+  bool admitted_ = false;  // the receiver said its peer is admitted
   std::vector<std::byte> skipped_;
   // The large frame being received.
   bool active_ = false;

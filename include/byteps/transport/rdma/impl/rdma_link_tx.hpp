@@ -40,10 +40,13 @@ void rdma_link<V>::pump() {
         continue;
       }
       auto place = places_.find(rdma_msg::place_id::of(f.h));
-      if (place != places_.end() && place->second.length == f.payload.size()) {
-        // The receiver's advertised place: the header, then at once the payload, no grant.
+      if (place != places_.end() && place->second.length >= f.payload.size()) {
+        // The receiver's advertised place, big enough: the header, then at once the payload
+        // into its first bytes, no grant. A larger frame (a compressed push that grew) asks.
         post_message(rdma_msg::kind::direct, f.seq, hb, {}, {});
-        f.grants.push_back(place->second);
+        auto g = place->second;
+        g.length = f.payload.size();
+        f.grants.push_back(g);
         ++tally_.cached;
       } else {
         post_message(rdma_msg::kind::announce, f.seq, hb, {}, {});
@@ -176,9 +179,15 @@ void rdma_link<V>::fail(const std::string& reason) {
       log_.warn("rdma: disconnecting {} failed: {}", peer_, e.what());
     }
   }
-  log_.debug("rdma: link to {} closed: {}", peer_, reason);
+  // A frame cut in the middle says how far it got, as over TCP; the peer is named.
+  const std::string why = rx_ ? rx_->cut(reason) : reason;
+  if (why != reason && reason != "closed locally")
+    log_.warn("link to {} closed: {}", peer_, why);
+  else
+    log_.debug("rdma: link to {} closed: {}", peer_, why);
+  close_reason_ = why;
   for (auto& cb : dropped) cb();
-  if (auto rx = std::move(receiver_)) rx->on_close(reason);
+  if (auto rx = std::move(receiver_)) rx->on_close(why);
 }
 
 template <class V>
