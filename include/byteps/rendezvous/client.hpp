@@ -149,7 +149,7 @@ class client {
     link_->send(head, *payload, [payload] {});
     // Only now may anything else follow: a scheduler takes nothing before the hello.
     if (cfg_.trace_on)  // the timeline needs this node's clock offset from its start on
-      for (int i = 0; i < 3; ++i) probe_clock();
+      for (int i = 0; i < connect_probes; ++i) probe_clock();
     // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
     // and this node learns when the scheduler does.
     heartbeat_.start(cfg_.heartbeat_interval, [this] { beat(); });
@@ -176,7 +176,15 @@ class client {
     if (f->header.type == wire::msg::node_failed)
       throw communicator_error("the cluster failed while joining: " + f->text());
     try {
-      return decode_welcome(f->payload);
+      auto w = decode_welcome(f->payload);
+      // The scheduler reads the probes after the hello, one frame of each link at a time, so
+      // the answers may come after the welcome (the last node's always do): wait for them
+      // (briefly), or a short job could write its
+      // timeline before its clock offset was ever measured. Past the deadline it goes on: the
+      // timeline then records how few samples it had (`clock_samples`).
+      if (cfg_.trace_on)
+        (void)inbox_->wait_clock_samples(connect_probes, clock::now() + cfg_.hello_timeout);
+      return w;
     } catch (const wire::decode_error& e) {
       throw communicator_error(fmt::format("malformed welcome from the scheduler {}: {}",
                                            link_->peer(), e.what()));
@@ -210,6 +218,8 @@ class client {
       link_->close();
     }
   }
+
+  static constexpr int connect_probes = 3;  // probes sent right after the hello (trace on)
 
   Config cfg_;
   std::shared_ptr<inbox> inbox_;

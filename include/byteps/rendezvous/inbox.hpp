@@ -81,9 +81,12 @@ class inbox final : public transport::receiver {
     if (h.type == wire::msg::heartbeat) {
       // The scheduler's answer to a clock probe (client::probe_clock) echoes our time in
       // `round` and carries its own in `offset`; its own heartbeats have round 0.
-      if (h.round != 0)
+      if (h.round != 0) {
         clock_.sample(static_cast<std::int64_t>(h.round), static_cast<std::int64_t>(h.offset),
                       detail::steady_ns());
+        { std::lock_guard lock(mu_); }  // a waiter checks under mu_: no wake-up lost
+        cv_.notify_all();
+      }
       return;
     }
     frame f{h, {payload.begin(), payload.end()}};
@@ -113,6 +116,15 @@ class inbox final : public transport::receiver {
 
   /// This node's clock against the scheduler's, from the answered clock probes.
   detail::clock_offset clock_offset() const { return clock_.best(); }
+
+  /// Waits until `n` clock probes were answered in all, the link is gone, or `deadline`; true
+  /// for the first.
+  bool wait_clock_samples(int n, clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, deadline,
+                          [&] { return closed_ || clock_.best().samples >= n; }) &&
+           !closed_;
+  }
 
   /// When the peer was last heard from (any frame).
   clock::time_point last_heard() const {
