@@ -41,7 +41,8 @@
 ///   payload_bytes itself, so the type field is the part of the header it can spoil.)
 /// - `corrupt_payload(at)`: byte `at` (modulo the payload size) of a copy of the payload is
 ///   inverted; the caller's buffer is never written. A frame without payload goes out intact.
-/// - `cut`: the link is closed at this frame, which is lost; both ends see the link close.
+/// - `cut`: the link is closed at this frame, which is lost with every later one; both ends see
+///   the link close.
 ///
 /// @par Contract kept
 /// `on_sent` runs exactly once per `send` and never inside `send`: a dropped or cut frame's
@@ -256,6 +257,10 @@ class faulty<Inner>::link : public std::enable_shared_from_this<link> {
 
   void apply(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent,
              const fault& f, bool on_timer_thread) {
+    // After a cut nothing more leaves: the inner link closes asynchronously, and a gathered
+    // write could otherwise still carry frames sent after the cut (tcp_link.hpp).
+    if (cut_.load(std::memory_order_acquire))
+      return lose(h, payload, std::move(on_sent), on_timer_thread);
     switch (f.action) {
       case fault::kind::pass:
       case fault::kind::delay:
@@ -263,6 +268,7 @@ class faulty<Inner>::link : public std::enable_shared_from_this<link> {
       case fault::kind::drop:
         return lose(h, payload, std::move(on_sent), on_timer_thread);
       case fault::kind::cut:
+        cut_.store(true, std::memory_order_release);
         inner_->close();
         return lose(h, payload, std::move(on_sent), on_timer_thread);
       case fault::kind::duplicate: {
@@ -312,6 +318,7 @@ class faulty<Inner>::link : public std::enable_shared_from_this<link> {
   std::deque<held> held_;  // frames waiting for a delay, in send order
   clock::time_point last_due_{};
   bool flushing_ = false;  // the timer thread is sending held frames: newer ones queue behind
+  std::atomic<bool> cut_{false};  // a cut fired: every later frame is lost
   std::uint64_t sent_ = 0;
 };
 
