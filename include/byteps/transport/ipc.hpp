@@ -23,6 +23,8 @@
 ///    copies them out into the destination its node names (an answer: the worker's own tensor),
 ///    then frees the ring space. A payload that does not fit goes by the inner link, as before
 ///    the handshake. Each direction starts using its ring once its `ipc_accept` came back.
+///    Answers take the ring from `min_ipc_answer_bytes` (256 KiB) on, pushes from
+///    `min_ipc_bytes` (16 KiB).
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
 /// `options::enabled` off (`BYTEPS_ENABLE_IPC=0`) behaves exactly like the inner transport.
 ///
@@ -66,6 +68,11 @@ class ipc {
  public:
   static constexpr std::string_view name = "ipc";
   static constexpr std::size_t min_ipc_bytes = 16 * 1024;
+  /// The way back (server to worker) takes the ring from this size on. Smaller answers went
+  /// faster by TCP (loopback, 2 workers + 2 servers, 64 KiB: p50 283-317 us through the ring
+  /// against 212-286 us by TCP, alternated on an idle machine; why was not found), and larger
+  /// ones faster through the ring (1 MiB: 459-556 us against 1004-1130).
+  static constexpr std::size_t min_ipc_answer_bytes = 256 * 1024;
   /// Ring payloads up to this size are copied by the sending thread, larger ones by the copier.
   static constexpr std::size_t inline_copy_bytes = 256 * 1024;
   using options = ipc_options<typename Inner::options>;
@@ -120,7 +127,8 @@ class ipc {
     void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
       std::lock_guard lock(mu_);
       std::optional<std::uint64_t> pos;
-      if (ring_ready_ && payload.size() >= min_ipc_bytes) pos = reserve(payload.size());
+      if (ring_ready_ && payload.size() >= (connecting_ ? min_ipc_bytes : min_ipc_answer_bytes))
+        pos = reserve(payload.size());
       if (!pos && queued_ == 0) return inner_->send(h, payload, std::move(on_sent));
       // A small copy costs less than waking the copier (loopback, 2 workers + 2 servers, 64 KiB:
       // p50 371-388 us through the copier, 321-331 us copied here), so it is done here when
