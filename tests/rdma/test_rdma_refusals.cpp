@@ -133,6 +133,7 @@ TEST_CASE("rdma refusals: a direct frame before the hello closes its link, logge
   auto net = std::make_shared<emu::fabric>();
   stderr_capture log;
   std::vector<std::byte> arena(1 << 16);
+  const auto second = pattern(2, 20000);  // outlives the transports, which may still read it
   {
     rdma_pair p(emu_options(net), warnings_config());
     p.server_net.register_memory(arena);
@@ -148,7 +149,7 @@ TEST_CASE("rdma refusals: a direct frame before the hello closes its link, logge
     send_frame(*p.client[0], 1, first);
     REQUIRE(p.server_rx[0]->wait_messages(1));  // announced, granted in place, delivered
     CHECK(p.server_rx[0]->frames()[0].bytes == first);
-    send_frame(*p.client[0], 1, pattern(2, 20000));
+    send_frame(*p.client[0], 1, second);
     REQUIRE(p.server_rx[0]->wait_closed());
     CHECK(p.server_rx[0]->reason() == "protocol error: an RDMA direct message before its hello");
     CHECK(p.server_rx[0]->messages() == 1);
@@ -173,12 +174,13 @@ TEST_CASE("rdma refusals: a link cut in the middle of a large frame says how man
   auto net = std::make_shared<emu::fabric>();
   stderr_capture log;
   std::string reason;
+  const auto cut = pattern(4, 20000);  // outlives the transports, which may still read it
   {
     rdma_pair p(emu_options(net), warnings_config());
     p.connect_one();
     p.connect_one();
     net->disconnect_after({p.port, emu::side::active, 0}, 3);
-    send_frame(*p.client[0], 4, pattern(4, 20000));
+    send_frame(*p.client[0], 4, cut);
     REQUIRE(p.server_rx[0]->wait_closed());
     reason = p.server_rx[0]->reason();
     CHECK(p.server_rx[0]->messages() == 0);
