@@ -233,8 +233,12 @@ class failover {
       fresh->close();
       std::lock_guard lock(node_.mu_);
       if (gone_locked() || node_.links_[server].latest_notice != notice) return;
-      return node_.die_locked(fmt::format("cannot join the replacement of server {} at {}: {}",
-                                          server, address, e.what()));
+      // The replacement may have died too before its challenge, and the scheduler's next notice
+      // not be here yet: wait for it as for any lost server (bounded; the job fails naming this
+      // if none comes).
+      return server_down_locked(
+          server, fmt::format("its replacement at {} failed during the handshake: {}", address,
+                              e.what()));
     }
     std::pair<std::size_t, std::size_t> sent;
     {
