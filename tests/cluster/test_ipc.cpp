@@ -87,6 +87,13 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
         cv.notify_all();
       }
       void on_close(const std::string&) override {}
+      // Waits (10 s at most) for as many payloads as were sent; true when they are those.
+      bool received(const std::vector<std::vector<std::byte>>& sent) {
+        std::unique_lock lock(mu);
+        return cv.wait_for(lock, std::chrono::seconds(10),
+                           [&] { return got.size() >= sent.size(); }) &&
+               got == sent;
+      }
     };
     auto server_side = std::make_shared<collect>();
     std::shared_ptr<ipc_tcp::link> accepted;
@@ -109,12 +116,7 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
       h.type = wire::msg::push;
       client->send(h, p, {});
     }
-    {
-      std::unique_lock lock(server_side->mu);
-      REQUIRE(server_side->cv.wait_for(lock, std::chrono::seconds(10),
-                                       [&] { return server_side->got.size() == sent.size(); }));
-      for (std::size_t i = 0; i < sent.size(); ++i) CHECK(server_side->got[i] == sent[i]);
-    }
+    REQUIRE(server_side->received(sent));
     // The two payloads of at least 16 KiB went through the ring when enabled.
     CHECK(client_net.payloads_through_shm() == (enabled ? 2u : 0u));
     // The way back has a ring of its own, offered by the server once it mapped the client's.
@@ -129,12 +131,7 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
       h.type = wire::msg::pull_response;
       accepted->send(h, p, {});
     }
-    {
-      std::unique_lock lock(client_side->mu);
-      REQUIRE(client_side->cv.wait_for(lock, std::chrono::seconds(10),
-                                       [&] { return client_side->got.size() == sent.size(); }));
-      for (std::size_t i = 0; i < sent.size(); ++i) CHECK(client_side->got[i] == sent[i]);
-    }
+    REQUIRE(client_side->received(sent));
     const auto counted = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (enabled && server_net.payloads_through_shm() < 1 &&
            std::chrono::steady_clock::now() < counted)
