@@ -28,6 +28,7 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_SERVER_ENGINE_THREAD",
     "BYTEPS_SERVER_CHUNK_BYTES",
     "BYTEPS_IO_THREADS",
+    "BYTEPS_TCP_NOTSENT_LOWAT",
     "BYTEPS_ENABLE_MIXED_MODE",
     "BYTEPS_ENABLE_IPC",
     "BYTEPS_LOCAL_SIZE",

@@ -1,8 +1,8 @@
-#include <byteps/transport/tcp_options.hpp>
-#include <byteps/transport/ipc_options.hpp>
 #include <byteps/transport/faulty_options.hpp>
+#include <byteps/transport/ipc_options.hpp>
+#include <byteps/transport/tcp_options.hpp>
+#include <byteps/transport/tcp_socket.hpp>
 #include <byteps/transport/tls_options.hpp>
-
 #include <catch2/catch.hpp>
 
 #include "config_env.hpp"
@@ -21,6 +21,7 @@ using tls_tcp_options = bps::transport::tls_options<tcp_options>;
 
 TEST_CASE("transport options built in code are the defaults", "[options]") {
   CHECK(tcp_options{}.io_threads == 1);
+  CHECK(tcp_options{}.notsent_lowat == 262144);
   CHECK(ipc_tcp_options{}.enabled);
   CHECK(ipc_tcp_options{}.inner.io_threads == 1);
   CHECK(faulty_ipc_tcp_options{}.inner.inner.io_threads == 1);
@@ -34,10 +35,13 @@ TEST_CASE("transport options from a Config carry its recorded values, through de
 
   c.io_threads = 3;
   c.enable_ipc = false;
+  c.tcp_notsent_lowat = 0;
   CHECK(tcp_options::from(c).io_threads == 3);
+  CHECK(tcp_options::from(c).notsent_lowat == 0);
   const auto ipc = ipc_tcp_options::from(c);
   CHECK_FALSE(ipc.enabled);
   CHECK(ipc.inner.io_threads == 3);
+  CHECK(ipc.inner.notsent_lowat == 0);
   const auto faulty = faulty_ipc_tcp_options::from(c);
   CHECK(faulty.plan == nullptr);  // the environment names no faults
   CHECK_FALSE(faulty.inner.enabled);
@@ -52,6 +56,33 @@ TEST_CASE("tcp options out of range are refused, naming the field", "[options]")
                     "transport::tcp::options: io_threads = 0 is not valid: expected 1 .. 64");
   CHECK_THROWS_WITH(tcp_options{.io_threads = 65}.validate(),
                     "transport::tcp::options: io_threads = 65 is not valid: expected 1 .. 64");
+  REQUIRE_NOTHROW(tcp_options{.notsent_lowat = 0}.validate());
+  CHECK_THROWS_WITH(tcp_options{.notsent_lowat = (std::size_t{1} << 30) + 1}.validate(),
+                    "transport::tcp::options: notsent_lowat = 1073741825 is not valid: expected "
+                    "0 (off) .. 1073741824");
+}
+
+TEST_CASE("a tcp connection gets TCP_NOTSENT_LOWAT as its options say, or the kernel's default",
+          "[options]") {
+  asio::io_context io;
+  auto acceptor = bps::transport::open_acceptor(io, "127.0.0.1", 0);
+  auto lowat_of = [](asio::ip::tcp::socket& s) {
+    int value = -2;
+    socklen_t size = sizeof value;
+    REQUIRE(::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &value, &size) == 0);
+    return value;
+  };
+  asio::ip::tcp::socket a(io), b(io);
+  a.connect(acceptor->local_endpoint());
+  acceptor->accept(b);
+  const int kernel_default = lowat_of(b);
+  bps::transport::tune_connection(a, 65536);
+  bps::transport::tune_connection(b, 0);
+  CHECK(lowat_of(a) == 65536);
+  CHECK(lowat_of(b) == kernel_default);  // 0 leaves it as it was
+  asio::ip::tcp::no_delay no_delay;
+  a.get_option(no_delay);
+  CHECK(no_delay.value());
 }
 
 TEST_CASE(

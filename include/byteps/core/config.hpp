@@ -136,6 +136,8 @@ struct Config {
   // from_env() is the one reader of the environment. A node given no transport options builds
   // them from these (`transport::tcp::options::from`, `transport::ipc<I>::options::from`).
   int io_threads = 1;      ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
+  /// BYTEPS_TCP_NOTSENT_LOWAT (tcp_options::notsent_lowat; 0: the kernel's default).
+  std::size_t tcp_notsent_lowat = 262144;
   bool enable_ipc = true;  ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
   /// The RDMA transport's variables (`transport::rdma_options::from` copies them; ranges and
   /// meanings in transport/rdma/rdma_options.hpp and docs/env.md).
@@ -213,6 +215,8 @@ inline void Config::validate() const {
          "0 (off) or a multiple of 64 up to 2^26");
   if (io_threads < 1 || io_threads > 64)
     fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (tcp_notsent_lowat > (std::size_t{1} << 30))
+    fail("tcp_notsent_lowat (BYTEPS_TCP_NOTSENT_LOWAT)", tcp_notsent_lowat, "0 (off) .. 2^30");
   if (rdma.port < 1 || rdma.port > 255) fail("rdma.port (BYTEPS_RDMA_PORT)", rdma.port, "1 .. 255");
   if (rdma.gid_index < -1 || rdma.gid_index > 255)
     fail("rdma.gid_index (BYTEPS_RDMA_GID_INDEX)", rdma.gid_index, "-1 (RoCE v2 preferred) .. 255");

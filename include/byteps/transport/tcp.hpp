@@ -36,7 +36,10 @@ class tcp {
   /// With the options the environment gave (`options::from(cfg)`).
   explicit tcp(const Config& cfg) : tcp(cfg, options::from(cfg)) {}
   tcp(const Config& cfg, const options& opts)
-      : max_frame_(cfg.max_frame_bytes()), log_(cfg.log, "tcp"), work_(asio::make_work_guard(io_)) {
+      : max_frame_(cfg.max_frame_bytes()),
+        notsent_lowat_(opts.notsent_lowat),
+        log_(cfg.log, "tcp"),
+        work_(asio::make_work_guard(io_)) {
     opts.validate();
     for (int i = 0; i < opts.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
@@ -55,6 +58,7 @@ class tcp {
   std::shared_ptr<link> adopt(asio::ip::tcp::socket socket);
 
   std::size_t max_frame_;
+  std::size_t notsent_lowat_;
   logger log_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
@@ -66,8 +70,7 @@ class tcp {
 };
 
 inline std::shared_ptr<tcp::link> tcp::adopt(asio::ip::tcp::socket socket) {
-  std::error_code ignored;
-  socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+  tune_connection(socket, notsent_lowat_);
   auto l = std::make_shared<link>(std::move(socket), max_frame_, log_);
   std::lock_guard lock(mu_);
   std::erase_if(links_, [](const std::weak_ptr<link>& w) { return w.expired(); });

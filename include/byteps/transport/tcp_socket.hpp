@@ -6,10 +6,14 @@
 /// caller's `adopt`.
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <asio.hpp>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -19,6 +23,24 @@
 #include "byteps/core/error.hpp"
 
 namespace bps::transport {
+
+/// Sets what every byteps TCP connection uses on a connected socket: no Nagle delay (frames are
+/// written whole, headers gathered with their payloads) and, where the kernel has it,
+/// TCP_NOTSENT_LOWAT of `notsent_lowat` bytes (0: left as the kernel has it; see
+/// `tcp_options::notsent_lowat` for why). A socket that refuses either still works: ignored.
+inline void tune_connection(asio::basic_socket<asio::ip::tcp>& socket, std::size_t notsent_lowat) {
+  std::error_code ignored;
+  socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+#ifdef TCP_NOTSENT_LOWAT
+  if (notsent_lowat != 0) {
+    const int bytes = static_cast<int>(notsent_lowat);
+    (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes,
+                       sizeof bytes);
+  }
+#else
+  (void)notsent_lowat;
+#endif
+}
 
 /// A socket bound to `host:port` (0: any free port) and listening. Throws `communicator_error`
 /// naming `host:port` and the reason.

@@ -60,6 +60,7 @@ class tls {
   /// file that cannot be read or used (naming the variable and the path).
   tls(const Config& cfg, const options& opts)
       : max_frame_(cfg.max_frame_bytes()),
+        notsent_lowat_(opts.inner.notsent_lowat),
         handshake_timeout_(opts.handshake_timeout),
         max_handshakes_(opts.max_handshakes),
         log_(cfg.log, "tls"),
@@ -104,6 +105,7 @@ class tls {
   std::shared_ptr<link> adopt(tls_stream stream);
 
   std::size_t max_frame_;
+  std::size_t notsent_lowat_;
   std::chrono::milliseconds handshake_timeout_;
   int max_handshakes_;
   logger log_;
@@ -120,8 +122,7 @@ class tls {
 
 template <class Inner>
 requires std::same_as<Inner, tcp> std::shared_ptr<tls_link> tls<Inner>::adopt(tls_stream stream) {
-  std::error_code ignored;
-  stream.lowest_layer().set_option(asio::ip::tcp::no_delay(true), ignored);
+  tune_connection(stream.lowest_layer(), notsent_lowat_);
   auto l = std::make_shared<link>(std::move(stream), max_frame_, log_);
   std::lock_guard lock(mu_);
   std::erase_if(links_, [](const std::weak_ptr<link>& w) { return w.expired(); });

@@ -62,6 +62,8 @@ inline Config Config::from_env() {
   c.server_landing_bytes = static_cast<std::size_t>(env_integer(
       "BYTEPS_SERVER_LANDING_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 50));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
+  c.tcp_notsent_lowat = static_cast<std::size_t>(
+      env_integer("BYTEPS_TCP_NOTSENT_LOWAT", 262144, 0, std::int64_t{1} << 30));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;
   if (const char* e = env_or_null("DMLC_ENABLE_RDMA")) {
