@@ -4,10 +4,12 @@
 #include <future>
 
 #include "cluster.hpp"
+#include "hand_made_node.hpp"
 
 using namespace bps;
 using bps::test::cluster;
 using bps::test::comm_t;
+using bps::test::say_hello;
 using Catch::Contains;
 using clock_type = std::chrono::steady_clock;
 
@@ -18,24 +20,6 @@ Config fast_heartbeats(int workers, int servers) {
   c.heartbeat_interval = std::chrono::milliseconds(100);
   c.heartbeat_timeout = std::chrono::milliseconds(600);
   return c;
-}
-
-// Says a worker's hello to the scheduler by hand on `link`, read by `inbox`: takes the
-// scheduler's challenge and proves the job's token for it, as a worker does.
-template <class Link>
-void say_hello(Link& link, rendezvous::inbox& inbox, const Config& cfg) {
-  std::string why;
-  auto challenge =
-      inbox.take({wire::msg::challenge}, clock_type::now() + std::chrono::seconds(10), why);
-  if (!challenge) throw std::runtime_error("a hand-made worker: no challenge: " + why);
-  rendezvous::nonce n{};
-  std::copy(challenge->payload.begin(), challenge->payload.end(), n.begin());
-  // The transport reads the payload after send returns: it lives until on_sent.
-  auto hello = std::make_shared<std::vector<std::byte>>(
-      rendezvous::encode_proved(rendezvous::hello::from(cfg, role::worker), cfg.job_token, n));
-  wire::header h;
-  h.type = wire::msg::hello;
-  link.send(h, *hello, [hello] {});
 }
 
 // Joins as worker `id` by hand (hello, welcome, peer_hello to every server), then falls silent:

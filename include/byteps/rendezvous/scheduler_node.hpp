@@ -35,6 +35,7 @@
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/rendezvous/vacancies.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/codec.hpp"
 
 namespace bps {
 
@@ -227,7 +228,8 @@ class SchedulerNode {
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
     switch (h.type) {
       case wire::msg::barrier: {
-        if (n.r != role::worker) throw std::runtime_error("only workers enter barriers");
+        if (n.r != role::worker)
+          throw wire::decode_error("it entered a barrier, which only workers do");
         if (++barriers_[h.round] == workers_) {
           barriers_.erase(h.round);
           for (auto& w : nodes_)
@@ -247,7 +249,9 @@ class SchedulerNode {
         cv_.notify_all();
         return;
       default:
-        throw std::runtime_error(fmt::format("unexpected {} frame", wire::msg_name(h.type)));
+        // A peer breaking the protocol: its link closes, and the job fails naming it and this.
+        throw wire::decode_error(fmt::format(
+            "it sent a {} frame, which the scheduler does not take", wire::msg_name(h.type)));
     }
   }
 

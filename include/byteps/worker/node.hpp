@@ -227,8 +227,10 @@ class node {
     links_.connect_all(transport_, welcome.servers, cfg_.connect_timeout,
                        [this](auto& slot, int i) {
                          std::lock_guard lock(mu_);  // its receiver may report at once
-                         start_link(slot.link, i, 0);
+                         // In the table before its link starts: a link whose hello fails (the
+                         // job failed meanwhile) still reports its close, which looks it up.
                          links_.add(std::move(slot));
+                         start_link(links_[i].link, i, 0);
                        });
     ops().stats().servers(links_.size());
     if (failover_) failover_->listen();

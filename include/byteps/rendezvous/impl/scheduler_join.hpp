@@ -101,7 +101,7 @@ std::optional<std::string> SchedulerNode<T>::refusal_locked(const rendezvous::he
 
 template <Transport T>
 void SchedulerNode<T>::hello_locked(session& s, std::span<std::byte> payload) {
-  if (s.node_index >= 0) throw std::runtime_error("a second hello on one connection");
+  if (s.node_index >= 0) throw wire::decode_error("it sent a second hello on one connection");
   if (s.ticket->settled()) return;  // it timed out meanwhile: its link is closing
   const std::string peer = s.link_->peer();
   // Another generation first (its layout may differ), then the proof, then the settings: only
