@@ -224,14 +224,30 @@ class node {
       die_locked(why);
     });
     if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
-    links_.connect_all(transport_, welcome.servers, cfg_.connect_timeout,
-                       [this](auto& slot, int i) {
-                         std::lock_guard lock(mu_);  // its receiver may report at once
-                         // In the table before its link starts: a link whose hello fails (the
-                         // job failed meanwhile) still reports its close, which looks it up.
-                         links_.add(std::move(slot));
-                         start_link(links_[i].link, i, 0);
-                       });
+    try {
+      links_.connect_all(transport_, welcome.servers, cfg_.connect_timeout,
+                         [this](auto& slot, int i) {
+                           // In the table before its link starts: a link whose hello fails still
+                           // reports its close, which looks it up there.
+                           link_ptr link;
+                           {
+                             std::lock_guard lock(mu_);
+                             links_.add(std::move(slot));
+                             link = links_[i].link;
+                           }
+                           // The hello waits for the server's challenge outside the mutex (as
+                           // failover's does), so a failure the scheduler reports meanwhile
+                           // closes the links at once instead of waiting for the hello timeout.
+                           start_link(link, i, 0);
+                         });
+    } catch (const communicator_error& e) {
+      std::lock_guard lock(mu_);
+      // The scheduler's word on why the job failed says more than the link that broke for it.
+      if (!dead_.empty())
+        throw communicator_error(
+            fmt::format("{} (while connecting to the servers: {})", dead_, e.what()));
+      throw;
+    }
     ops().stats().servers(links_.size());
     if (failover_) failover_->listen();
     if constexpr (!L::is_identity) stage_.start(machine);
