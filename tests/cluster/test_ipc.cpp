@@ -2,6 +2,8 @@
 // memory, and the server sums them where they lie in the worker's ring; sums stay exact, plain
 // TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0 turns the shortcut off.
 #include "cluster.hpp"
+#include "exact_rounds.hpp"
+#include "failover_cluster.hpp"
 #include "run_cluster.hpp"
 #include "values.hpp"
 
@@ -400,4 +402,40 @@ TEST_CASE("ipc transport: payloads a receiver holds in place fill the ring, what
   CHECK(client_net.payloads_through_shm() == 2 * fit);
   client_net.stop();
   server_net.stop();
+}
+
+TEST_CASE("ipc with failover: a server killed mid-run while it sums pushes in place is replaced, "
+          "and every sum stays exact",
+          "[cluster][ipc][failover]") {
+  using namespace std::chrono_literals;
+  auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = 16384;  // partitions of 16 KiB take the ring, a tensor's last one not
+  cfg.failover_timeout = 10s;
+  cfg.heartbeat_interval = 100ms;
+  cfg.heartbeat_timeout = 2000ms;
+  constexpr int rounds = 16, kill_at = 5;
+  constexpr std::pair<dtype, std::size_t> what[] = {
+      {dtype::float32, 20000}, {dtype::float16, 30000}, {dtype::int64, 9000}};
+  test::failover_cluster<ipc_tcp> c(cfg, 1);
+  using comm_type = test::failover_cluster<ipc_tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::vector<std::byte>> data;
+      std::vector<handle> handles;
+      for (auto [t, n] : what) data.push_back(test::fill(t, n, rank, r));
+      test::issue_then_wait_all(handles, [&] {  // every buffer outlives its handle
+        for (std::size_t i = 0; i < std::size(what); ++i)
+          handles.push_back(comm.push_pull(fmt::format("fo_ipc.{}", i), data[i].data(),
+                                           what[i].second, what[i].first));
+        if (rank == 0 && r == kill_at) c.kill_server(1);  // with this round's pushes in flight
+      });
+      for (std::size_t i = 0; i < std::size(what); ++i) {
+        const auto [t, n] = what[i];
+        const auto wrong = test::first_wrong(t, data[i], n, 2, r);
+        BPS_EXPECT(wrong == n, "worker {} round {}: tensor {} element {} is not the exact sum",
+                   rank, r, i, wrong);
+      }
+    }
+  });
+  CHECK(c.replacements() == 1);
 }
