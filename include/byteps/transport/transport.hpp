@@ -9,8 +9,8 @@
 /// them from registered memory). Receiving asks the link's `receiver` where the payload of each
 /// frame must land *before* reading it, so received data is written straight into the caller's
 /// tensor (TCP reads into it; RDMA will target it). A transport whose payloads arrive in memory
-it shares with the sender (an ipc ring) may instead hand a receiver that asks for it the
-payload where it lies (`receiver::takes_in_place`). `register_memory` lets a transport pin and
+/// it shares with the sender (an ipc ring) may instead hand a receiver that asks for it the
+/// payload where it lies (`receiver::takes_in_place`). `register_memory` lets a transport pin and
 /// register a buffer once; for TCP it does nothing.
 ///
 /// Threading: a transport runs its own I/O threads. `receiver` callbacks run on them, one at a
