@@ -255,8 +255,7 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
           "sums stay exact",
           "[cluster][ipc]") {
   auto cfg = test::base_config(2, 2);
-  cfg.partition_bytes = std::size_t{4} << 20;  // a 16 MiB tensor is 4 partitions
-  cfg.scheduling_credit = 0;                   // every partition in flight at once
+  cfg.scheduling_credit = 0;  // every partition in flight at once
   auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
   constexpr int rounds = 2, tensors = 12;
   constexpr std::size_t n = (std::size_t{16} << 20) / sizeof(float);
@@ -291,7 +290,8 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
         }
       },
       workers, servers);
-  const std::uint64_t pushes = 2 * tensors * 4 * rounds;
+  const std::uint64_t pushes =
+      2 * tensors * rounds * partition::by_bytes(cfg).split(n * sizeof(float), sizeof(float)).size();
   CHECK(workers->through_shm > 0);
   CHECK(workers->through_shm < pushes);  // the rings filled: the rest went by tcp
   CHECK(servers->in_place == workers->through_shm);
@@ -350,7 +350,9 @@ TEST_CASE("ipc transport: payloads a receiver holds in place fill the ring, what
     }
   };
   auto in = std::make_shared<holder>();
+  std::shared_ptr<ipc_tcp::link> accepted;  // the ipc link must live for its handshake
   const auto port = server_net.listen("127.0.0.1", 0, [&](std::shared_ptr<ipc_tcp::link> l) {
+    accepted = l;
     l->start(in);
   });
   auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));

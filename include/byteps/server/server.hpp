@@ -216,7 +216,7 @@ class Server {
   // place (its keys then hold every push as a landed one: sync_sum sums them in rank order into
   // its own buffers). Every push comes to the handler that way, ring or not, so that a key never
   // mixes the two ways (sync_sum cannot).
-  static constexpr bool in_place = !lands && requires { requires T::payloads_in_place; } &&
+  static constexpr bool in_place = !lands && requires { requires T::hands_in_place; } &&
                                    server::reads_in_place<H>;
   bool takes_in_place() const noexcept {
     if constexpr (in_place)

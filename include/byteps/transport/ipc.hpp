@@ -81,7 +81,7 @@ class ipc {
   using options = ipc_options<typename Inner::options>;
   /// Receivers may get ring payloads in place (`receiver::takes_in_place`): a server whose
   /// handler reads pushes in place then hands it all its pushes whole (server/server.hpp).
-  static constexpr bool payloads_in_place = true;
+  static constexpr bool hands_in_place = true;
 
   class link;
 
