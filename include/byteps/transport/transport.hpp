@@ -103,9 +103,9 @@ class receiver {
   /// closes the link as it does there. Only for frames `takes_in_place` took.
   virtual void on_message_in_place(const wire::header& h, std::span<const std::byte> /*payload*/,
                                    std::shared_ptr<const void> /*keep*/) {
-    throw std::logic_error(fmt::format("a {} frame handed over in place to a receiver that does "
-                                       "not take frames in place",
-                                       wire::msg_name(h.type)));
+    throw std::logic_error(fmt::format(
+        "a {} frame handed over in place to a receiver that does not take frames in place",
+        wire::msg_name(h.type)));
   }
   /// True for a transport decorator's receiver that handles frames of the transport range
   /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
