@@ -251,8 +251,8 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
   CHECK(workers->in_place == 0);  // answers are copied into the worker's tensors
 }
 
-TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their round go by tcp; "
-          "sums stay exact",
+TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their round go by tcp, "
+          "and sums stay exact",
           "[cluster][ipc]") {
   auto cfg = test::base_config(2, 2);
   cfg.scheduling_credit = 0;  // every partition in flight at once
