@@ -1,14 +1,24 @@
 // transport::ipc: a worker and a server of one machine move push payloads through shared
-// memory; sums stay exact, plain TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0
-// turns the shortcut off.
+// memory, and the server sums them where they lie in the worker's ring; sums stay exact, plain
+// TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0 turns the shortcut off.
 #include "cluster.hpp"
+#include "exact_rounds.hpp"
+#include "failover_cluster.hpp"
 #include "run_cluster.hpp"
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -35,6 +45,52 @@ void exact_sums(Comm& comm, int rounds) {
       BPS_EXPECT(wrong == n, "{} round {}: element {} is not the sum", dtype_name(t), round,
                  wrong);
     }
+}
+
+// What the ipc transports of one role did, added up when each goes (after its node stopped).
+struct tally {
+  std::atomic<std::uint64_t> through_shm{0};  // payloads sent through a ring
+  std::atomic<std::uint64_t> in_place{0};     // ring payloads a receiver took where they lay
+};
+
+struct counted_options : ipc_tcp::options {
+  std::shared_ptr<tally> counts = std::make_shared<tally>();
+  static counted_options from(const Config& cfg) {
+    counted_options o;
+    static_cast<ipc_tcp::options&>(o) = ipc_tcp::options::from(cfg);
+    return o;
+  }
+};
+
+// ipc over tcp that reports its counts to the test (a communicator does not show its transport).
+class counted_ipc : public ipc_tcp {
+ public:
+  using options = counted_options;
+  explicit counted_ipc(const Config& cfg) : counted_ipc(cfg, options::from(cfg)) {}
+  counted_ipc(const Config& cfg, const options& o) : ipc_tcp(cfg, o), counts_(o.counts) {}
+  counted_ipc(const counted_ipc&) = delete;
+  counted_ipc& operator=(const counted_ipc&) = delete;
+  ~counted_ipc() {
+    counts_->through_shm += payloads_through_shm();
+    counts_->in_place += payloads_in_place();
+  }
+
+ private:
+  std::shared_ptr<tally> counts_;
+};
+static_assert(Transport<counted_ipc>);
+using counted_comm = Communicator<counted_ipc, local::none, partition::by_bytes, schedule::priority>;
+
+// Runs `body` on a cluster of counted ipc nodes; `workers` and `servers` get their roles' counts.
+void run_counted(const Config& cfg, const std::function<void(counted_comm&)>& body,
+                 const std::shared_ptr<tally>& workers, const std::shared_ptr<tally>& servers) {
+  test::run_cluster<counted_ipc, counted_comm>(
+      cfg, std::vector<int>(static_cast<std::size_t>(cfg.num_workers), 1), body, {},
+      [&](const Config& c) {
+        auto o = counted_options::from(c);
+        o.counts = c.node_role == role::server ? servers : workers;
+        return o;
+      });
 }
 
 }  // namespace
@@ -164,4 +220,224 @@ TEST_CASE("ipc transport removes rings left by a process that died before its pe
   CHECK_FALSE(std::filesystem::exists("/dev/shm" + orphan));
   CHECK(std::filesystem::exists("/dev/shm" + mine));  // its creator (this process) lives
   ::shm_unlink(mine.c_str());
+}
+
+TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every dtype, 16 KiB to "
+          "64 MiB, exact sums",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 2);
+  auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
+  constexpr int rounds = 3;
+  run_counted(
+      cfg,
+      [&](counted_comm& comm) {
+        for (int round = 0; round < rounds; ++round)
+          for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{256} << 10,
+                                    std::size_t{4} << 20, std::size_t{64} << 20})
+            for (dtype t : all_dtypes) {
+              const std::size_t n = bytes / dtype_size(t);
+              auto b = test::fill(t, n, comm.rank(), round);
+              comm.push_pull(fmt::format("in_place.{}.{}", dtype_name(t), bytes), b.data(), n, t)
+                  .wait();
+              auto wrong = test::first_wrong(t, b, n, comm.size(), round);
+              BPS_EXPECT(wrong == n, "{} of {} bytes, round {}: element {} is not the sum",
+                         dtype_name(t), bytes, round, wrong);
+            }
+      },
+      workers, servers);
+  // Every push that took a ring was summed from it, and nothing else was.
+  CHECK(workers->through_shm > 0);
+  CHECK(servers->in_place == workers->through_shm);
+  CHECK(workers->in_place == 0);  // answers are copied into the worker's tensors
+}
+
+TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their round go by tcp, "
+          "and sums stay exact",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 2);
+  cfg.scheduling_credit = 0;  // every partition in flight at once
+  auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
+  constexpr int rounds = 2, tensors = 12;
+  constexpr std::size_t n = (std::size_t{16} << 20) / sizeof(float);
+  run_counted(
+      cfg,
+      [&](counted_comm& comm) {
+        for (int round = 0; round < rounds; ++round) {
+          // Worker 1 pushes late: until then each server holds worker 0's pushes in its rings
+          // (a round sums when every push is in), so worker 0's 96 MiB per server cannot all fit.
+          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          std::vector<std::vector<std::byte>> b;
+          std::vector<handle> h;
+          b.reserve(tensors);  // each push reads its tensor until it is answered
+          for (int i = 0; i < tensors; ++i) {
+            b.push_back(test::fill(dtype::float32, n, comm.rank() + i, round));
+            h.push_back(comm.push_pull(fmt::format("full.{}", i), b.back().data(), n,
+                                       dtype::float32));
+          }
+          for (int i = 0; i < tensors; ++i) {
+            h[static_cast<std::size_t>(i)].wait();
+            // Worker w filled tensor i as worker w + i: the sum is that of workers i and i + 1.
+            for (std::size_t e = 0; e < n; ++e) {
+              float got;
+              std::memcpy(&got, b[static_cast<std::size_t>(i)].data() + e * sizeof(float),
+                          sizeof(float));
+              const auto expect = test::value_at(dtype::float32, e, i, round) +
+                                  test::value_at(dtype::float32, e, i + 1, round);
+              BPS_EXPECT(got == static_cast<float>(expect),
+                         "tensor {} round {}: element {} is {}, not {}", i, round, e, got, expect);
+            }
+          }
+        }
+      },
+      workers, servers);
+  const std::uint64_t pushes =
+      2 * tensors * rounds * partition::by_bytes(cfg).split(n * sizeof(float), sizeof(float)).size();
+  CHECK(workers->through_shm > 0);
+  CHECK(workers->through_shm < pushes);  // the rings filled: the rest went by tcp
+  CHECK(servers->in_place == workers->through_shm);
+}
+
+TEST_CASE("ipc transport: payloads a receiver holds in place fill the ring, what does not fit "
+          "comes by tcp, and the ring is free once the oldest held one is let go",
+          "[ipc]") {
+  Config c = test::base_config(1, 1);
+  ipc_tcp server_net(c), client_net(c);
+  // The ring's size (ipc.hpp): how many payloads of `bytes` fit in it from its start.
+  constexpr std::size_t bytes = std::size_t{4} << 20;
+  const std::size_t fit = std::max<std::size_t>(4 * c.max_frame_bytes(), 16u << 20) / bytes;
+  REQUIRE(fit >= 2);
+
+  struct holder final : transport::receiver {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<std::byte>> got;
+    std::vector<bool> in_place;
+    std::vector<std::shared_ptr<const void>> held;  // by payload; empty when copied or let go
+    std::vector<std::byte> buffer;
+    bool takes_in_place(const wire::header&) override { return true; }
+    void on_message_in_place(const wire::header&, std::span<const std::byte> p,
+                             std::shared_ptr<const void> keep) override {
+      std::lock_guard lock(mu);
+      got.emplace_back(p.begin(), p.end());
+      in_place.push_back(true);
+      held.push_back(std::move(keep));
+      cv.notify_all();
+    }
+    std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
+      buffer.resize(h.payload_bytes);
+      return buffer;
+    }
+    void on_message(const wire::header&, std::span<std::byte> p) override {
+      std::lock_guard lock(mu);
+      got.emplace_back(p.begin(), p.end());
+      in_place.push_back(false);
+      held.emplace_back();
+      cv.notify_all();
+    }
+    void on_close(const std::string&) override {}
+    bool wait_for(std::size_t count) {
+      std::unique_lock lock(mu);
+      return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= count; });
+    }
+    // Lets go of payload i's hold, on this (the test's) thread.
+    void let_go(std::size_t i) {
+      std::shared_ptr<const void> keep;
+      {
+        std::lock_guard lock(mu);
+        keep = std::move(held.at(i));
+      }
+      REQUIRE(keep);
+    }
+  };
+  auto in = std::make_shared<holder>();
+  std::shared_ptr<ipc_tcp::link> accepted;  // the ipc link must live for its handshake
+  const auto port = server_net.listen("127.0.0.1", 0, [&](std::shared_ptr<ipc_tcp::link> l) {
+    accepted = l;
+    l->start(in);
+  });
+  auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));
+  client->start(std::make_shared<holder>());
+  const auto ready_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!client->through_shm() && std::chrono::steady_clock::now() < ready_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(client->through_shm());
+
+  std::vector<std::vector<std::byte>> sent;
+  auto send = [&](std::size_t count) {
+    for (std::size_t k = 0; k < count; ++k) {
+      sent.emplace_back(bytes);
+      const auto i = sent.size();
+      for (std::size_t j = 0; j < bytes; ++j) sent.back()[j] = static_cast<std::byte>(i * 31 + j);
+      wire::header h;
+      h.type = wire::msg::push;
+      client->send(h, sent.back(), {});
+    }
+    REQUIRE(in->wait_for(sent.size()));
+  };
+  auto ways = [&] {
+    std::lock_guard lock(in->mu);
+    return in->in_place;
+  };
+  sent.reserve(3 * fit + 2);  // the transport reads them until on_sent: they must not move
+
+  // Held, the first `fit` fill the ring; the next two come by tcp.
+  send(fit + 2);
+  std::vector<bool> expect(fit, true);
+  expect.insert(expect.end(), {false, false});
+  CHECK(ways() == expect);
+  // Every one but the oldest let go, newest first: the ring's space is still in use behind the
+  // oldest, so the next one comes by tcp too.
+  for (std::size_t i = fit; i-- > 1;) in->let_go(i);
+  send(1);
+  expect.push_back(false);
+  CHECK(ways() == expect);
+  // The oldest let go: the whole ring is free again; `fit` more take it.
+  in->let_go(0);
+  send(fit);
+  expect.insert(expect.end(), fit, true);
+  CHECK(ways() == expect);
+  {
+    std::lock_guard lock(in->mu);
+    CHECK(in->got == sent);  // in place or copied, each payload's own bytes
+  }
+  CHECK(server_net.payloads_in_place() == 2 * fit);
+  CHECK(client_net.payloads_through_shm() == 2 * fit);
+  client_net.stop();
+  server_net.stop();
+}
+
+TEST_CASE("ipc with failover: a server killed mid-run while it sums pushes in place is replaced, "
+          "and every sum stays exact",
+          "[cluster][ipc][failover]") {
+  using namespace std::chrono_literals;
+  auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = 16384;  // partitions of 16 KiB take the ring, a tensor's last one not
+  cfg.failover_timeout = 10s;
+  cfg.heartbeat_interval = 100ms;
+  cfg.heartbeat_timeout = 2000ms;
+  constexpr int rounds = 16, kill_at = 5;
+  constexpr std::pair<dtype, std::size_t> what[] = {
+      {dtype::float32, 20000}, {dtype::float16, 30000}, {dtype::int64, 9000}};
+  test::failover_cluster<ipc_tcp> c(cfg, 1);
+  using comm_type = test::failover_cluster<ipc_tcp>::comm_type;
+  c.run_workers([&](comm_type& comm, int rank) {
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::vector<std::byte>> data;
+      std::vector<handle> handles;
+      for (auto [t, n] : what) data.push_back(test::fill(t, n, rank, r));
+      test::issue_then_wait_all(handles, [&] {  // every buffer outlives its handle
+        for (std::size_t i = 0; i < std::size(what); ++i)
+          handles.push_back(comm.push_pull(fmt::format("fo_ipc.{}", i), data[i].data(),
+                                           what[i].second, what[i].first));
+        if (rank == 0 && r == kill_at) c.kill_server(1);  // with this round's pushes in flight
+      });
+      for (std::size_t i = 0; i < std::size(what); ++i) {
+        const auto [t, n] = what[i];
+        const auto wrong = test::first_wrong(t, data[i], n, 2, r);
+        BPS_EXPECT(wrong == n, "worker {} round {}: tensor {} element {} is not the exact sum",
+                   rank, r, i, wrong);
+      }
+    }
+  });
+  CHECK(c.replacements() == 1);
 }

@@ -14,7 +14,9 @@
 /// What the server does with a push, from the thread it is summed on to the handler's outcome
 /// carried out, is in server/impl/server_push.hpp, included at the end of this file. On a
 /// transport that registers memory (RDMA), each worker link's pushes of a partition land in one
-/// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant.
+/// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant. On
+/// `transport::ipc`, a colocated worker's pushes are summed straight out of its shared-memory
+/// ring (`receiver::takes_in_place`), with no copy into a buffer of the server's.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
@@ -210,6 +212,18 @@ class Server {
   static constexpr bool lands = requires { requires T::registers_memory; } &&
                                 server::reads_in_place<H>;
   static constexpr bool lands_pushes() noexcept { return lands; }
+  // Pushes in a colocated worker's ipc ring are read where they lie, by a handler that reads in
+  // place (its keys then hold every push as a landed one: sync_sum sums them in rank order into
+  // its own buffers). Every push comes to the handler that way, ring or not, so that a key never
+  // mixes the two ways (sync_sum cannot).
+  static constexpr bool in_place = !lands && requires { requires T::hands_in_place; } &&
+                                   server::reads_in_place<H>;
+  bool takes_in_place() const noexcept {
+    if constexpr (in_place)
+      return transport_.shortcut_enabled();
+    else
+      return false;
+  }
   std::shared_ptr<detail::buffer_pool::buffer> landing_buffer(std::size_t bytes) {
     bool first_miss = false;
     if (!landing_budget_->take(bytes, first_miss)) {

@@ -18,7 +18,11 @@
 /// streamed), `shared_receive_buffer(bytes)` and `post_stream(session_ptr, header, payload_ref,
 /// bytes_in, first, complete, receive_times)`. For landed pushes (RDMA, server/landing.hpp):
 /// `lands_pushes()` and `landing_buffer(bytes)` (null past the budget); a landed push goes to
-/// `post_stream` whole, in one call (or chunk by chunk when it also streams).
+/// `post_stream` whole, in one call (or chunk by chunk when it also streams). For pushes read in
+/// place (a colocated worker's ipc ring, `receiver::takes_in_place`): `takes_in_place()`; a push
+/// in the ring then goes to `post_stream` whole, owned by the ring's hold, and every other push
+/// of the link whole in a buffer of its own (or chunk by chunk when it streams), so that a key
+/// gets all its pushes the same way.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -110,7 +114,8 @@ class session final : public transport::receiver,
             streaming_bytes_ = h.payload_bytes;
             return streaming_->span().first(h.payload_bytes);
           }
-          if (chunked_) {
+          // Pushes read in place: one that came by the link is handed over as if it had.
+          if (chunked_ || (owner_->takes_in_place() && !refused)) {
             streaming_ = owner_->shared_receive_buffer(h.payload_bytes);
             streaming_bytes_ = h.payload_bytes;
             first_ = true;
@@ -143,6 +148,21 @@ class session final : public transport::receiver,
           reason = fmt::format("unexpected {} frame", wire::msg_name(h.type));
         return {};
     }
+  }
+
+  // A push in a colocated worker's ring is summed where it lies (a refused key's is copied out
+  // and answered with its error, in on_message).
+  bool takes_in_place(const wire::header& h) override {
+    return h.type == wire::msg::push && worker >= 0 && owner_->takes_in_place() &&
+           (refused_.empty() || !refused_.contains(h.key));
+  }
+  void on_message_in_place(const wire::header& h, std::span<const std::byte> payload,
+                           std::shared_ptr<const void> keep) override {
+    if (h.sender != static_cast<std::uint32_t>(worker))
+      throw wire::decode_error("push with another worker's rank");
+    const auto now = owner_->now_ns();
+    owner_->post_stream(this->shared_from_this(), h, server::payload_ref{payload, std::move(keep)},
+                        payload.size(), true, true, receive_times{now, now});
   }
 
   // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.

@@ -19,10 +19,13 @@
 ///    `ipc_accept`; then it makes a ring of its own for the way back and offers it the same way,
 ///    and the worker maps it and answers `ipc_accept`. From then on, payloads of at least
 ///    `min_ipc_bytes` that fit in the sender's ring are copied into it, announced by an
-///    `ipc_payload` frame (ring position and length) right before their header; the receiver
-///    copies them out into the destination its node names (an answer: the worker's own tensor),
-///    then frees the ring space. A payload that does not fit goes by the inner link, as before
-///    the handshake. Each direction starts using its ring once its `ipc_accept` came back.
+///    `ipc_payload` frame (ring position and length) right before their header. A node that
+///    takes the frame in place (`receiver::takes_in_place`: a server's push, which its handler
+///    sums straight from the ring) gets the bytes where they lie, and the ring space is freed
+///    when the node lets go of them, in whatever order; otherwise the receiver copies them out
+///    into the destination its node names (an answer: the worker's own tensor) and frees the
+///    space at once. A payload that does not fit goes by the inner link, as before the
+///    handshake. Each direction starts using its ring once its `ipc_accept` came back.
 ///    Answers take the ring from `min_ipc_answer_bytes` (256 KiB) on, pushes from
 ///    `min_ipc_bytes` (16 KiB).
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
@@ -76,6 +79,9 @@ class ipc {
   /// Ring payloads up to this size are copied by the sending thread, larger ones by the copier.
   static constexpr std::size_t inline_copy_bytes = 256 * 1024;
   using options = ipc_options<typename Inner::options>;
+  /// Receivers may get ring payloads in place (`receiver::takes_in_place`): a server whose
+  /// handler reads pushes in place then hands it all its pushes whole (server/server.hpp).
+  static constexpr bool hands_in_place = true;
 
   class link;
 
@@ -108,6 +114,11 @@ class ipc {
 
   /// Payloads this transport has sent through shared memory so far (for tests and logs).
   std::uint64_t payloads_through_shm() const noexcept { return through_shm_.load(); }
+  /// Payloads received through shared memory that a receiver took in place, so far (a
+  /// server's pushes summed straight from a worker's ring; for tests and logs).
+  std::uint64_t payloads_in_place() const noexcept { return in_place_.load(); }
+  /// Whether the shared-memory shortcut is on (`options::enabled`, BYTEPS_ENABLE_IPC).
+  bool shortcut_enabled() const noexcept { return enabled_; }
 
   class link : public std::enable_shared_from_this<link> {
    public:
@@ -120,7 +131,8 @@ class ipc {
     // hears nothing of it and the worker's offer always follows its hello.
     void start(std::shared_ptr<receiver> node) {
       const bool admitted = node->peer_admitted();
-      inner_->start(std::make_shared<splice>(this->weak_from_this(), std::move(node)));
+      inner_->start(
+          std::make_shared<splice>(this->weak_from_this(), std::move(node), owner_->in_place_));
       if (admitted) announce();
     }
 
@@ -162,11 +174,13 @@ class ipc {
     std::string local_host() const { return inner_->local_host(); }
 
    private:
-    // Receives for the node: handles the transport frames and puts ring payloads back in place.
+    // Receives for the node: handles the transport frames, and hands ring payloads over where
+    // they lie or copies them out.
     class splice final : public receiver {
      public:
-      splice(std::weak_ptr<link> owner, std::shared_ptr<receiver> node)
-          : owner_(std::move(owner)), node_(std::move(node)) {}
+      splice(std::weak_ptr<link> owner, std::shared_ptr<receiver> node,
+             std::atomic<std::uint64_t>& in_place)
+          : owner_(std::move(owner)), node_(std::move(node)), in_place_(&in_place) {}
 
       bool wants_transport_frames() const override { return true; }
       bool peer_admitted() const override { return node_->peer_admitted(); }
@@ -199,13 +213,18 @@ class ipc {
         pending_.reset();
         wire::header real = h;
         real.payload_bytes = bytes;
+        ring_->regions.take(pos, bytes);
+        if (node_->takes_in_place(real)) {
+          in_place_->fetch_add(1, std::memory_order_relaxed);
+          return node_->on_message_in_place(real, {ring_->at(pos), bytes},
+                                            std::make_shared<ipc_detail::ring_hold>(ring_, pos));
+        }
         std::string reason;
         auto dest = node_->payload_destination(real, reason);
+        if (dest.size() == bytes) std::memcpy(dest.data(), ring_->at(pos), bytes);
+        ring_->release(pos);
         if (dest.size() != bytes)
           throw std::runtime_error(reason.empty() ? "no place for the payload" : reason);
-        std::memcpy(dest.data(), ring_.data() + sizeof(ipc_detail::ring_control) + pos % capacity_,
-                    bytes);
-        control_block()->consumed.store(pos + bytes, std::memory_order_release);
         node_->on_message(real, dest);
       }
 
@@ -226,10 +245,6 @@ class ipc {
       }
 
      private:
-      ipc_detail::ring_control* control_block() {
-        return reinterpret_cast<ipc_detail::ring_control*>(ring_.data());
-      }
-
       void control(const wire::header& h, std::span<std::byte> payload) {
         auto l = owner_.lock();
         if (!l) return;
@@ -243,10 +258,12 @@ class ipc {
           try {
             const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
             if (!name.starts_with("/bps-ipc-") || h.tensor_bytes < 4096) return;
-            ring_ = detail::shm_segment(name, h.tensor_bytes, h.key, 2,
-                                        std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                        "ipc ring from " + l->peer());
-            capacity_ = h.tensor_bytes - sizeof(ipc_detail::ring_control);
+            ring_ = std::make_shared<ipc_detail::ring_reader>(
+                detail::shm_segment(name, h.tensor_bytes, h.key, 2,
+                                    std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                    "ipc ring from " + l->peer()),
+                h.tensor_bytes);
+            next_pos_ = 0;
           } catch (const std::exception&) {
             return;
           }
@@ -255,9 +272,12 @@ class ipc {
           return;
         }
         if (h.type == ipc_detail::ipc_payload) {
-          if (capacity_ == 0 || h.tensor_bytes > capacity_ ||
-              h.offset % capacity_ + h.tensor_bytes > capacity_)
+          if (!ring_ || h.tensor_bytes > ring_->capacity ||
+              h.offset % ring_->capacity + h.tensor_bytes > ring_->capacity)
             throw std::runtime_error("ipc payload outside the ring");
+          // Positions only grow (ring_regions frees by position).
+          if (h.offset < next_pos_) throw std::runtime_error("ipc payload behind the previous one");
+          next_pos_ = h.offset + h.tensor_bytes;
           pending_ = std::pair{h.offset, h.tensor_bytes};
         }
         // Other transport frames: a newer peer's; ignored.
@@ -265,9 +285,11 @@ class ipc {
 
       std::weak_ptr<link> owner_;
       std::shared_ptr<receiver> node_;
+      std::atomic<std::uint64_t>* in_place_;  // the transport's count
       std::vector<std::byte> scratch_;
-      detail::shm_segment ring_;  // the peer's ring, once offered
-      std::uint64_t capacity_ = 0;
+      // The peer's ring, once offered; shared with the payloads the node holds in place.
+      std::shared_ptr<ipc_detail::ring_reader> ring_;
+      std::uint64_t next_pos_ = 0;  // where the next ring payload may start
       std::optional<std::pair<std::uint64_t, std::uint64_t>> pending_;
     };
 
@@ -363,6 +385,7 @@ class ipc {
   bool enabled_;
   std::size_t ring_bytes_;
   std::atomic<std::uint64_t> through_shm_{0};
+  std::atomic<std::uint64_t> in_place_{0};
   detail::task_thread copier_;  // last: joins first, while everything above still lives
 };
 

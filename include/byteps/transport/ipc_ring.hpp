@@ -1,20 +1,27 @@
 #pragma once
 /// @file
 /// The pieces of `transport::ipc` (ipc.hpp) below its links: the transport-range frame types of
-/// its handshake, the control block at the head of each shared-memory ring, the clean-up of
-/// rings whose creator died before its peer mapped them, and the same-host test.
+/// its handshake, the control block at the head of each shared-memory ring, the reading end of a
+/// ring (whose payloads a receiver may hold and free in any order), the clean-up of rings whose
+/// creator died before its peer mapped them, and the same-host test.
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <signal.h>
 #include <sys/mman.h>
 
+#include "byteps/detail/shm_segment.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::transport {
@@ -27,11 +34,90 @@ inline constexpr auto ipc_accept = static_cast<wire::msg>(0x112);
 inline constexpr auto ipc_payload = static_cast<wire::msg>(0x113);
 
 /// A single-producer single-consumer byte ring in shared memory. Positions grow for ever; a
-/// payload never wraps (the producer skips to the start instead), and the consumer frees in
-/// order by publishing how far it has read.
+/// payload never wraps (the producer skips to the start instead), and the consumer publishes
+/// how far the ring is free: everything before `consumed`.
 struct ring_control {
   std::atomic<std::uint64_t> consumed;
   std::byte pad[56];
+};
+
+/// The consumer's payloads still in use, so that they may be freed in any order while the ring
+/// has one cursor: a server sums pushes where they lie, on its engine threads, and lets go of
+/// each when its round is answered, not in the order they came. `consumed` moves over the
+/// longest prefix of freed payloads, so one held payload keeps everything after it in use (the
+/// producer then sends by its link what does not fit).
+///
+/// @par Thread Safety
+/// `take` from the link's I/O thread, in ring order; `release` from any thread.
+class ring_regions {
+ public:
+  /// The payload of `bytes` at ring position `pos` is in use. Positions only grow.
+  void take(std::uint64_t pos, std::uint64_t bytes) {
+    std::lock_guard lock(mu_);
+    regions_.push_back({pos, pos + bytes, false});
+  }
+
+  /// Frees the payload taken at `pos`; publishes in `consumed` the end of the longest freed
+  /// prefix when that moved (under the lock, so the cursor never goes back), and says whether
+  /// it did. A position never taken, or freed already, changes nothing.
+  bool release(std::uint64_t pos, std::atomic<std::uint64_t>& consumed) noexcept {
+    std::lock_guard lock(mu_);
+    auto it = std::lower_bound(regions_.begin(), regions_.end(), pos,
+                               [](const region& r, std::uint64_t p) { return r.pos < p; });
+    if (it == regions_.end() || it->pos != pos || it->released) return false;
+    it->released = true;
+    if (it != regions_.begin()) return false;
+    std::uint64_t end = 0;
+    while (!regions_.empty() && regions_.front().released) {
+      end = regions_.front().end;
+      regions_.pop_front();
+    }
+    consumed.store(end, std::memory_order_release);
+    return true;
+  }
+
+  /// Payloads taken and not yet freed, or freed behind one that is not.
+  std::size_t in_use() const {
+    std::lock_guard lock(mu_);
+    return regions_.size();
+  }
+
+ private:
+  struct region {
+    std::uint64_t pos, end;
+    bool released;
+  };
+  mutable std::mutex mu_;
+  std::deque<region> regions_;  // in ring order
+};
+
+/// The peer's ring as this end reads it, shared by the link and the payloads a receiver holds
+/// in place, so the mapping outlives the link while any of them is still read.
+struct ring_reader {
+  ring_reader(detail::shm_segment s, std::uint64_t bytes)
+      : segment(std::move(s)), capacity(bytes - sizeof(ring_control)) {}
+
+  const std::byte* at(std::uint64_t pos) const noexcept {
+    return segment.data() + sizeof(ring_control) + pos % capacity;
+  }
+  void release(std::uint64_t pos) noexcept {
+    regions.release(pos, reinterpret_cast<ring_control*>(segment.data())->consumed);
+  }
+
+  detail::shm_segment segment;
+  std::uint64_t capacity;
+  ring_regions regions;
+};
+
+/// One payload held in place: its ring space is freed when the last copy of it goes.
+struct ring_hold {
+  ring_hold(std::shared_ptr<ring_reader> r, std::uint64_t p) : ring(std::move(r)), pos(p) {}
+  ring_hold(const ring_hold&) = delete;
+  ring_hold& operator=(const ring_hold&) = delete;
+  ~ring_hold() { ring->release(pos); }
+
+  std::shared_ptr<ring_reader> ring;
+  std::uint64_t pos;
 };
 
 /// Removes rings whose creator is gone: a process killed between creating its ring and its

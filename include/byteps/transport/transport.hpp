@@ -8,7 +8,9 @@
 /// caller's memory without a copy (TCP gathers header and payload into one write; RDMA will post
 /// them from registered memory). Receiving asks the link's `receiver` where the payload of each
 /// frame must land *before* reading it, so received data is written straight into the caller's
-/// tensor (TCP reads into it; RDMA will target it). `register_memory` lets a transport pin and
+/// tensor (TCP reads into it; RDMA will target it). A transport whose payloads arrive in memory
+/// it shares with the sender (an ipc ring) may instead hand a receiver that asks for it the
+/// payload where it lies (`receiver::takes_in_place`). `register_memory` lets a transport pin and
 /// register a buffer once; for TCP it does nothing.
 ///
 /// Threading: a transport runs its own I/O threads. `receiver` callbacks run on them, one at a
@@ -36,8 +38,11 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/wire/frame.hpp"
@@ -81,6 +86,26 @@ class receiver {
   /// withdrawn. False, the default, has the receiver asked before every payload. TCP never asks.
   virtual bool destination_stays(const wire::header& /*h*/, std::span<const std::byte> /*dest*/) {
     return false;
+  }
+  /// Payloads in place: a transport whose payloads arrive in memory it shares with the sender
+  /// (`transport::ipc`'s ring) asks this before it would copy one out, with the frame's header
+  /// (`payload_bytes` its payload's size). True: the frame comes through
+  /// `on_message_in_place`, with no `payload_destination`, `progress_step` or `on_message`.
+  /// Runs under the rules of `on_message`. False, the default, keeps the copy into the
+  /// destination the receiver names; transports that have no such memory never ask.
+  virtual bool takes_in_place(const wire::header& /*h*/) { return false; }
+  /// The frame `h` is complete, and its payload is `payload`, in the transport's memory. The
+  /// bytes stay valid and unchanged while any copy of `keep` lives, on any thread, even after
+  /// the link closed or the transport stopped; dropping the last copy (on any thread, in any
+  /// order among frames) gives the space back to the sender. Until then the sender's later
+  /// payloads may not fit and take the slower way, so a receiver drops `keep` once it has read
+  /// the bytes, and never answers from them. Runs under the rules of `on_message`; throwing
+  /// closes the link as it does there. Only for frames `takes_in_place` took.
+  virtual void on_message_in_place(const wire::header& h, std::span<const std::byte> /*payload*/,
+                                   std::shared_ptr<const void> /*keep*/) {
+    throw std::logic_error(fmt::format(
+        "a {} frame handed over in place to a receiver that does not take frames in place",
+        wire::msg_name(h.type)));
   }
   /// True for a transport decorator's receiver that handles frames of the transport range
   /// (`wire::is_transport_msg`); a node's receiver never sees them otherwise.
