@@ -28,8 +28,9 @@
 
 namespace bps::detail {
 
-/// The start of every segment: who may use it and how many of its users have mapped it.
-struct segment_header {
+/// The start of every segment: who may use it and how many of its users have mapped it. A whole
+/// cache line, so what follows starts on one (ipc rings hand payloads over in place).
+struct alignas(64) segment_header {
   static constexpr std::uint64_t ready_magic = 0x62797465'70732d31ull;  // "byteps-1"
   std::atomic<std::uint64_t> magic;  ///< set last by the creator
   std::uint64_t bytes;               ///< the whole segment

@@ -90,7 +90,8 @@ class ipc {
   ipc(const Config& cfg, const options& opts)
       : inner_(cfg, opts.inner),
         enabled_(opts.enabled),
-        ring_bytes_(std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20)) {
+        ring_bytes_(ipc_detail::align_up(
+            std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20))) {
     if (enabled_) ipc_detail::remove_orphan_rings();
   }
 
@@ -214,7 +215,8 @@ class ipc {
         wire::header real = h;
         real.payload_bytes = bytes;
         ring_->regions.take(pos, bytes);
-        if (node_->takes_in_place(real)) {
+        // A peer's payload off the alignment (not one this version sends) is copied out instead.
+        if (ipc_detail::is_aligned(ring_->at(pos)) && node_->takes_in_place(real)) {
           in_place_->fetch_add(1, std::memory_order_relaxed);
           return node_->on_message_in_place(real, {ring_->at(pos), bytes},
                                             std::make_shared<ipc_detail::ring_hold>(ring_, pos));
@@ -348,7 +350,9 @@ class ipc {
     std::optional<std::uint64_t> reserve(std::size_t n) {
       if (n > ring_capacity_) return std::nullopt;
       auto* control = reinterpret_cast<ipc_detail::ring_control*>(ring_.data());
-      std::uint64_t pos = head_;
+      // Payloads start on a cache line, so a receiver summing one in place reads every dtype at
+      // its natural alignment (the capacity is a multiple of the same).
+      std::uint64_t pos = ipc_detail::align_up(head_);
       if (pos % ring_capacity_ + n > ring_capacity_) pos += ring_capacity_ - pos % ring_capacity_;
       if (pos + n - control->consumed.load(std::memory_order_acquire) > ring_capacity_)
         return std::nullopt;

@@ -33,13 +33,25 @@ inline constexpr auto ipc_offer = static_cast<wire::msg>(0x111);
 inline constexpr auto ipc_accept = static_cast<wire::msg>(0x112);
 inline constexpr auto ipc_payload = static_cast<wire::msg>(0x113);
 
+/// Where ring payloads start: a cache line, which every dtype's alignment divides.
+inline constexpr std::uint64_t payload_alignment = 64;
+
+constexpr std::uint64_t align_up(std::uint64_t n) noexcept {
+  return (n + payload_alignment - 1) / payload_alignment * payload_alignment;
+}
+
+inline bool is_aligned(const std::byte* p) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % payload_alignment == 0;
+}
+
 /// A single-producer single-consumer byte ring in shared memory. Positions grow for ever; a
 /// payload never wraps (the producer skips to the start instead), and the consumer publishes
 /// how far the ring is free: everything before `consumed`.
-struct ring_control {
+struct alignas(64) ring_control {
   std::atomic<std::uint64_t> consumed;
   std::byte pad[56];
 };
+static_assert(sizeof(ring_control) % payload_alignment == 0);
 
 /// The consumer's payloads still in use, so that they may be freed in any order while the ring
 /// has one cursor: a server sums pushes where they lie, on its engine threads, and lets go of
