@@ -122,6 +122,21 @@ void frames(const std::filesystem::path& dir) {
   auto i64 = values<std::int64_t>({0x7fffffffffffffffLL, 1});
   write(dir, "valid-two-workers-int64-wraps",
         with_limit({frame(push(0, dtype::int64, 0, 16), i64), frame(push(1, dtype::int64, 0, 16), i64)}));
+  // Tensor fusion: each worker's pushes of two keys in one push_batch (push() has key 0x5eed).
+  auto batch_of = [&](std::uint32_t sender, const bytes& v) {
+    wire::batch_writer w;
+    auto h = push(sender, dtype::float32, 0, 16);
+    w.add(h, v);
+    h.key = 0x5eef;
+    w.add(h, v);
+    const auto head = w.frame(wire::msg::push_batch, sender);
+    return frame(head, w.take());
+  };
+  write(dir, "valid-push-batch-two-workers", with_limit({batch_of(0, f32a), batch_of(1, f32b)}));
+  auto trailing = batch_of(1, f32b);
+  trailing.push_back(std::byte{0});
+  wire::detail::put_le<std::uint64_t>(trailing.data() + 40, (trailing.size() - 64));
+  write(dir, "bad-push-batch-trailing-byte", with_limit({batch_of(0, f32a), trailing}));
   write(dir, "bad-push-twice-in-one-round",
         with_limit({frame(push(0, dtype::float32, 0, 16), f32a), frame(push(0, dtype::float32, 0, 16), f32a)}));
   write(dir, "bad-push-shapes-differ",

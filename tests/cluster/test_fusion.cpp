@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <exception>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -92,7 +93,7 @@ void expect_not_fused(const comm_stats& s, int rank) {
              rank, s.batches, s.batched_partitions, s.answer_batches);
 }
 
-const int rounds = test::rounds(5, 3);
+const int rounds_per_job = test::rounds(5, 3);
 
 }  // namespace
 
@@ -101,16 +102,16 @@ TEST_CASE("fusion: 2 workers x 2 servers, 103 tensors of every dtype - exact sum
           "[cluster][fusion]") {
   test::cluster c(fusion_config(65536));
   c.run_workers([](test::comm_t& comm, int rank) {
-    exact_rounds(comm, rounds);
+    exact_rounds(comm, rounds_per_job);
     const auto s = comm.stats();
     expect_fused(s, rank);
     // Every partition counts once in the bytes per server, batched or not: 16 MiB + 3 MiB + 20
     // bytes + 2 MiB + the small ones, every round.
     std::uint64_t bytes = 0;
     for (const auto& [t, n] : tensors()) bytes += n * dtype_size(t);
-    BPS_EXPECT(s.bytes_per_server[0] + s.bytes_per_server[1] == bytes * rounds,
+    BPS_EXPECT(s.bytes_per_server[0] + s.bytes_per_server[1] == bytes * rounds_per_job,
                "rank {}: {} + {} bytes pushed, {} x {} expected", rank, s.bytes_per_server[0],
-               s.bytes_per_server[1], bytes, rounds);
+               s.bytes_per_server[1], bytes, rounds_per_job);
   });
 }
 
@@ -118,7 +119,7 @@ TEST_CASE("fusion: off (BYTEPS_FUSION_BYTES=0) - the same exact sums, and no bat
           "[cluster][fusion]") {
   test::cluster c(fusion_config(0));
   c.run_workers([](test::comm_t& comm, int rank) {
-    exact_rounds(comm, rounds);
+    exact_rounds(comm, rounds_per_job);
     expect_not_fused(comm.stats(), rank);
   });
 }
@@ -126,14 +127,14 @@ TEST_CASE("fusion: off (BYTEPS_FUSION_BYTES=0) - the same exact sums, and no bat
 TEST_CASE("fusion: over ipc<tcp> on one machine - exact sums, small ones in batches",
           "[cluster][fusion][ipc]") {
   test::run_cluster<ipc_tcp, ipc_comm>(fusion_config(65536), {1, 1}, [](ipc_comm& comm) {
-    exact_rounds(comm, rounds);
+    exact_rounds(comm, rounds_per_job);
     expect_fused(comm.stats(), comm.rank());
   });
 }
 
 TEST_CASE("fusion: over ipc<tcp>, off - exact sums, no batch", "[cluster][fusion][ipc]") {
   test::run_cluster<ipc_tcp, ipc_comm>(fusion_config(0), {1, 1}, [](ipc_comm& comm) {
-    exact_rounds(comm, rounds);
+    exact_rounds(comm, rounds_per_job);
     expect_not_fused(comm.stats(), comm.rank());
   });
 }
@@ -152,7 +153,7 @@ TEST_CASE("fusion: workers that fuse, servers that answer alone (their BYTEPS_FU
         Config w = c.worker_config(i);
         w.fusion_bytes = 65536;
         test::comm_t comm(w);
-        exact_rounds(comm, rounds);
+        exact_rounds(comm, rounds_per_job);
         const auto s = comm.stats();
         BPS_EXPECT(s.batches > 0 && s.answer_batches == 0,
                    "rank {}: {} batches sent, {} answer batches received", comm.rank(), s.batches,

@@ -314,19 +314,25 @@ class node {
     auto send = [this](int server, std::vector<held_push>&& pushes) {
       send_pushes(server, std::move(pushes));
     };
-    dispatcher_.dispatch(
-        !dead_.empty(), [this](int server) { return links_[server].up; },
-        [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
-          declare_once(t, key, p.server, *links_[p.server].link, rank_);
-          ++p.op->in_transport;
-          trace_.dispatched(*p.op, part, p.server);
-          auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
-          ops().stats().pushed(p.server, payload.size());
-          held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
-          if (fusion_.joins(t, payload.size())) return fusion_.hold(p.server, std::move(push), send);
-          fusion_.flush(p.server, send);
-          send(p.server, {std::move(push)});
-        });
+    try {
+      dispatcher_.dispatch(
+          !dead_.empty(), [this](int server) { return links_[server].up; },
+          [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
+            declare_once(t, key, p.server, *links_[p.server].link, rank_);
+            ++p.op->in_transport;
+            trace_.dispatched(*p.op, part, p.server);
+            auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
+            ops().stats().pushed(p.server, payload.size());
+            held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
+            if (fusion_.joins(t, payload.size()))
+              return fusion_.hold(p.server, std::move(push), send);
+            fusion_.flush(p.server, send);
+            send(p.server, {std::move(push)});
+          });
+    } catch (...) {
+      fusion_.flush_all(send);  // what was held counts as in the transport: it must go
+      throw;
+    }
     fusion_.flush_all(send);
   }
 

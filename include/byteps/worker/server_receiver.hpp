@@ -40,7 +40,12 @@ class server_receiver final : public transport::receiver {
       discard_.resize(h.payload_bytes);  // an answer for an operation that already failed
       return discard_;
     }
-    if (h.type == wire::msg::answer_batch && h.payload_bytes <= wire::max_batch_bytes) {
+    if (h.type == wire::msg::answer_batch) {
+      if (h.payload_bytes > wire::max_batch_bytes) {
+        reason = fmt::format("an answer_batch of {} bytes (at most {})", h.payload_bytes,
+                             wire::max_batch_bytes);
+        return {};
+      }
       batch_.resize(h.payload_bytes);
       return batch_;
     }
