@@ -48,7 +48,7 @@ struct flushes {
 
 }  // namespace
 
-TEST_CASE("fusion: uncompressed partitions up to BYTEPS_FUSION_BYTES join; 0 turns it off",
+TEST_CASE("fusion: uncompressed partitions up to BYTEPS_FUSION_BYTES join, and 0 turns it off",
           "[worker][fusion]") {
   bps::worker::tensor plain;
   push_fusion f(with_fusion(65536));
