@@ -2,6 +2,7 @@
 // together behind a small scheduling credit, travel in push_batch and answer_batch frames and
 // still sum exactly; with fusion off nothing is batched and the sums are the same.
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 #include "run_cluster.hpp"
 #include "short_schedule.hpp"
 #include "values.hpp"
@@ -167,4 +168,49 @@ TEST_CASE("fusion: workers that fuse, servers that answer alone (their BYTEPS_FU
   for (auto& f : failed)
     if (f) std::rethrow_exception(f);
   if (c.node_error()) std::rethrow_exception(c.node_error());
+}
+
+TEST_CASE("fusion: a link cut while a push_batch goes fails every pending handle naming the "
+          "server",
+          "[cluster][fusion][fault-injection]") {
+  auto plan = std::make_shared<transport::fault_plan>();
+  const auto cut = plan->add(
+      {.when = {.type = wire::msg::push_batch, .from = role::worker, .sender = 0},
+       .action = transport::fault::cut()});
+  auto cfg = fusion_config(65536);
+  cfg.op_timeout = std::chrono::seconds(20);
+  test::faulty_cluster c(cfg, plan);
+  std::vector<std::string> errors;
+  double took = 0;
+  c.run_workers(
+      [&](test::faulty_comm_t& comm, int rank) {
+        // A large tensor takes the credit; the small ones behind it go in batches.
+        std::vector<float> big((4u << 20) / 4, 1.0f);
+        std::vector<std::vector<float>> small(20, std::vector<float>(100, 1.0f));
+        const auto start = std::chrono::steady_clock::now();
+        for (int round = 0; round < 3; ++round) {
+          std::vector<handle> handles;
+          handles.push_back(comm.push_pull("big", std::span(big)));
+          for (std::size_t k = 0; k < small.size(); ++k)
+            handles.push_back(comm.push_pull(fmt::format("small.{}", k), std::span(small[k])));
+          std::vector<std::string> failed;
+          for (auto& h : handles)
+            failed.push_back(test::message_of<bps::error>([&] { h.wait(); }));
+          const bool broke = failed.back() != "(no exception)";
+          if (broke && rank == 0) {
+            errors = std::move(failed);
+            took = test::seconds_since(start);
+          }
+          if (broke) break;
+        }
+      },
+      /*strict=*/false);
+  CHECK(plan->fired(cut) == 1);
+  REQUIRE(errors.size() == 21);
+  for (std::size_t k = 1; k < errors.size(); ++k) {
+    CAPTURE(k, errors[k]);
+    CHECK_THAT(errors[k], Catch::Contains(fmt::format("'small.{}'", k - 1)) &&
+                              Catch::Contains("lost server"));
+  }
+  CHECK(took < 5.0);
 }
