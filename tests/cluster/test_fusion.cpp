@@ -1,15 +1,8 @@
 // Tensor fusion (issue 12, BYTEPS_FUSION_BYTES): many small tensors of every dtype, started
 // together behind a small scheduling credit, travel in push_batch and answer_batch frames and
 // still sum exactly; with fusion off nothing is batched and the sums are the same.
-#include "cluster.hpp"
-#include "faulty_cluster.hpp"
-#include "run_cluster.hpp"
-#include "short_schedule.hpp"
-#include "values.hpp"
-
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstddef>
 #include <exception>
 #include <iterator>
@@ -17,6 +10,12 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "cluster.hpp"
+#include "faulty_cluster.hpp"
+#include "run_cluster.hpp"
+#include "short_schedule.hpp"
+#include "values.hpp"
 
 using namespace bps;
 
@@ -65,8 +64,8 @@ void exact_rounds(Comm& comm, int rounds) {
     for (const auto& [t, n] : what) buffers.push_back(test::fill(t, n, comm.rank(), round));
     for (std::size_t k = 0; k < what.size(); ++k) {
       const auto [t, n] = what[k];
-      handles.push_back(comm.push_pull(fmt::format("fused.{}.{}", k, dtype_name(t)),
-                                       buffers[k].data(), n, t));
+      handles.push_back(
+          comm.push_pull(fmt::format("fused.{}.{}", k, dtype_name(t)), buffers[k].data(), n, t));
     }
     for (std::size_t k = 0; k < what.size(); ++k) {
       handles[k].wait();
@@ -83,24 +82,24 @@ void expect_fused(const comm_stats& s, int rank) {
   BPS_EXPECT(s.batches > 0 && s.batched_partitions >= 2 * s.batches,
              "rank {}: {} batches of {} partitions", rank, s.batches, s.batched_partitions);
   BPS_EXPECT(s.answer_batches > 0 && s.batched_answers >= 2 * s.answer_batches,
-             "rank {}: {} answer batches of {} answers", rank, s.answer_batches,
-             s.batched_answers);
+             "rank {}: {} answer batches of {} answers", rank, s.answer_batches, s.batched_answers);
 }
 
 void expect_not_fused(const comm_stats& s, int rank) {
   BPS_EXPECT(s.batches == 0 && s.batched_partitions == 0 && s.answer_batches == 0 &&
                  s.batched_answers == 0,
-             "rank {}: fusion is off, yet {} batches of {} partitions and {} answer batches",
-             rank, s.batches, s.batched_partitions, s.answer_batches);
+             "rank {}: fusion is off, yet {} batches of {} partitions and {} answer batches", rank,
+             s.batches, s.batched_partitions, s.answer_batches);
 }
 
 const int rounds_per_job = test::rounds(5, 3);
 
 }  // namespace
 
-TEST_CASE("fusion: 2 workers x 2 servers, 103 tensors of every dtype - exact sums, and small "
-          "ones travel in batches",
-          "[cluster][fusion]") {
+TEST_CASE(
+    "fusion: 2 workers x 2 servers, 103 tensors of every dtype - exact sums, and small "
+    "ones travel in batches",
+    "[cluster][fusion]") {
   test::cluster c(fusion_config(65536));
   c.run_workers([](test::comm_t& comm, int rank) {
     exact_rounds(comm, rounds_per_job);
@@ -140,9 +139,10 @@ TEST_CASE("fusion: over ipc<tcp>, off - exact sums, no batch", "[cluster][fusion
   });
 }
 
-TEST_CASE("fusion: workers that fuse, servers that answer alone (their BYTEPS_FUSION_BYTES=0) - "
-          "exact sums",
-          "[cluster][fusion]") {
+TEST_CASE(
+    "fusion: workers that fuse, servers that answer alone (their BYTEPS_FUSION_BYTES=0) - "
+    "exact sums",
+    "[cluster][fusion]") {
   // A server's BYTEPS_FUSION_BYTES decides only its answers: it takes push_batch frames
   // whatever it is, so nodes of one job need not agree on it.
   test::cluster c(fusion_config(0));
@@ -170,13 +170,14 @@ TEST_CASE("fusion: workers that fuse, servers that answer alone (their BYTEPS_FU
   if (c.node_error()) std::rethrow_exception(c.node_error());
 }
 
-TEST_CASE("fusion: a link cut while a push_batch goes fails every pending handle naming the "
-          "server",
-          "[cluster][fusion][fault-injection]") {
+TEST_CASE(
+    "fusion: a link cut while a push_batch goes fails every pending handle naming the "
+    "server",
+    "[cluster][fusion][fault-injection]") {
   auto plan = std::make_shared<transport::fault_plan>();
-  const auto cut = plan->add(
-      {.when = {.type = wire::msg::push_batch, .from = role::worker, .sender = 0},
-       .action = transport::fault::cut()});
+  const auto cut =
+      plan->add({.when = {.type = wire::msg::push_batch, .from = role::worker, .sender = 0},
+                 .action = transport::fault::cut()});
   auto cfg = fusion_config(65536);
   cfg.op_timeout = std::chrono::seconds(20);
   test::faulty_cluster c(cfg, plan);
@@ -198,9 +199,9 @@ TEST_CASE("fusion: a link cut while a push_batch goes fails every pending handle
           std::vector<std::pair<std::size_t, handle>> pending;
           for (std::size_t k = 0; k <= small.size(); ++k) {
             try {
-              pending.emplace_back(
-                  k, k == 0 ? comm.push_pull("big", std::span(big))
-                            : comm.push_pull(fmt::format("small.{}", k - 1), std::span(small[k - 1])));
+              pending.emplace_back(k, k == 0 ? comm.push_pull("big", std::span(big))
+                                             : comm.push_pull(fmt::format("small.{}", k - 1),
+                                                              std::span(small[k - 1])));
             } catch (const bps::error& e) {
               failed[k] = std::string("at the call: ") + e.what();
             }

@@ -1,14 +1,12 @@
 #include <byteps/wire/batch.hpp>
-
 #include <catch2/catch.hpp>
-
-#include "wire_helpers.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "wire_helpers.hpp"
 
 // Batches of tensor fusion (wire/batch.hpp): the writer's exact bytes, the split's round trip,
 // and a decode_error naming the record and the fault for every malformed batch.
@@ -89,8 +87,8 @@ TEST_CASE("batch: the writer's bytes are each record's encoded header and then i
     CHECK(std::vector<std::byte>(t.bytes.begin() + at, t.bytes.begin() + at + 64) ==
           std::vector<std::byte>(encoded.begin(), encoded.end()));
     at += 64;
-    CHECK(std::vector<std::byte>(t.bytes.begin() + at, t.bytes.begin() + at + t.payloads[i].size()) ==
-          t.payloads[i]);
+    CHECK(std::vector<std::byte>(t.bytes.begin() + at,
+                                 t.bytes.begin() + at + t.payloads[i].size()) == t.payloads[i]);
     at += t.payloads[i].size();
   }
 }
@@ -106,8 +104,7 @@ TEST_CASE("batch: split gives back every record exactly, in order", "[wire][batc
     CHECK(std::vector<std::byte>(records[i].payload.begin(), records[i].payload.end()) ==
           t.payloads[i]);
     // A view into the batch, not a copy.
-    if (!records[i].payload.empty())
-      CHECK(records[i].payload.data() >= t.bytes.data());
+    if (!records[i].payload.empty()) CHECK(records[i].payload.data() >= t.bytes.data());
   }
 
   // An answer_batch carries pull_responses the same way.
@@ -174,8 +171,9 @@ TEST_CASE("batch: an invalid record header names the record and the header's fau
   bad = t.bytes;
   bad[6] = std::byte{static_cast<unsigned char>(msg::pull_response)};  // a record of another kind
   e = split_error(t.frame, bad);
-  CHECK(contains(e, "push_batch record 0 of 3: a pull_response record (a push_batch carries push "
-                    "records)"));
+  CHECK(contains(e,
+                 "push_batch record 0 of 3: a pull_response record (a push_batch carries push "
+                 "records)"));
 }
 
 TEST_CASE("batch: trailing bytes after the last record are refused", "[wire][batch]") {
@@ -199,17 +197,20 @@ TEST_CASE("batch: a record larger than the batch names its size and what is left
   put_u64(bad, third + 40, 101);  // the third record's payload_bytes: one past the batch's end
   auto e = split_error(t.frame, bad);
   CAPTURE(e);
-  CHECK(contains(e, "push_batch record 2 of 3: record larger than the batch, it declares 101 "
-                    "payload bytes but 100 bytes of the batch are left"));
+  CHECK(contains(e,
+                 "push_batch record 2 of 3: record larger than the batch, it declares 101 "
+                 "payload bytes but 100 bytes of the batch are left"));
   put_u64(bad, 64 + 3 + 40, ~std::uint64_t{0});  // the second's: past any frame limit too
   e = split_error(t.frame, bad);
-  CHECK(contains(e, "push_batch record 1 of 3: record larger than the batch, it declares "
-                    "18446744073709551615 payload bytes but 164 bytes of the batch are left"));
+  CHECK(contains(e,
+                 "push_batch record 1 of 3: record larger than the batch, it declares "
+                 "18446744073709551615 payload bytes but 164 bytes of the batch are left"));
 }
 
-TEST_CASE("batch: no records, more records than the payload holds, an oversized batch, and a "
-          "non-batch type",
-          "[wire][batch]") {
+TEST_CASE(
+    "batch: no records, more records than the payload holds, an oversized batch, and a "
+    "non-batch type",
+    "[wire][batch]") {
   const three t;
   header none = t.frame;
   none.part = 0;

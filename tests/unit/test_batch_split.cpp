@@ -1,9 +1,5 @@
 #include <byteps/server/batch_split.hpp>
-
 #include <catch2/catch.hpp>
-
-#include "wire_helpers.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -12,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "wire_helpers.hpp"
 
 // A server's side of tensor fusion (server/batch_split.hpp), against a stand-in session: each
 // record of a push_batch is asked a place and handed over as its own push frame, in order and
@@ -43,8 +41,8 @@ struct fake_link {
 struct fake_session {
   std::shared_ptr<fake_link> link = std::make_shared<fake_link>();
   bps::server::answer_batches<fake_session>* batching = nullptr;
-  std::vector<sent_frame> pushes;         // the frames handed over, as on_message saw them
-  std::uint64_t refused_key = ~0ull;      // payload_destination refuses this key's push
+  std::vector<sent_frame> pushes;              // the frames handed over, as on_message saw them
+  std::uint64_t refused_key = ~0ull;           // payload_destination refuses this key's push
   std::function<void(const header&)> on_push;  // what the "server" does with each push
   std::vector<std::byte> place;
 
@@ -126,9 +124,10 @@ TEST_CASE("batch split: each record reaches the session as its push frame, exact
   CHECK(s->link->frames.empty());  // nothing was answered
 }
 
-TEST_CASE("batch split: answers made meanwhile go back as one answer_batch per worker, a lone "
-          "one as its pull_response",
-          "[server][batch]") {
+TEST_CASE(
+    "batch split: answers made meanwhile go back as one answer_batch per worker, a lone "
+    "one as its pull_response",
+    "[server][batch]") {
   auto s = std::make_shared<fake_session>();
   auto other = std::make_shared<fake_session>();
   std::vector<std::unique_ptr<answer_of>> made;

@@ -1,7 +1,5 @@
 #include <byteps/core/config.hpp>
-
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "config_env.hpp"
@@ -48,6 +46,7 @@ TEST_CASE("Config::validate refuses fusion_bytes past 262144, naming the variabl
   c.fusion_bytes = 262145;
   const auto e = validate_error(c);
   CAPTURE(e);
-  CHECK(contains(e, "fusion_bytes (BYTEPS_FUSION_BYTES) = 262145 is not valid: expected 0 (off) "
-                    ".. 262144"));
+  CHECK(contains(e,
+                 "fusion_bytes (BYTEPS_FUSION_BYTES) = 262145 is not valid: expected 0 (off) "
+                 ".. 262144"));
 }

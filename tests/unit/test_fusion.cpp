@@ -1,7 +1,5 @@
 #include <byteps/worker/fusion.hpp>
-
 #include <catch2/catch.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,9 +60,10 @@ TEST_CASE("fusion: uncompressed partitions up to BYTEPS_FUSION_BYTES join, and 0
   CHECK_FALSE(off.joins(plain, 1));
 }
 
-TEST_CASE("fusion: pushes are held per server until flushed, and a flush of one server leaves "
-          "the others",
-          "[worker][fusion]") {
+TEST_CASE(
+    "fusion: pushes are held per server until flushed, and a flush of one server leaves "
+    "the others",
+    "[worker][fusion]") {
   push_fusion f(with_fusion(65536));
   const std::vector<std::byte> small(100);
   flushes out;

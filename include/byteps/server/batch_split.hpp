@@ -52,8 +52,8 @@ inline wire::header pull_response_header(const wire::header& about, const reply&
 /// Whether a `push_batch` of `h.payload_bytes` may be read; `reason` says why not.
 inline bool batch_fits(const wire::header& h, std::string& reason) {
   if (h.payload_bytes <= wire::max_batch_bytes) return true;
-  reason = fmt::format("a push_batch of {} bytes (at most {})", h.payload_bytes,
-                       wire::max_batch_bytes);
+  reason =
+      fmt::format("a push_batch of {} bytes (at most {})", h.payload_bytes, wire::max_batch_bytes);
   return false;
 }
 

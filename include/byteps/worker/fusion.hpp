@@ -25,7 +25,8 @@
 
 namespace bps::worker {
 
-static_assert(wire::batch_writer::record_bytes(Config::max_fusion_bytes) * 3 <= wire::max_batch_bytes,
+static_assert(wire::batch_writer::record_bytes(Config::max_fusion_bytes) * 3 <=
+                  wire::max_batch_bytes,
               "a batch holds at least three members of the largest size that fuses");
 
 /// A partition sent in a batch: what its sent path needs once the batch has left.

@@ -93,8 +93,8 @@ class server_receiver final : public transport::receiver {
       std::string reason;
       auto dest = payload_destination(r.head, reason);
       if (dest.size() != r.payload.size())
-        throw wire::decode_error(fmt::format("answer_batch record {} of {} refused: {}", i,
-                                             records.size(), reason));
+        throw wire::decode_error(
+            fmt::format("answer_batch record {} of {} refused: {}", i, records.size(), reason));
       if (!dest.empty()) std::memcpy(dest.data(), r.payload.data(), dest.size());
       on_message(r.head, dest);
     }
