@@ -7,11 +7,13 @@
 // stream, as it ends a connection. An accepted one must re-encode to the same 64 bytes, and its
 // frame is handed to what handles that type on a node: pushes and sum offers to a server's
 // default request handler, sync_sum (every dtype, shape and round check, the sums themselves),
-// hello and welcome payloads to the rendezvous decoders, texts to the message helpers. Nothing may crash, leak, read out
+// hello and welcome payloads to the rendezvous decoders, batches (tensor fusion) split into
+// their records, each handled as its frame, texts to the message helpers. Nothing may crash, leak, read out
 // of bounds or hit undefined behaviour; only wire::decode_error may be thrown.
 #include <byteps/core/keys.hpp>
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/server/sync_sum.hpp>
+#include <byteps/wire/batch.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/declare.hpp>
 #include <byteps/wire/frame.hpp>
@@ -102,6 +104,17 @@ void handle_frame(summation_server& server, const wire::header& h,
     case wire::msg::declare:
       try {
         (void)wire::decode_declare(payload);
+      } catch (const wire::decode_error&) {
+      }
+      break;
+    case wire::msg::push_batch:  // tensor fusion: each record as the frame it is
+    case wire::msg::answer_batch:
+      try {
+        for (const auto& r : wire::split_batch(h, payload)) {
+          if (r.head.type != wire::record_type(h.type)) broken("a batch record of another type");
+          if (r.payload.size() != r.head.payload_bytes) broken("a record's payload is cut");
+          handle_frame(server, r.head, r.payload);
+        }
       } catch (const wire::decode_error&) {
       }
       break;

@@ -15,14 +15,16 @@
 // - at most BYTEPS_MAX_TENSORS names of at most BYTEPS_MAX_NAME_BYTES are held, and a
 //   connection past BYTEPS_MAX_PENDING_CONNECTIONS strangers is closed unchallenged (the
 //   others are challenged);
-// - the server sends only challenges, pull responses and errors, and only the challenge to a
-//   connection that never proved itself; every error has a message;
+// - the server sends only challenges, pull responses (alone or in well-formed answer batches)
+//   and errors, and only the challenge to a connection that never proved itself; every error
+//   has a message;
 // - a receiver throws only byteps's own error types (in_process_transport.hpp);
 // - then two workers that prove the token still get the exact sum of a fresh round, or, when
 //   an authenticated worker broke the job, the error that names why; a job that never admitted
 //   a fuzzed connection is never broken;
 // - the job ends normally when the scheduler says so.
 #include <byteps/server/server.hpp>
+#include <byteps/wire/batch.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -289,6 +291,14 @@ class harness {
       broken("a connection that never proved the token got " + name_of(f.header.type));
     if (f.header.type == wire::msg::error) {
       if (f.payload.empty()) broken("an error without a message");
+      return;
+    }
+    if (f.header.type == wire::msg::answer_batch) {  // tensor fusion: well-formed answers
+      try {
+        (void)wire::split_batch(f.header, f.payload);
+      } catch (const wire::decode_error& e) {
+        broken(std::string("the server sent a malformed answer_batch: ") + e.what());
+      }
       return;
     }
     if (f.header.type != wire::msg::pull_response)

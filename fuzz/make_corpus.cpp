@@ -5,6 +5,7 @@
 // inputs that libFuzzer found and someone kept survive a rerun.
 #include <byteps/core/dtype.hpp>
 #include <byteps/rendezvous/messages.hpp>
+#include <byteps/wire/batch.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/declare.hpp>
 #include <byteps/wire/frame.hpp>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -120,6 +122,21 @@ void frames(const std::filesystem::path& dir) {
   auto i64 = values<std::int64_t>({0x7fffffffffffffffLL, 1});
   write(dir, "valid-two-workers-int64-wraps",
         with_limit({frame(push(0, dtype::int64, 0, 16), i64), frame(push(1, dtype::int64, 0, 16), i64)}));
+  // Tensor fusion: each worker's pushes of two keys in one push_batch (push() has key 0x5eed).
+  auto batch_of = [&](std::uint32_t sender, const bytes& v) {
+    wire::batch_writer w;
+    auto h = push(sender, dtype::float32, 0, 16);
+    w.add(h, v);
+    h.key = 0x5eef;
+    w.add(h, v);
+    const auto head = w.frame(wire::msg::push_batch, sender);
+    return frame(head, w.take());
+  };
+  write(dir, "valid-push-batch-two-workers", with_limit({batch_of(0, f32a), batch_of(1, f32b)}));
+  auto trailing = batch_of(1, f32b);
+  trailing.push_back(std::byte{0});
+  wire::detail::put_le<std::uint64_t>(trailing.data() + 40, (trailing.size() - 64));
+  write(dir, "bad-push-batch-trailing-byte", with_limit({batch_of(0, f32a), trailing}));
   write(dir, "bad-push-twice-in-one-round",
         with_limit({frame(push(0, dtype::float32, 0, 16), f32a), frame(push(0, dtype::float32, 0, 16), f32a)}));
   write(dir, "bad-push-shapes-differ",
@@ -204,6 +221,78 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   b = w;
   b.resize(20);
   write(dir, "bad-welcome-truncated", b);
+}
+
+// The payload of a push_batch from `machine` (wire/batch.hpp): a push of 4 floats for round 0
+// of each key in `keys` (script.hpp's keys), the values `v`.
+bytes push_batch_payload(std::uint32_t machine, std::initializer_list<std::uint64_t> keys,
+                         std::span<const float> v) {
+  wire::batch_writer w;
+  for (const auto key : keys) {
+    wire::header h;
+    h.type = wire::msg::push;
+    h.sender = machine;
+    h.key = key;
+    h.dtype = static_cast<std::uint32_t>(dtype::float32);
+    h.tensor_bytes = v.size_bytes();
+    w.add(h, std::as_bytes(v));
+  }
+  return w.take();
+}
+
+// Tensor fusion's push_batch frames (script.hpp's `frame` op, type 18, p = the record count),
+// each under 240 bytes (a direct length selector): two workers' batches that sum, and batches
+// that break the format or carry a push the session must refuse.
+void push_batches(const std::filesystem::path& dir) {
+  using fuzzing::proof_kind;
+  using fuzzing::script_writer;
+  const float a[] = {1.0f, 2.5f, -3.0f, 4.0f};
+  const float b[] = {0.5f, 0.5f, 0.5f, 0.5f};
+  const auto k0 = fuzzing::keys[0], k1 = fuzzing::keys[1];
+  auto with = [](std::uint8_t c, std::uint8_t count, const bytes& payload) {
+    return [=](script_writer& w) {
+      w.frame(c, 18, 0, c, 0, count, 0, 0, static_cast<std::uint8_t>(payload.size()), payload);
+    };
+  };
+  auto two_workers = [&](auto first, auto second) {
+    script_writer w(0);
+    w.open().open().hello(0, proof_kind::right, 0, 0).hello(1, proof_kind::right, 1, 0);
+    first(w);
+    second(w);
+    return w.bytes();
+  };
+  const auto ok0 = push_batch_payload(0, {k0, k1}, a), ok1 = push_batch_payload(1, {k0, k1}, b);
+  write(dir, "valid-push-batch-two-workers", two_workers(with(0, 2, ok0), with(1, 2, ok1)));
+  // One worker's pushes in a batch, the other's alone: the answers still sum.
+  write(dir, "valid-push-batch-and-plain-pushes",
+        two_workers(with(0, 2, ok0), [&](script_writer& w) {
+          w.push(1, 0, 0, 0, std::span<const float>(b)).push(1, 1, 0, 0, std::span<const float>(b));
+        }));
+  auto trailing = ok1;
+  trailing.push_back(std::byte{0});
+  write(dir, "bad-push-batch-trailing-byte", two_workers(with(0, 2, ok0), with(1, 2, trailing)));
+  write(dir, "bad-push-batch-short-record",
+        two_workers(with(0, 2, ok0), with(1, 2, bytes(ok1.begin(), ok1.begin() + 100))));
+  write(dir, "bad-push-batch-count", two_workers(with(0, 2, ok0), with(1, 3, ok1)));
+  write(dir, "bad-push-batch-no-records", two_workers(with(0, 2, ok0), with(1, 0, {})));
+  auto bad_magic = ok1;
+  bad_magic[80] = std::byte{'X'};  // the second record's header starts at 64 + 16
+  write(dir, "bad-push-batch-record-magic", two_workers(with(0, 2, ok0), with(1, 2, bad_magic)));
+  auto pull = ok1;
+  pull[6] = std::byte{11};  // a pull_response record
+  write(dir, "bad-push-batch-record-type", two_workers(with(0, 2, ok0), with(1, 2, pull)));
+  auto larger = ok1;
+  larger[80 + 40] = std::byte{17};  // the second record declares 17 payload bytes, 16 are left
+  write(dir, "bad-push-batch-record-larger", two_workers(with(0, 2, ok0), with(1, 2, larger)));
+  // A record with another worker's rank: the push path's own check refuses it.
+  write(dir, "bad-push-batch-other-sender",
+        two_workers(with(0, 2, ok0), with(1, 2, push_batch_payload(0, {k0, k1}, b))));
+  // A stranger's batch, before any hello.
+  write(dir, "bad-push-batch-before-hello",
+        script_writer(0)
+            .open()
+            .frame(0, 18, 0, 0, 0, 2, 0, 0, static_cast<std::uint8_t>(ok0.size()), ok0)
+            .bytes());
 }
 
 // Scripts for fuzz_server_session (script.hpp): one worker session of each kind that must work,
@@ -350,8 +439,9 @@ void server_sessions(const std::filesystem::path& dir) {
             .hello(1, proof_kind::right, m1, l0)
             .frame(0, 0xd0, 0, 0, 0, 0, 0, 0, 4)
             .frame(0, 11, 0, 0, 0, 0, 0, 0, 3)
-            .frame(1, 18, 0, 1, 0, 0, 0, 0, 0)
+            .frame(1, 20, 0, 1, 0, 0, 0, 0, 0)
             .bytes());
+  push_batches(dir);
   // Found by this fuzzer: an empty sum_offer while failover is off was summed from the buffer
   // of the worker's previous push, already handed over (a null pointer with that push's size).
   write(dir, "bad-empty-sum-offer-without-failover",

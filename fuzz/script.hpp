@@ -15,7 +15,8 @@
 //   4 offer   (as push)     the same as a failover sum_offer
 //   5 bye     c n text      a bye carrying n bytes of text
 //   6 frame   c T f s K p r d N payload   any frame: type T, flags f, sender s, ... and N-selected
-//                           payload length, of which the input holds what it holds
+//                           payload length, of which the input holds what it holds (a
+//                           push_batch: p is its record count, the payload its records)
 //   7 close   c             the peer closes connection c
 // Connections are numbered in the order they were opened; K indexes `keys`.
 #include <byteps/compress/recipe.hpp>
@@ -86,9 +87,9 @@ constexpr std::size_t element_bytes(std::uint32_t t) {
   return t < 8 ? dtype_size(static_cast<dtype>(t)) : 1;
 }
 
-/// Any frame's type: the node's types (0 and 18, 19 unknown), transport types, and others.
+/// Any frame's type: the node's types (0 and 20, 21 unknown), transport types, and others.
 constexpr std::uint16_t frame_type(std::uint8_t sel) {
-  if (sel < 0xd0) return sel % 20;
+  if (sel < 0xd0) return sel % 22;
   if (sel < 0xf0) return static_cast<std::uint16_t>(wire::first_transport_msg + sel % 16);
   return static_cast<std::uint16_t>(0x200 + sel);
 }

@@ -28,6 +28,9 @@ Config quick_config(int workers, int servers) {
   c.connect_timeout = 5s;
   c.rendezvous_timeout = 10s;
   c.op_timeout = 20s;
+  // The rules here match push frames; tensor fusion would carry small pushes inside push_batch
+  // frames, which test_fusion.cpp's fault test targets instead.
+  c.fusion_bytes = 0;
   return c;
 }
 

@@ -78,6 +78,7 @@ TEST_CASE("stats: an operation that fails at its deadline adds nothing to the to
   auto cfg = test::base_config(1, 1);
   cfg.partition_bytes = 4096;
   cfg.op_timeout = std::chrono::milliseconds(2000);  // well inside the stats' 10 s window
+  cfg.fusion_bytes = 0;  // the rule matches a push frame, not a record of a push_batch
   test::faulty_cluster c(cfg, plan);
   constexpr std::uint64_t rounds = 3;
   constexpr std::size_t count = 4096;

@@ -79,6 +79,13 @@ struct Config {
   /// bytes and the number of servers (`partition::by_bytes`), at most `auto_partition_cap`.
   std::size_t partition_bytes = 0;
   int scheduling_credit = 4;      ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
+  /// BYTEPS_FUSION_BYTES: tensor fusion (wire/batch.hpp). Uncompressed partitions of at most
+  /// this many bytes that a worker dispatches together to one server go as one `push_batch`,
+  /// and a server's answers of at most this size that become ready together for one worker as
+  /// one `answer_batch` (a batch holds at most 1 MiB). 0 = off. At most `max_fusion_bytes`.
+  std::size_t fusion_bytes = 65536;
+  /// The largest `fusion_bytes`: a quarter of a batch, so that a batch holds at least 3 members.
+  static constexpr std::size_t max_fusion_bytes = 262144;
   int server_engine_threads = 4;  ///< BYTEPS_SERVER_ENGINE_THREAD
   /// BYTEPS_SERVER_CHUNK_BYTES: servers only. A push of at least twice this size is summed and
   /// answered in chunks of it as its bytes arrive (cut-through, server/sync_sum.hpp), instead of
@@ -208,6 +215,8 @@ inline void Config::validate() const {
     fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "0 (auto) or 4096 .. 2^31");
   if (scheduling_credit < 0)
     fail("scheduling_credit (BYTEPS_SCHEDULING_CREDIT)", scheduling_credit, ">= 0");
+  if (fusion_bytes > max_fusion_bytes)
+    fail("fusion_bytes (BYTEPS_FUSION_BYTES)", fusion_bytes, "0 (off) .. 262144");
   if (server_engine_threads < 1 || server_engine_threads > 256)
     fail("server_engine_threads (BYTEPS_SERVER_ENGINE_THREAD)", server_engine_threads, "1 .. 256");
   if (server_chunk_bytes % 64 != 0 || server_chunk_bytes > (std::size_t{1} << 26))

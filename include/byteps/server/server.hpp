@@ -278,14 +278,19 @@ class Server {
     bool first = true, complete = true;
   };
 
+  // What gathers the answers of a push summed while its worker's push_batch is handled
+  // (server/batch_split.hpp); null for answers that go alone.
+  using answer_batches = server::answer_batches<session>;
+
   // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
   // failover, a sum_offer: the handler decides, the server carries it out.
   void on_push(engine& e, const session_ptr& s, const wire::header& h,
                detail::buffer_pool::buffer& payload, server::receive_times received,
-               stream_call call = {});
+               stream_call call = {}, answer_batches* batch = nullptr);
 
-  // Sends the handler's answer about `h`'s partition to each of `to`.
-  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to);
+  // Sends the handler's answer about `h`'s partition to each of `to`, or adds it to `batch`.
+  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to,
+              answer_batches* batch = nullptr);
 
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
   // rest of the last interval. An idle interval with nobody behind says nothing.

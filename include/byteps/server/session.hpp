@@ -43,6 +43,7 @@
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/rendezvous/gate.hpp"
 #include "byteps/rendezvous/messages.hpp"
+#include "byteps/server/batch_split.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/landing.hpp"
 #include "byteps/transport/transport.hpp"
@@ -135,6 +136,10 @@ class session final : public transport::receiver,
         }
         incoming_ = owner_->receive_buffer(h.payload_bytes);
         return incoming_.span();
+      case wire::msg::push_batch:  // tensor fusion: server/batch_split.hpp
+        if (!server::batch_fits(h, reason)) return {};
+        batch_.resize(h.payload_bytes);
+        return batch_;
       case wire::msg::declare:
         if (h.payload_bytes > wire::max_declare_bytes) {
           reason = fmt::format("declare of {} bytes (at most {})", h.payload_bytes,
@@ -217,6 +222,8 @@ class session final : public transport::receiver,
         }
         return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
                                  receive_times{received_ns_, owner_->now_ns()});
+      case wire::msg::push_batch:  // each record as its own push frame
+        return server::take_push_batch(*this, h, payload, owner_->config().fusion_bytes);
       case wire::msg::bye:
         said_bye = true;
         return;
@@ -271,6 +278,9 @@ class session final : public transport::receiver,
   link_ptr link;
   int worker = -1;
   int local_rank = 0;  ///< of the worker's machine, from its peer_hello
+  /// While a push_batch of this link is handled: where the answers ready meanwhile gather
+  /// (server/batch_split.hpp). I/O thread only; null otherwise.
+  server::answer_batches<session>* batching = nullptr;
   std::atomic<bool> said_bye{false};
 
   /// The longest reason a worker's `bye` may carry.
@@ -307,16 +317,7 @@ class session final : public transport::receiver,
   }
 
   void send_pull_response(const wire::header& about, const reply& a, std::uint32_t flags) {
-    wire::header r;
-    r.type = wire::msg::pull_response;
-    r.flags = flags | (a.compressed ? wire::flag_compressed : 0u) |
-              (a.applied_counts ? wire::flag_applied : 0u);
-    r.key = about.key;
-    r.part = about.part;
-    r.round = a.round;
-    r.dtype = static_cast<std::uint32_t>(a.type);
-    r.offset = a.offset;
-    r.tensor_bytes = a.tensor_bytes;
+    const wire::header r = server::pull_response_header(about, a, flags);
     if (a.keep)
       link->send(r, a.bytes, [keep = a.keep] {});
     else
@@ -339,6 +340,7 @@ class session final : public transport::receiver,
   server::landing_places landing_;  // I/O thread only
   std::int64_t received_ns_ = 0;  // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
+  std::vector<std::byte> batch_;  // I/O thread only: a push_batch (not pooled: sizes vary)
   std::shared_ptr<rendezvous::pending_hello> ticket_;       // until peer_hello proved the token
   std::unordered_map<std::uint64_t, std::string> refused_;  // I/O thread only: key -> why
 };

@@ -47,8 +47,10 @@ enum class msg : std::uint16_t {
   sum_offer = 15,       ///< worker -> replacement server: the sum of `round` it received (failover)
   server_replaced = 16, ///< scheduler -> worker: server `rank` now lives elsewhere (failover)
   challenge = 17,       ///< listener -> new connection: a fresh nonce its hello must prove (payload)
+  push_batch = 18,      ///< worker -> server: small pushes in one frame (batch.hpp; part = count)
+  answer_batch = 19,    ///< server -> worker: small pull_responses in one frame (batch.hpp)
 };
-inline constexpr std::uint16_t max_msg = 17;
+inline constexpr std::uint16_t max_msg = 19;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
@@ -81,6 +83,8 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::sum_offer: return "sum_offer";
     case msg::server_replaced: return "server_replaced";
     case msg::challenge: return "challenge";
+    case msg::push_batch: return "push_batch";
+    case msg::answer_batch: return "answer_batch";
   }
   return is_transport_msg(m) ? "transport" : "unknown";
 }

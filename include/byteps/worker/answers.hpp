@@ -70,6 +70,13 @@ class answers {
     return std::span(encoded).subspan(at);
   }
 
+  // I/O thread: an answer_batch of `records` came in (tensor fusion); its records follow as
+  // pull_responses.
+  void answer_batch(std::size_t records) {
+    std::lock_guard lock(node_.mu_);
+    node_.ops().stats().answers_batched(records);
+  }
+
   // Memory the trainer registered (Communicator::register_memory): an answer's destination
   // inside it stays put, so the transport may cache it (I/O thread).
   void registered(std::span<const std::byte> m) { registered_.add(m); }

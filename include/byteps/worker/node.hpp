@@ -21,6 +21,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "byteps/worker/compressor_choice.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/failover.hpp"
+#include "byteps/worker/fusion.hpp"
 #include "byteps/worker/local_stage.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/request_checks.hpp"
@@ -323,33 +325,62 @@ class node {
     return handle(op);
   }
 
+  // One pass over what the scheduler lets go. Small partitions for one server are held and go
+  // together at the end of the pass (worker/fusion.hpp); the others go at once, after what was
+  // held for their server, so each link keeps the scheduler's order.
   void dispatch_locked() {
-    dispatcher_.dispatch(
-        !dead_.empty(), [this](int server) { return links_[server].up; },
-        [this](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
-          auto& link = *links_[p.server].link;
-          declare_once(t, key, p.server, link, rank_);
-          ++p.op->in_transport;
-          trace_.dispatched(*p.op, part, p.server);
-          auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
-          ops().stats().pushed(p.server, payload.size());
-          link.send(push_frame(t, key, part, p, rank_), payload,
-                    [this, op = p.op, bytes = p.bytes, part] {
-                      trace_.sent(*op, part);
-                      sent(op, bytes, part);
-                    });
-        });
+    auto send = [this](int server, std::vector<held_push>&& pushes) {
+      send_pushes(server, std::move(pushes));
+    };
+    try {
+      dispatcher_.dispatch(
+          !dead_.empty(), [this](int server) { return links_[server].up; },
+          [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
+            declare_once(t, key, p.server, *links_[p.server].link, rank_);
+            ++p.op->in_transport;
+            trace_.dispatched(*p.op, part, p.server);
+            auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
+            ops().stats().pushed(p.server, payload.size());
+            held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
+            if (fusion_.joins(t, payload.size()))
+              return fusion_.hold(p.server, std::move(push), send);
+            fusion_.flush(p.server, send);
+            send(p.server, {std::move(push)});
+          });
+    } catch (...) {
+      fusion_.flush_all(send);  // what was held counts as in the transport: it must go
+      throw;
+    }
+    fusion_.flush_all(send);
   }
 
-  void sent(const op_ptr& op, std::size_t bytes, std::uint32_t part) {
-    std::lock_guard lock(mu_);
-    if (auto* p = ops().awaiting(key_id{op->key, part}); p != nullptr && p->op == op) {
-      p->sent_at = clock::now();
-      ops().at(op->key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
+  // A lone push as its frame; more as one push_batch, whose sending runs each one's sent path.
+  void send_pushes(int server, std::vector<held_push>&& pushes) {
+    auto& link = *links_[server].link;
+    if (pushes.size() == 1) {
+      const held_push& p = pushes.front();
+      return link.send(p.head, p.payload, [this, m = p.member] { sent(std::span(&m, 1)); });
     }
-    dispatcher_.sent(bytes);
-    --op->in_transport;
-    ops().release_if_done(op);
+    auto batch = push_fusion::fuse(pushes, rank_);
+    ops().stats().batched(batch->members.size());
+    link.send(batch->head, batch->bytes, [this, batch] { sent(batch->members); });
+  }
+
+  // The payloads of `members` left: each one's stage time and credit, then one dispatch pass,
+  // so the credit a batch returns lets the next partitions go together again.
+  void sent(std::span<const batch_member> members) {
+    for (const auto& m : members) trace_.sent(*m.op, m.part);
+    std::lock_guard lock(mu_);
+    for (const auto& m : members) {
+      if (auto* p = ops().awaiting(key_id{m.op->key, m.part}); p != nullptr && p->op == m.op) {
+        p->sent_at = clock::now();
+        ops().at(m.op->key).timing.sending +=
+            stats_recorder::seconds(p->sent_at - p->dispatched_at);
+      }
+      dispatcher_.sent(m.bytes);
+      --m.op->in_transport;
+      ops().release_if_done(m.op);
+    }
     if (!closing_) dispatch_locked();
   }
 
@@ -387,6 +418,7 @@ class node {
   compressor_choice compressor_choice_;  // checks BYTEPS_COMPRESSOR when the node is built
   mutable std::mutex mu_;
   dispatcher<P, S> dispatcher_;
+  push_fusion fusion_{cfg_};  // empty between dispatch passes
   server_links<T> links_;
   std::string dead_;
   bool closing_ = false;

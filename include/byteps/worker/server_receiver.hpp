@@ -1,13 +1,15 @@
 #pragma once
 /// @file
 /// `bps::worker::server_receiver<Owner>`: reads one server link for a worker. An answer is read
-/// straight into the place its owner names (the caller's buffer, or failover's kept sum); an
-/// error frame and the link's close go to the owner, tagged with the server's rank and the
-/// link's generation so that reports from a replaced link are recognised. The owner provides
-/// `answer_destination`, `answered`, `server_error` and `server_closed` (worker/answers.hpp), all
+/// straight into the place its owner names (the caller's buffer, or failover's kept sum), and
+/// each answer of an `answer_batch` (tensor fusion) the same way; an error frame and the link's
+/// close go to the owner, tagged with the server's rank and the link's generation so that
+/// reports from a replaced link are recognised. The owner provides `answer_destination`,
+/// `answered`, `answer_batch`, `server_error` and `server_closed` (worker/answers.hpp), all
 /// called on the link's I/O thread.
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +20,7 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/batch.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::worker {
@@ -36,6 +39,15 @@ class server_receiver final : public transport::receiver {
       if (auto dest = owner_->answer_destination(h, receiving_); !dest.empty()) return dest;
       discard_.resize(h.payload_bytes);  // an answer for an operation that already failed
       return discard_;
+    }
+    if (h.type == wire::msg::answer_batch) {
+      if (h.payload_bytes > wire::max_batch_bytes) {
+        reason = fmt::format("an answer_batch of {} bytes (at most {})", h.payload_bytes,
+                             wire::max_batch_bytes);
+        return {};
+      }
+      batch_.resize(h.payload_bytes);
+      return batch_;
     }
     if (h.type == wire::msg::error && h.payload_bytes <= 65536) {
       discard_.resize(h.payload_bytes);
@@ -58,6 +70,7 @@ class server_receiver final : public transport::receiver {
       }
       return;
     }
+    if (h.type == wire::msg::answer_batch) return answer_batch(h, payload);
     owner_->server_error(
         server_, generation_, h,
         std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
@@ -69,12 +82,31 @@ class server_receiver final : public transport::receiver {
   }
 
  private:
+  // Tensor fusion (wire/batch.hpp): each record of an answer_batch goes the way its own
+  // pull_response frame would, into the place its owner names, so it is checked and written
+  // exactly as one. A malformed batch throws wire::decode_error: the link closes.
+  void answer_batch(const wire::header& h, std::span<const std::byte> payload) {
+    const auto records = wire::split_batch(h, payload);
+    owner_->answer_batch(records.size());
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& r = records[i];
+      std::string reason;
+      auto dest = payload_destination(r.head, reason);
+      if (dest.size() != r.payload.size())
+        throw wire::decode_error(
+            fmt::format("answer_batch record {} of {} refused: {}", i, records.size(), reason));
+      if (!dest.empty()) std::memcpy(dest.data(), r.payload.data(), dest.size());
+      on_message(r.head, dest);
+    }
+  }
+
   Owner* owner_;
   int server_;
   std::uint64_t generation_;
   op_ptr receiving_;  // I/O thread only: the operation the answer in progress is written into
   key_id receiving_id_;
   std::vector<std::byte> discard_;
+  std::vector<std::byte> batch_;  // I/O thread only: an answer_batch being read
 };
 
 }  // namespace bps::worker

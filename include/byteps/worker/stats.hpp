@@ -45,6 +45,11 @@ struct comm_stats {
   std::uint64_t partitions = 0;  ///< partitions the means are over
   /// Bytes pushed to each server since joining (re-sends after a failover included).
   std::vector<std::uint64_t> bytes_per_server;
+  /// Tensor fusion (BYTEPS_FUSION_BYTES) since joining: `push_batch` frames sent, and the
+  /// partitions that went in them (each also counted in `bytes_per_server`); `answer_batch`
+  /// frames received, and the answers in them.
+  std::uint64_t batches = 0, batched_partitions = 0;
+  std::uint64_t answer_batches = 0, batched_answers = 0;
   std::size_t in_flight = 0;          ///< operations not yet done, now
   std::vector<tensor_stats> tensors;  ///< most bytes first
 };
@@ -71,6 +76,18 @@ class stats_recorder {
       bytes_per_server_[static_cast<std::size_t>(server)] += bytes;
   }
 
+  /// A `push_batch` of `members` partitions was sent.
+  void batched(std::size_t members) {
+    ++batches_;
+    batched_partitions_ += members;
+  }
+
+  /// An `answer_batch` of `answers` records came in.
+  void answers_batched(std::size_t answers) {
+    ++answer_batches_;
+    batched_answers_ += answers;
+  }
+
   /// An operation on `tensor` of `bytes` finished successfully now.
   void operation(const std::string& tensor, std::uint64_t bytes, const op_timing& t) {
     const auto now = clock::now();
@@ -85,6 +102,10 @@ class stats_recorder {
     comm_stats s;
     s.window_seconds = seconds(std::min<clock::duration>(window_, now - since_));
     s.bytes_per_server = bytes_per_server_;
+    s.batches = batches_;
+    s.batched_partitions = batched_partitions_;
+    s.answer_batches = answer_batches_;
+    s.batched_answers = batched_answers_;
     s.in_flight = in_flight;
     std::unordered_map<const std::string*,
                        std::vector<std::pair<clock::time_point, clock::time_point>>>
@@ -161,6 +182,8 @@ class stats_recorder {
   clock::time_point since_;
   std::deque<record> records_;
   std::vector<std::uint64_t> bytes_per_server_;
+  std::uint64_t batches_ = 0, batched_partitions_ = 0;
+  std::uint64_t answer_batches_ = 0, batched_answers_ = 0;
 };
 
 }  // namespace worker

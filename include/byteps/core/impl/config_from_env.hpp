@@ -51,6 +51,8 @@ inline Config Config::from_env() {
                     "(auto) or a whole number from 4096 to 2147483648",
                     env_or_null("BYTEPS_PARTITION_BYTES")));
   c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
+  c.fusion_bytes = static_cast<std::size_t>(env_integer(
+      "BYTEPS_FUSION_BYTES", 65536, 0, static_cast<std::int64_t>(Config::max_fusion_bytes)));
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
   c.server_chunk_bytes = static_cast<std::size_t>(
       env_integer("BYTEPS_SERVER_CHUNK_BYTES", 262144, 0, std::int64_t{1} << 26));

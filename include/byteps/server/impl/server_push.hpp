@@ -26,7 +26,7 @@ void Server<T, H>::post_push(session_ptr s, const wire::header& h,
   if (payload.size <= inline_sum_bytes) {
     {
       std::lock_guard lock(e.mu);
-      on_push(e, s, h, payload, received);
+      on_push(e, s, h, payload, received, {}, s->batching);  // on s's I/O thread: its batch
     }
     pool_->give_back(std::move(payload));
     return;
@@ -61,7 +61,7 @@ void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::pay
 template <Transport T, ServerHandler H>
 void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
                            detail::buffer_pool::buffer& payload, server::receive_times received,
-                           stream_call call) {
+                           stream_call call, answer_batches* batch) {
   if (auto dead = dead_reason(); !dead.empty()) {
     if (call.complete) s->send_error(h, dead, wire::flag_fatal);
     return;
@@ -93,12 +93,12 @@ void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& 
       if (log_.enabled(log_level::debug))  // an async handler's every push: no name lookup
         log_.debug("{} partition {} round {}: worker {} answered alone with round {}", name(),
                    h.part, h.round, s->worker, o.answer.round);
-      return answer(h, o.answer, std::span(&s, 1));
+      return answer(h, o.answer, std::span(&s, 1), batch);
     case kind::release_each:          // held workers of one key may wait for different rounds
       if (h.type == wire::msg::push)  // an offer's worker has its answer already
-        answer(h, o.answer, std::span(&s, 1));
+        answer(h, o.answer, std::span(&s, 1), batch);
       for (const auto& a : o.released)
-        if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1));
+        if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1), batch);
       return;
     default:
       break;
@@ -122,7 +122,7 @@ void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& 
                h.part, h.round, room.workers.size(), s->worker);
   const auto complete_ns = trace_.now();
   if (o.what == kind::release) {
-    answer(h, o.answer, room.workers);
+    answer(h, o.answer, room.workers, batch);
     stats_.round_done();
   } else {
     for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
@@ -133,8 +133,9 @@ void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& 
 
 template <Transport T, ServerHandler H>
 void Server<T, H>::answer(const wire::header& h, const server::reply& a,
-                          std::span<const session_ptr> to) {
-  for (auto& w : to) w->send_answer(h, a);
+                          std::span<const session_ptr> to, answer_batches* batch) {
+  for (auto& w : to)
+    if (batch == nullptr || !batch->add(w, h, a)) w->send_answer(h, a);
   stats_.sent(a.bytes.size() * to.size());
 }
 
