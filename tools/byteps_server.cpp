@@ -41,6 +41,9 @@ constexpr flag flags[] = {
     {"--engine-threads", "BYTEPS_SERVER_ENGINE_THREAD", "server: summation threads (default 4)"},
     {"--chunk-bytes", "BYTEPS_SERVER_CHUNK_BYTES",
      "server: cut-through chunk (default 262144; 0: answer whole partitions)"},
+    {"--fusion-bytes", "BYTEPS_FUSION_BYTES",
+     "server: answers up to this size for one worker's batch go back in one frame "
+     "(default 65536; 0: each alone)"},
     {"--log-interval-ms", "BYTEPS_SERVER_LOG_INTERVAL_MS",
      "server: log throughput and lagging workers this often (default 10000; 0: off)"},
     {"--partition-bytes", "BYTEPS_PARTITION_BYTES", "must match the workers' (default 0: auto)"},

@@ -227,6 +227,9 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
           "64 MiB, exact sums",
           "[cluster][ipc]") {
   auto cfg = test::base_config(2, 2);
+  // One push per ring payload, so the counts below match one to one: a push_batch in a ring is
+  // copied out and split (test_fusion.cpp covers fusion over ipc).
+  cfg.fusion_bytes = 0;
   auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
   constexpr int rounds = 3;
   run_counted(

@@ -49,22 +49,25 @@ struct flushes {
 TEST_CASE("fusion: uncompressed partitions up to BYTEPS_FUSION_BYTES join, and 0 turns it off",
           "[worker][fusion]") {
   bps::worker::tensor plain;
-  push_fusion f(with_fusion(65536));
+  push_fusion f(with_fusion(65536), false);
   CHECK(f.joins(plain, 1));
   CHECK(f.joins(plain, 65536));
   CHECK_FALSE(f.joins(plain, 65537));
   bps::worker::tensor compressed;
   compressed.codecs.push_back(nullptr);  // a compressor per partition: the payload is encoded
   CHECK_FALSE(f.joins(compressed, 1));
-  push_fusion off(with_fusion(0));
+  push_fusion off(with_fusion(0), false);
   CHECK_FALSE(off.joins(plain, 1));
+  // A transport that writes pushes into the server's registered memory (RDMA) never fuses.
+  push_fusion registering(with_fusion(65536), true);
+  CHECK_FALSE(registering.joins(plain, 1));
 }
 
 TEST_CASE(
     "fusion: pushes are held per server until flushed, and a flush of one server leaves "
     "the others",
     "[worker][fusion]") {
-  push_fusion f(with_fusion(65536));
+  push_fusion f(with_fusion(65536), false);
   const std::vector<std::byte> small(100);
   flushes out;
   f.hold(1, held(10, small), out.sender());
@@ -85,7 +88,7 @@ TEST_CASE(
 
 TEST_CASE("fusion: what would pass max_batch_bytes goes first, so no batch is larger",
           "[worker][fusion]") {
-  push_fusion f(with_fusion(bps::Config::max_fusion_bytes));
+  push_fusion f(with_fusion(bps::Config::max_fusion_bytes), false);
   const std::vector<std::byte> big(bps::Config::max_fusion_bytes);
   flushes out;
   for (std::uint64_t k = 0; k < 5; ++k) f.hold(0, held(k, big), out.sender());

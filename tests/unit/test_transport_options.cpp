@@ -62,7 +62,8 @@ TEST_CASE("tcp options out of range are refused, naming the field", "[options]")
                     "0 (off) .. 1073741824");
 }
 
-TEST_CASE("a tcp connection gets TCP_NOTSENT_LOWAT as its options say, or the kernel's default",
+TEST_CASE("TCP_NOTSENT_LOWAT: set_notsent_lowat sets it, and tune_connection leaves a "
+          "connection within the host at the kernel's default",
           "[options]") {
   asio::io_context io;
   auto acceptor = bps::transport::open_acceptor(io, "127.0.0.1", 0);
@@ -76,13 +77,29 @@ TEST_CASE("a tcp connection gets TCP_NOTSENT_LOWAT as its options say, or the ke
   a.connect(acceptor->local_endpoint());
   acceptor->accept(b);
   const int kernel_default = lowat_of(b);
-  bps::transport::tune_connection(a, 65536);
+  REQUIRE(kernel_default != 65536);
+  bps::transport::tune_connection(a, 65536);  // loopback: within the host
   bps::transport::tune_connection(b, 0);
-  CHECK(lowat_of(a) == 65536);
-  CHECK(lowat_of(b) == kernel_default);  // 0 leaves it as it was
+  CHECK(lowat_of(a) == kernel_default);
+  CHECK(lowat_of(b) == kernel_default);
   asio::ip::tcp::no_delay no_delay;
   a.get_option(no_delay);
   CHECK(no_delay.value());
+  bps::transport::set_notsent_lowat(a, 65536);
+  CHECK(lowat_of(a) == 65536);
+}
+
+TEST_CASE("a connection stays within the host when either end is loopback or both ends have one "
+          "address",
+          "[options]") {
+  using asio::ip::make_address;
+  using bps::transport::same_host_connection;
+  CHECK(same_host_connection(make_address("127.0.0.1"), make_address("127.0.0.1")));
+  CHECK(same_host_connection(make_address("10.0.0.1"), make_address("127.0.0.5")));
+  CHECK(same_host_connection(make_address("::1"), make_address("::1")));
+  CHECK(same_host_connection(make_address("10.0.0.1"), make_address("10.0.0.1")));
+  CHECK_FALSE(same_host_connection(make_address("10.0.0.1"), make_address("10.0.0.2")));
+  CHECK_FALSE(same_host_connection(make_address("fd00::1"), make_address("fd00::2")));
 }
 
 TEST_CASE(

@@ -22,7 +22,8 @@ struct tcp_options {
   /// Threads that run the transport's `asio::io_context` (BYTEPS_IO_THREADS).
   int io_threads = 1;
 
-  /// Linux's TCP_NOTSENT_LOWAT on every connection (BYTEPS_TCP_NOTSENT_LOWAT): at most about
+  /// Linux's TCP_NOTSENT_LOWAT on every connection that leaves the host (a loopback one keeps
+  /// the kernel's default: `tune_connection`) (BYTEPS_TCP_NOTSENT_LOWAT): at most about
   /// this many bytes wait unsent in the kernel per socket; the rest wait in the link's queue,
   /// and a write is done (its `on_sent`, which returns the scheduler's credit) only once its
   /// bytes are near the wire. Without it the kernel takes up to its whole send buffer (4 MiB

@@ -24,22 +24,42 @@
 
 namespace bps::transport {
 
+/// Whether a connection from `local` to `remote` stays inside this host (a loopback address,
+/// or the same address at both ends: the kernel routes it through its loopback device).
+inline bool same_host_connection(const asio::ip::address& local,
+                                 const asio::ip::address& remote) noexcept {
+  return remote.is_loopback() || local.is_loopback() || local == remote;
+}
+
+/// Sets Linux's TCP_NOTSENT_LOWAT of `bytes` on `socket`, where the kernel has it. A socket that
+/// refuses it still works: ignored.
+inline void set_notsent_lowat(asio::basic_socket<asio::ip::tcp>& socket, std::size_t bytes) {
+#ifdef TCP_NOTSENT_LOWAT
+  const int value = static_cast<int>(bytes);
+  (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &value, sizeof value);
+#else
+  (void)socket;
+  (void)bytes;
+#endif
+}
+
 /// Sets what every byteps TCP connection uses on a connected socket: no Nagle delay (frames are
-/// written whole, headers gathered with their payloads) and, where the kernel has it,
-/// TCP_NOTSENT_LOWAT of `notsent_lowat` bytes (0: left as the kernel has it; see
-/// `tcp_options::notsent_lowat` for why). A socket that refuses either still works: ignored.
+/// written whole, headers gathered with their payloads) and, for a connection that leaves the
+/// host, TCP_NOTSENT_LOWAT of `notsent_lowat` bytes (0: left as the kernel has it; see
+/// `tcp_options::notsent_lowat` for why). A connection within the host keeps the kernel's
+/// default: there the short unsent queue only adds wake-ups (TCP-only loopback, 2 workers + 2
+/// servers, 64 MiB: 81.8 ms with it against 73.3 ms without). A socket that refuses an option
+/// still works: ignored.
 inline void tune_connection(asio::basic_socket<asio::ip::tcp>& socket, std::size_t notsent_lowat) {
   std::error_code ignored;
   socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-#ifdef TCP_NOTSENT_LOWAT
-  if (notsent_lowat != 0) {
-    const int bytes = static_cast<int>(notsent_lowat);
-    (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes,
-                       sizeof bytes);
-  }
-#else
-  (void)notsent_lowat;
-#endif
+  if (notsent_lowat == 0) return;
+  std::error_code local_error, remote_error;
+  const auto local = socket.local_endpoint(local_error);
+  const auto remote = socket.remote_endpoint(remote_error);
+  if (!local_error && !remote_error && same_host_connection(local.address(), remote.address()))
+    return;
+  set_notsent_lowat(socket, notsent_lowat);
 }
 
 /// A socket bound to `host:port` (0: any free port) and listening. Throws `communicator_error`

@@ -53,7 +53,10 @@ struct fused_pushes {
 
 class push_fusion {
  public:
-  explicit push_fusion(const Config& cfg) : threshold_(cfg.fusion_bytes) {}
+  /// `registers_memory`: the transport writes pushes straight into the server's registered
+  /// memory (RDMA), which a batch would trade for two copies: fusion is off there.
+  push_fusion(const Config& cfg, bool registers_memory)
+      : threshold_(registers_memory ? 0 : cfg.fusion_bytes) {}
 
   /// Whether a partition of `t` with a payload of `bytes` joins a batch: fusion on, the tensor
   /// uncompressed (its payload is the caller's bytes), the partition at most the threshold.

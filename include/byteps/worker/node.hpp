@@ -325,64 +325,11 @@ class node {
     return handle(op);
   }
 
-  // One pass over what the scheduler lets go. Small partitions for one server are held and go
-  // together at the end of the pass (worker/fusion.hpp); the others go at once, after what was
-  // held for their server, so each link keeps the scheduler's order.
-  void dispatch_locked() {
-    auto send = [this](int server, std::vector<held_push>&& pushes) {
-      send_pushes(server, std::move(pushes));
-    };
-    try {
-      dispatcher_.dispatch(
-          !dead_.empty(), [this](int server) { return links_[server].up; },
-          [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
-            declare_once(t, key, p.server, *links_[p.server].link, rank_);
-            ++p.op->in_transport;
-            trace_.dispatched(*p.op, part, p.server);
-            auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
-            ops().stats().pushed(p.server, payload.size());
-            held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
-            if (fusion_.joins(t, payload.size()))
-              return fusion_.hold(p.server, std::move(push), send);
-            fusion_.flush(p.server, send);
-            send(p.server, {std::move(push)});
-          });
-    } catch (...) {
-      fusion_.flush_all(send);  // what was held counts as in the transport: it must go
-      throw;
-    }
-    fusion_.flush_all(send);
-  }
-
-  // A lone push as its frame; more as one push_batch, whose sending runs each one's sent path.
-  void send_pushes(int server, std::vector<held_push>&& pushes) {
-    auto& link = *links_[server].link;
-    if (pushes.size() == 1) {
-      const held_push& p = pushes.front();
-      return link.send(p.head, p.payload, [this, m = p.member] { sent(std::span(&m, 1)); });
-    }
-    auto batch = push_fusion::fuse(pushes, rank_);
-    ops().stats().batched(batch->members.size());
-    link.send(batch->head, batch->bytes, [this, batch] { sent(batch->members); });
-  }
-
-  // The payloads of `members` left: each one's stage time and credit, then one dispatch pass,
-  // so the credit a batch returns lets the next partitions go together again.
-  void sent(std::span<const batch_member> members) {
-    for (const auto& m : members) trace_.sent(*m.op, m.part);
-    std::lock_guard lock(mu_);
-    for (const auto& m : members) {
-      if (auto* p = ops().awaiting(key_id{m.op->key, m.part}); p != nullptr && p->op == m.op) {
-        p->sent_at = clock::now();
-        ops().at(m.op->key).timing.sending +=
-            stats_recorder::seconds(p->sent_at - p->dispatched_at);
-      }
-      dispatcher_.sent(m.bytes);
-      --m.op->in_transport;
-      ops().release_if_done(m.op);
-    }
-    if (!closing_) dispatch_locked();
-  }
+  // The send path (worker/impl/node_send.hpp): one dispatch pass, its pushes alone or fused,
+  // and what happens once their payloads left.
+  void dispatch_locked();
+  void send_pushes(int server, std::vector<held_push>&& pushes);
+  void sent(std::span<const batch_member> members);
 
   // A handle's deadline passed: name what the operation still waits for, then give up on the
   // whole communicator (its servers' state for that round is unknown).
@@ -418,7 +365,8 @@ class node {
   compressor_choice compressor_choice_;  // checks BYTEPS_COMPRESSOR when the node is built
   mutable std::mutex mu_;
   dispatcher<P, S> dispatcher_;
-  push_fusion fusion_{cfg_};  // empty between dispatch passes
+  static constexpr bool registers_memory = requires { requires T::registers_memory; };
+  push_fusion fusion_{cfg_, registers_memory};  // empty between dispatch passes
   server_links<T> links_;
   std::string dead_;
   bool closing_ = false;
@@ -435,3 +383,5 @@ class node {
 };
 
 }  // namespace bps::worker
+
+#include "byteps/worker/impl/node_send.hpp"

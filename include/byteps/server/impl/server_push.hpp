@@ -45,11 +45,11 @@ void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::pay
   if (complete) stats_.received(in.bytes.size());
   auto& e = engine_for(key_id{h.key, h.part});
   // A small landed or in-place push is summed on its I/O thread, as post_push does for small
-  // pushes (a streamed push is never small).
+  // pushes (a streamed push is never small), and its answers join the batch being handled.
   if ((lands || in_place) && first && complete && in.bytes.size() <= inline_sum_bytes) {
     std::lock_guard lock(e.mu);
     detail::buffer_pool::buffer none;
-    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
+    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete}, s->batching);
     return;
   }
   e.post([this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {

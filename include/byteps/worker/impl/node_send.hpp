@@ -1,0 +1,77 @@
+#pragma once
+/// @file
+/// The send path of `worker::node` (worker/node.hpp): one pass over what the scheduler lets go,
+/// small partitions held per server and fused (worker/fusion.hpp), the others sent at once, and
+/// the bookkeeping once a payload left (stage time, the scheduler's credit, the next pass).
+/// Included at the end of worker/node.hpp.
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "byteps/worker/node.hpp"
+
+namespace bps::worker {
+
+// One pass over what the scheduler lets go. Small partitions for one server are held and go
+// together at the end of the pass (worker/fusion.hpp); the others go at once, after what was
+// held for their server, so each link keeps the scheduler's order.
+template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+void node<T, L, P, S>::dispatch_locked() {
+  auto send = [this](int server, std::vector<held_push>&& pushes) {
+    send_pushes(server, std::move(pushes));
+  };
+  try {
+    dispatcher_.dispatch(
+        !dead_.empty(), [this](int server) { return links_[server].up; },
+        [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
+          declare_once(t, key, p.server, *links_[p.server].link, rank_);
+          ++p.op->in_transport;
+          trace_.dispatched(*p.op, part, p.server);
+          auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
+          ops().stats().pushed(p.server, payload.size());
+          held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
+          if (fusion_.joins(t, payload.size()))
+            return fusion_.hold(p.server, std::move(push), send);
+          fusion_.flush(p.server, send);
+          send(p.server, {std::move(push)});
+        });
+  } catch (...) {
+    fusion_.flush_all(send);  // what was held counts as in the transport: it must go
+    throw;
+  }
+  fusion_.flush_all(send);
+}
+
+// A lone push as its frame; more as one push_batch, whose sending runs each one's sent path.
+template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) {
+  auto& link = *links_[server].link;
+  if (pushes.size() == 1) {
+    const held_push& p = pushes.front();
+    return link.send(p.head, p.payload, [this, m = p.member] { sent(std::span(&m, 1)); });
+  }
+  auto batch = push_fusion::fuse(pushes, rank_);
+  ops().stats().batched(batch->members.size());
+  link.send(batch->head, batch->bytes, [this, batch] { sent(batch->members); });
+}
+
+// The payloads of `members` left: each one's stage time and credit, then one dispatch pass,
+// so the credit a batch returns lets the next partitions go together again.
+template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+void node<T, L, P, S>::sent(std::span<const batch_member> members) {
+  for (const auto& m : members) trace_.sent(*m.op, m.part);
+  std::lock_guard lock(mu_);
+  for (const auto& m : members) {
+    if (auto* p = ops().awaiting(key_id{m.op->key, m.part}); p != nullptr && p->op == m.op) {
+      p->sent_at = clock::now();
+      ops().at(m.op->key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
+    }
+    dispatcher_.sent(m.bytes);
+    --m.op->in_transport;
+    ops().release_if_done(m.op);
+  }
+  if (!closing_) dispatch_locked();
+}
+
+}  // namespace bps::worker
