@@ -19,6 +19,7 @@ using bps::wire::header;
 using bps::wire::msg;
 using bps::wire::split_batch;
 using bps_test::contains;
+using bps_test::patterned_bytes;
 
 header record(msg type, std::uint64_t key, std::uint32_t part, std::uint64_t round) {
   header h;
@@ -34,17 +35,12 @@ header record(msg type, std::uint64_t key, std::uint32_t part, std::uint64_t rou
   return h;
 }
 
-std::vector<std::byte> bytes_of(std::size_t n, int seed) {
-  std::vector<std::byte> b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 13 + seed) & 0xff);
-  return b;
-}
-
 // A push_batch of three records (3, 0 and 100 payload bytes): its frame header and payload.
 struct three {
   std::vector<header> heads = {record(msg::push, 7, 0, 2), record(msg::push, 8, 1, 2),
                                record(msg::push, 9, 4, 5)};
-  std::vector<std::vector<std::byte>> payloads = {bytes_of(3, 1), {}, bytes_of(100, 2)};
+  std::vector<std::vector<std::byte>> payloads = {patterned_bytes(3, 1), {},
+                                                  patterned_bytes(100, 2)};
   header frame;
   std::vector<std::byte> bytes;
   three() {
@@ -109,7 +105,7 @@ TEST_CASE("batch: split gives back every record exactly, in order", "[wire][batc
 
   // An answer_batch carries pull_responses the same way.
   batch_writer w;
-  const auto a = bytes_of(64, 3), b = bytes_of(65536, 4);
+  const auto a = patterned_bytes(64, 3), b = patterned_bytes(65536, 4);
   w.add(record(msg::pull_response, 1, 0, 9), a);
   w.add(record(msg::pull_response, 2, 3, 9), b);
   const auto frame = w.frame(msg::answer_batch, 0);
@@ -139,7 +135,7 @@ TEST_CASE("batch: fits() holds a batch to max_batch_bytes, record headers includ
   const std::size_t max = bps::wire::max_batch_bytes;
   CHECK(w.fits(max - 64));
   CHECK_FALSE(w.fits(max - 63));
-  w.add(record(msg::push, 1, 0, 0), bytes_of(1000, 0));
+  w.add(record(msg::push, 1, 0, 0), patterned_bytes(1000, 0));
   CHECK(w.fits(max - 64 - 1064));
   CHECK_FALSE(w.fits(max - 64 - 1063));
 }

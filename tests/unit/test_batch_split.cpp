@@ -21,6 +21,7 @@ namespace {
 using bps::wire::header;
 using bps::wire::msg;
 using bps_test::contains;
+using bps_test::patterned_bytes;
 
 struct sent_frame {
   header head;
@@ -71,12 +72,6 @@ header push(std::uint64_t key, std::uint32_t part) {
   return h;
 }
 
-std::vector<std::byte> bytes_of(std::size_t n, int seed) {
-  std::vector<std::byte> b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
-  return b;
-}
-
 struct batch {
   header frame;
   std::vector<std::byte> bytes;
@@ -85,7 +80,7 @@ struct batch {
 
 batch three_pushes() {
   batch b;
-  b.payloads = {bytes_of(12, 1), bytes_of(40, 2), bytes_of(8, 3)};
+  b.payloads = {patterned_bytes(12, 1), patterned_bytes(40, 2), patterned_bytes(8, 3)};
   bps::wire::batch_writer w;
   for (std::uint32_t i = 0; i < 3; ++i) w.add(push(10 + i, i), b.payloads[i]);
   b.frame = w.frame(msg::push_batch, 1);
@@ -97,7 +92,7 @@ batch three_pushes() {
 struct answer_of {
   std::vector<std::byte> bytes;
   bps::server::reply r;
-  explicit answer_of(const header& h) : bytes(bytes_of(16, static_cast<int>(h.key))) {
+  explicit answer_of(const header& h) : bytes(patterned_bytes(16, static_cast<int>(h.key))) {
     r.bytes = bytes;
     r.round = h.round;
     r.type = bps::dtype::float32;

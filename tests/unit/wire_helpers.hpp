@@ -61,4 +61,11 @@ inline std::vector<float> as_floats(std::span<const std::byte> bytes) {
   return v;
 }
 
+/// `n` bytes in a pattern that `seed` shifts, so that payloads told apart by seed differ.
+inline std::vector<std::byte> patterned_bytes(std::size_t n, int seed) {
+  std::vector<std::byte> b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 13 + seed) & 0xff);
+  return b;
+}
+
 }  // namespace bps_test
