@@ -5,6 +5,7 @@
 #include "exact_rounds.hpp"
 #include "failover_cluster.hpp"
 #include "run_cluster.hpp"
+#include "short_schedule.hpp"
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
@@ -231,7 +232,7 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
   // copied out and split (test_fusion.cpp covers fusion over ipc).
   cfg.fusion_bytes = 0;
   auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
-  constexpr int rounds = 3;
+  const int rounds = test::rounds(3, 1);  // 3 rounds took 98 s under TSan
   run_counted(
       cfg,
       [&](counted_comm& comm) {
@@ -261,7 +262,8 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
   auto cfg = test::base_config(2, 2);
   cfg.scheduling_credit = 0;  // every partition in flight at once
   auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
-  constexpr int rounds = 2, tensors = 12;
+  const int rounds = test::rounds(2, 1);  // each round fills the rings anew
+  constexpr int tensors = 12;
   constexpr std::size_t n = (std::size_t{16} << 20) / sizeof(float);
   run_counted(
       cfg,

@@ -36,7 +36,8 @@ bps::send_task task(std::uint64_t key, std::uint32_t part, int priority, std::ui
 
 // A priority scheduler as the communicator builds it for `by_bytes`.
 bps::schedule::priority priority_for(const bps::Config& cfg) {
-  return bps::make_scheduler<bps::schedule::priority>(cfg, bps::partition::by_bytes(cfg).bound());
+  return bps::make_scheduler<bps::schedule::priority>(
+      cfg, bps::credit_unit_of(bps::partition::by_bytes(cfg)));
 }
 
 }  // namespace
@@ -362,4 +363,27 @@ TEST_CASE("djb2 and sdbm spread partitions evenly over 4 servers", "[policies][k
       CHECK(count[static_cast<std::size_t>(s)] <= 3500);
     }
   }
+}
+
+TEST_CASE("the priority credit counts in 1 MiB partitions with the automatic size, in the set "
+          "partition size otherwise",
+          "[policies][schedule]") {
+  auto automatic = config_with(0, 1, 4);
+  automatic.num_servers = 4;
+  CHECK(bps::partition::by_bytes(automatic).bound() == 4096000);
+  CHECK(priority_for(automatic).credit_bytes() == 4 * bps::partition::by_bytes::auto_min_bytes);
+  // 64 MiB on 4 servers is cut to 1 MiB partitions: the credit is 4 of them.
+  const auto parts = bps::partition::by_bytes(automatic).split(std::size_t{64} << 20, 4);
+  REQUIRE(parts.size() == 64);
+  CHECK(parts.front().bytes == bps::partition::by_bytes::auto_min_bytes);
+  CHECK(priority_for(config_with(131072, 1, 4)).credit_bytes() == 4 * 131072);
+  CHECK(priority_for(config_with(4096000, 1, 1)).credit_bytes() == 4096000);
+
+  struct bound_only {  // a partitioner with no credit_unit(): the credit counts in bound()s
+    explicit bound_only(const bps::Config&) {}
+    std::vector<bps::partition_range> split(std::size_t, std::size_t) const { return {}; }
+    std::size_t bound() const { return 12288; }
+  };
+  static_assert(bps::Partitioner<bound_only>);
+  CHECK(bps::credit_unit_of(bound_only(automatic)) == 12288);
 }

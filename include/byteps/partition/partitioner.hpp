@@ -8,6 +8,10 @@
 /// partitions covering the tensor in order, each a whole number of elements and at most
 /// `bound()` bytes (which bounds the frames a server accepts). Every worker must split the same
 /// tensor the same way: a partitioner must be a pure function of its Config and its arguments.
+///
+/// Optional: `credit_unit()`, the partition size the scheduler's credit
+/// (BYTEPS_SCHEDULING_CREDIT) counts in, where the partitions a partitioner usually makes are
+/// smaller than its `bound()`; without it the credit counts in `bound()`s (`credit_unit_of`).
 
 #include <concepts>
 #include <cstddef>
@@ -29,5 +33,14 @@ concept Partitioner = std::constructible_from<P, const Config&> &&
                         { p.split(bytes, element_size) } -> std::same_as<std::vector<partition_range>>;
                         { p.bound() } -> std::convertible_to<std::size_t>;
                       };
+
+/// The partition size `p`'s scheduling credit counts in: its `credit_unit()`, else its `bound()`.
+template <Partitioner P>
+std::size_t credit_unit_of(const P& p) {
+  if constexpr (requires { { p.credit_unit() } -> std::convertible_to<std::size_t>; })
+    return p.credit_unit();
+  else
+    return p.bound();
+}
 
 }  // namespace bps

@@ -2,8 +2,9 @@
 /// @file
 /// `bps::schedule::priority`: highest priority first, then earlier push_pull calls, then lower
 /// partition index; at most `BYTEPS_SCHEDULING_CREDIT` partitions' worth of bytes in flight
-/// (0: no bound), a partition's worth being the `bound()` of the partitioner in use, which the
-/// communicator passes in (`make_scheduler`). The credit keeps the send queue short, so that a
+/// (0: no bound), a partition's worth being the partitioner's `credit_unit_of` (with
+/// `partition::by_bytes`: 1 MiB in auto mode, else the partition size), which the communicator
+/// passes in (`make_scheduler`). The credit keeps the send queue short, so that a
 /// high-priority gradient that becomes ready late (the first layer's, at the end of the backward
 /// pass) overtakes the bytes of lower layers instead of queueing behind them (ByteScheduler,
 /// SOSP'19). On by default, unlike BytePS.
@@ -20,9 +21,10 @@ namespace bps::schedule {
 
 class priority {
  public:
-  /// `partition_bound`: the largest partition the partitioner in use makes (its `bound()`).
-  priority(const Config& cfg, std::size_t partition_bound)
-      : credit_(static_cast<std::size_t>(cfg.scheduling_credit) * partition_bound) {}
+  /// `partition_bytes`: a partition's worth, what the credit counts in (`credit_unit_of` the
+  /// partitioner in use).
+  priority(const Config& cfg, std::size_t partition_bytes)
+      : credit_(static_cast<std::size_t>(cfg.scheduling_credit) * partition_bytes) {}
 
   void push(const send_task& t) { queue_.push(t); }
 

@@ -10,9 +10,10 @@
 /// to answers could let two workers wait on each other's partitions forever.
 ///
 /// A scheduler is not thread-safe; the communicator serialises calls. It is built from the
-/// `Config`, or, when it has such a constructor, from the `Config` and the `bound()` of the
-/// partitioner the communicator uses (the largest `send_task::bytes` it will see): a credit
-/// counted in partitions needs it, and a scheduler must not guess which partitioner runs.
+/// `Config`, or, when it has such a constructor, from the `Config` and what a partition of the
+/// partitioner the communicator uses is worth (`credit_unit_of`: its `credit_unit()`, else its
+/// `bound()`, the largest `send_task::bytes` it will see): a credit counted in partitions needs
+/// it, and a scheduler must not guess which partitioner runs.
 /// `make_scheduler` builds one as the communicator does. Implement one as a small class and
 /// `static_assert(bps::Scheduler<S>)`.
 
@@ -45,12 +46,12 @@ concept Scheduler = (std::constructible_from<S, const Config&> ||
                       { cs.in_flight_bytes() } -> std::convertible_to<std::size_t>;
                     };
 
-/// A scheduler built for a partitioner whose `bound()` is `partition_bound`: given the bound when
-/// `S` takes it, else from the `Config` alone.
+/// A scheduler built for a partitioner whose partitions are worth `partition_bytes` to a credit
+/// (`credit_unit_of` the partitioner): given that when `S` takes it, else from the `Config` alone.
 template <Scheduler S>
-S make_scheduler(const Config& cfg, std::size_t partition_bound) {
+S make_scheduler(const Config& cfg, std::size_t partition_bytes) {
   if constexpr (std::constructible_from<S, const Config&, std::size_t>)
-    return S(cfg, partition_bound);
+    return S(cfg, partition_bytes);
   else
     return S(cfg);
 }

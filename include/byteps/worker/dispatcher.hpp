@@ -61,7 +61,7 @@ class dispatcher {
   explicit dispatcher(const Config& cfg)
       : partitioner_(cfg),
         placement_(cfg),
-        scheduler_(make_scheduler<S>(cfg, partitioner_.bound())) {}
+        scheduler_(make_scheduler<S>(cfg, credit_unit_of(partitioner_))) {}
 
   op_table& ops() noexcept { return ops_; }
   const op_table& ops() const noexcept { return ops_; }
