@@ -2,6 +2,7 @@
 #include <byteps/schedule/fifo.hpp>
 #include <byteps/schedule/priority.hpp>
 #include <byteps/core/keys.hpp>
+#include <byteps/worker/dispatcher.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -372,6 +373,10 @@ TEST_CASE("the priority credit counts in 1 MiB partitions with the automatic siz
   automatic.num_servers = 4;
   CHECK(bps::partition::by_bytes(automatic).bound() == 4096000);
   CHECK(priority_for(automatic).credit_bytes() == 4 * bps::partition::by_bytes::auto_min_bytes);
+  // ... and the worker's dispatcher builds its scheduler the same way.
+  const bps::worker::dispatcher<bps::partition::by_bytes, bps::schedule::priority> worker(
+      automatic);
+  CHECK(worker.scheduler().credit_bytes() == 4 * bps::partition::by_bytes::auto_min_bytes);
   // 64 MiB on 4 servers is cut to 1 MiB partitions: the credit is 4 of them.
   const auto parts = bps::partition::by_bytes(automatic).split(std::size_t{64} << 20, 4);
   REQUIRE(parts.size() == 64);

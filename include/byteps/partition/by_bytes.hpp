@@ -48,10 +48,9 @@ class by_bytes {
   std::size_t bound() const noexcept { return bound_; }
 
   /// What the scheduling credit counts in: auto, `auto_min_bytes`, the size large tensors are
-  /// cut to (64 MiB on 4 servers: 1 MiB partitions; a credit of 4 bounds' worth, 16 MB, kept
-  /// about 16 of them unsent per worker, and the servers waited on the slowest worker's copy:
-  /// 4 workers + 4 servers at 1 Gbit/s, 1.17-1.23 of the bound against 1.12 with 4 MB, 4
-  /// alternated runs each, docs/performance.md); set, the partition size, as in BytePS.
+  /// cut to (counted in `bound()`s the credit let 4 times as many partitions queue unsent, and
+  /// each server waited on the slowest worker's copy: docs/performance.md has the runs); set,
+  /// the partition size, as in BytePS.
   std::size_t credit_unit() const noexcept { return auto_ ? auto_min_bytes : bound_; }
 
   std::vector<bps::partition_range> split(std::size_t bytes, std::size_t element_size) const {

@@ -65,6 +65,7 @@ class dispatcher {
 
   op_table& ops() noexcept { return ops_; }
   const op_table& ops() const noexcept { return ops_; }
+  const S& scheduler() const noexcept { return scheduler_; }
 
   /// The server that sums partition `part` of tensor `key`.
   int server_for(std::uint64_t key, std::uint32_t part) const {
