@@ -46,16 +46,24 @@ struct flushes {
 
 }  // namespace
 
-TEST_CASE("fusion: uncompressed partitions up to BYTEPS_FUSION_BYTES join, and 0 turns it off",
-          "[worker][fusion]") {
+TEST_CASE(
+    "fusion: uncompressed tensors of one partition up to BYTEPS_FUSION_BYTES join, and 0 turns "
+    "it off",
+    "[worker][fusion]") {
   bps::worker::tensor plain;
+  plain.parts = {{0, 65536}};
   push_fusion f(with_fusion(65536), false);
   CHECK(f.joins(plain, 1));
   CHECK(f.joins(plain, 65536));
   CHECK_FALSE(f.joins(plain, 65537));
   bps::worker::tensor compressed;
+  compressed.parts = plain.parts;
   compressed.codecs.push_back(nullptr);  // a compressor per partition: the payload is encoded
   CHECK_FALSE(f.joins(compressed, 1));
+  // A tensor spread over the servers in small partitions: each goes alone, summed as it comes.
+  bps::worker::tensor spread;
+  spread.parts = {{0, 65536}, {65536, 65536}};
+  CHECK_FALSE(f.joins(spread, 65536));
   push_fusion off(with_fusion(0), false);
   CHECK_FALSE(off.joins(plain, 1));
   // A transport that writes pushes into the server's registered memory (RDMA) never fuses.

@@ -39,6 +39,8 @@ class tcp {
       : max_frame_(cfg.max_frame_bytes()),
         notsent_lowat_(opts.notsent_lowat),
         log_(cfg.log, "tcp"),
+        // One thread: Asio then queues a handler's own posts without taking its lock.
+        io_(opts.io_threads == 1 ? 1 : ASIO_CONCURRENCY_HINT_DEFAULT),
         work_(asio::make_work_guard(io_)) {
     opts.validate();
     for (int i = 0; i < opts.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });

@@ -4,8 +4,10 @@
 /// header, asks its receiver where the payload goes, and reads the payload straight there: in
 /// one read, or in reads of the receiver's `progress_step` when it asks to hear of the payload's
 /// progress (transport.hpp). Sends are queued and written as one gathered write of header plus
-/// payload: no copy of the payload. Everything that touches the socket or the receiver runs on
-/// the link's strand, so receiver callbacks come one at a time, in frame order.
+/// payload: no copy of the payload. A small frame sent while nothing is queued is written by the
+/// sending thread itself, without blocking; the rest of it, and everything else that touches the
+/// socket or the receiver, runs on the link's strand, so receiver callbacks come one at a time,
+/// in frame order, and `on_sent` never runs inside `send`.
 ///
 /// The class is `basic_tcp_link<Stream>` over the byte stream that carries the frames: the plain
 /// socket for `transport::tcp` (`tcp_link`), Asio's SSL stream over that socket for
@@ -19,7 +21,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
@@ -75,11 +81,24 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
       if (on_sent) asio::post(strand_, std::move(on_sent));
       return;
     }
-    queue_.push_back(outgoing{wire::encode(copy), payload, std::move(on_sent)});
-    if (!writing_) {
-      writing_ = true;
-      asio::post(strand_, [self = this->shared_from_this()] { self->write_front(); });
+    outgoing frame{wire::encode(copy), payload, std::move(on_sent)};
+    if (writing_) return queue_.push_back(std::move(frame));
+    // Nothing queued and no write in flight: a small frame goes out from the caller's thread,
+    // saving the wake-up of the I/O thread before its first byte moves (a 4 KiB push_pull's
+    // round trip pays four wake-ups, docs/performance.md). What the socket does not take now
+    // is written by the strand as before.
+    if constexpr (writes_from_caller) {
+      if (frame_bytes(frame) <= max_caller_write_bytes) {
+        frame.written = write_now(frame);
+        if (frame.written == frame_bytes(frame)) {
+          if (frame.on_sent) asio::post(strand_, std::move(frame.on_sent));
+          return;
+        }
+      }
     }
+    queue_.push_back(std::move(frame));
+    writing_ = true;
+    asio::post(strand_, [self = this->shared_from_this()] { self->write_front(); });
   }
 
   void close() {
@@ -98,7 +117,30 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     wire::header_bytes header;
     std::span<const std::byte> payload;
     sent_callback on_sent;
+    std::size_t written = 0;  // bytes the caller's thread wrote already (send)
   };
+
+  static std::size_t frame_bytes(const outgoing& f) noexcept {
+    return f.header.size() + f.payload.size();
+  }
+
+  // The plain socket only: a TLS stream's state belongs to its strand.
+  static constexpr bool writes_from_caller = std::is_same_v<Stream, asio::ip::tcp::socket>;
+  // Larger frames stay with the I/O thread: the caller holds the worker's lock while it sends,
+  // and copying megabytes into the kernel under it would hold up the I/O thread's callbacks.
+  static constexpr std::size_t max_caller_write_bytes = 64 * 1024;
+
+  // Under mu_, with nothing queued and no write in flight. Never blocks; the bytes the socket
+  // took. An error writes nothing here: the strand's write then meets it and reports it.
+  std::size_t write_now(const outgoing& f) {
+    iovec parts[2] = {{const_cast<std::byte*>(f.header.data()), f.header.size()},
+                      {const_cast<std::byte*>(f.payload.data()), f.payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = f.payload.empty() ? 1 : 2;
+    const ssize_t n = ::sendmsg(socket_.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
 
   void read_header() {
     asio::async_read(socket_, asio::buffer(in_header_),
@@ -213,10 +255,12 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
       gathered_.clear();
       frames = std::min(queue_.size(), max_gathered_frames);
       for (std::size_t i = 0; i < frames; ++i) {
-        const outgoing& f = queue_[i];
-        gathered_.push_back(asio::buffer(f.header));
+        const outgoing& f = queue_[i];  // only the first may be partly written (send)
+        const std::size_t header_left = f.header.size() - std::min(f.written, f.header.size());
+        if (header_left != 0) gathered_.push_back(asio::buffer(f.header) + f.written);
         if (!f.payload.empty())
-          gathered_.push_back(asio::buffer(f.payload.data(), f.payload.size()));
+          gathered_.push_back(asio::buffer(f.payload.data(), f.payload.size()) +
+                              (f.written - (f.header.size() - header_left)));
       }
     }
     asio::async_write(socket_, gathered_,
@@ -283,6 +327,10 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     if (failed_) return;
     failed_ = true;
     close_reason_ = reason;
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;  // before the close: no caller's write (send) meets a closed descriptor
+    }
     // Close before dropping the queue: a write in progress may still read the queued bytes
     // until the socket is closed.
     std::error_code ignored;
@@ -291,7 +339,6 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     std::deque<outgoing> dropped;
     {
       std::lock_guard lock(mu_);
-      closed_ = true;
       dropped.swap(queue_);
     }
     for (auto& frame : dropped)

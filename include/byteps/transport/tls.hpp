@@ -65,6 +65,8 @@ class tls {
         max_handshakes_(opts.max_handshakes),
         log_(cfg.log, "tls"),
         ssl_(checked_context(opts)),
+        // One thread: Asio then queues a handler's own posts without taking its lock.
+        io_(opts.inner.io_threads == 1 ? 1 : ASIO_CONCURRENCY_HINT_DEFAULT),
         work_(asio::make_work_guard(io_)) {
     for (int i = 0; i < opts.inner.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }

@@ -59,9 +59,13 @@ class push_fusion {
       : threshold_(registers_memory ? 0 : cfg.fusion_bytes) {}
 
   /// Whether a partition of `t` with a payload of `bytes` joins a batch: fusion on, the tensor
-  /// uncompressed (its payload is the caller's bytes), the partition at most the threshold.
+  /// uncompressed (its payload is the caller's bytes) and in one partition (a small tensor, as
+  /// Horovod fuses whole tensors), the partition at most the threshold. A tensor the partitioner
+  /// spread over the servers keeps its partitions apart, each summed and answered as it comes:
+  /// fused, a 1 MiB tensor's 64 KiB partitions went as one frame per server and took 1.5 times
+  /// as long (docs/performance.md, "Tensor fusion").
   bool joins(const tensor& t, std::size_t bytes) const noexcept {
-    return threshold_ != 0 && t.codecs.empty() && bytes <= threshold_;
+    return threshold_ != 0 && t.codecs.empty() && t.parts.size() == 1 && bytes <= threshold_;
   }
 
   /// Holds `p` for `server`. When it would not fit in that server's batch, what is held goes
