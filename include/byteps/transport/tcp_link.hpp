@@ -24,11 +24,9 @@
 #include <type_traits>
 #include <vector>
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/transport/frame_write.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -84,14 +82,17 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     outgoing frame{wire::encode(copy), payload, std::move(on_sent)};
     if (writing_) return queue_.push_back(std::move(frame));
     // Nothing queued and no write in flight: a small frame goes out from the caller's thread,
-    // saving the wake-up of the I/O thread before its first byte moves (a 4 KiB push_pull's
-    // round trip pays four wake-ups, docs/performance.md). What the socket does not take now
-    // is written by the strand as before.
+    // without first waking the I/O thread to write it (docs/performance.md, "Small frames
+    // leave from the sending thread"). What the socket does not take now is written by the
+    // strand as before.
     if constexpr (writes_from_caller) {
       if (frame_bytes(frame) <= max_caller_write_bytes) {
         frame.written = write_now(frame);
         if (frame.written == frame_bytes(frame)) {
-          if (frame.on_sent) asio::post(strand_, std::move(frame.on_sent));
+          if (!frame.on_sent) return;
+          caller_written_.push_back(std::move(frame.on_sent));
+          if (caller_written_.size() == 1)
+            asio::post(strand_, [self = this->shared_from_this()] { self->run_caller_written(); });
           return;
         }
       }
@@ -125,21 +126,26 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   }
 
   // The plain socket only: a TLS stream's state belongs to its strand.
-  static constexpr bool writes_from_caller = std::is_same_v<Stream, asio::ip::tcp::socket>;
+  static constexpr bool writes_from_caller =
+      can_write_from_caller && std::is_same_v<Stream, asio::ip::tcp::socket>;
   // Larger frames stay with the I/O thread: the caller holds the worker's lock while it sends,
   // and copying megabytes into the kernel under it would hold up the I/O thread's callbacks.
   static constexpr std::size_t max_caller_write_bytes = 64 * 1024;
 
-  // Under mu_, with nothing queued and no write in flight. Never blocks; the bytes the socket
-  // took. An error writes nothing here: the strand's write then meets it and reports it.
+  // Under mu_, with nothing queued and no write in flight (so no strand write can interleave,
+  // and fail() cannot close the descriptor meanwhile). The bytes the socket took.
   std::size_t write_now(const outgoing& f) {
-    iovec parts[2] = {{const_cast<std::byte*>(f.header.data()), f.header.size()},
-                      {const_cast<std::byte*>(f.payload.data()), f.payload.size()}};
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = f.payload.empty() ? 1 : 2;
-    const ssize_t n = ::sendmsg(socket_.native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
-    return n > 0 ? static_cast<std::size_t>(n) : 0;
+    return write_without_blocking(socket_.native_handle(), f.header, f.payload);
+  }
+
+  // Runs on the strand: the callbacks of frames the caller's thread wrote whole, in order.
+  void run_caller_written() {
+    std::vector<sent_callback> ready;
+    {
+      std::lock_guard lock(mu_);
+      ready.swap(caller_written_);
+    }
+    for (auto& done : ready) done();
   }
 
   void read_header() {
@@ -241,9 +247,9 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   }
 
   // Runs on the strand. Writes every queued frame (up to `max_gathered_frames`) in one gathered
-  // write: a burst of small frames (an ipc marker and its header, many small tensors' pushes)
-  // then costs the peer one wake-up, not one per frame. The queue is a deque, so the frames'
-  // bytes stay put while senders append behind them.
+  // write: the frames that queued while a write was in flight then cost the peer one wake-up,
+  // not one per frame. The queue is a deque, so the frames' bytes stay put while senders append
+  // behind them.
   void write_front() {
     std::size_t frames = 0;
     {
@@ -256,11 +262,8 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
       frames = std::min(queue_.size(), max_gathered_frames);
       for (std::size_t i = 0; i < frames; ++i) {
         const outgoing& f = queue_[i];  // only the first may be partly written (send)
-        const std::size_t header_left = f.header.size() - std::min(f.written, f.header.size());
-        if (header_left != 0) gathered_.push_back(asio::buffer(f.header) + f.written);
-        if (!f.payload.empty())
-          gathered_.push_back(asio::buffer(f.payload.data(), f.payload.size()) +
-                              (f.written - (f.header.size() - header_left)));
+        for (const auto& part : unwritten(f.header, f.payload, f.written))
+          if (part.size() != 0) gathered_.push_back(part);
       }
     }
     asio::async_write(socket_, gathered_,
@@ -276,6 +279,9 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     done_.clear();
     {
       std::lock_guard lock(mu_);
+      // Frames the caller wrote whole went before any queued one: their callbacks first.
+      for (auto& early : caller_written_) done_.push_back(std::move(early));
+      caller_written_.clear();
       for (std::size_t i = 0; i < frames && !queue_.empty(); ++i) {
         done_.push_back(std::move(queue_.front().on_sent));
         queue_.pop_front();
@@ -308,16 +314,19 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     if (failed_) return;
     if (ec == asio::error::operation_aborted) return fail(io_reason(ec));
     std::deque<outgoing> dropped;
+    std::vector<sent_callback> written;
     {
       std::lock_guard lock(mu_);
       closed_ = true;  // send() now drops, as after a close
       writing_ = false;
       dropped.swap(queue_);
+      written.swap(caller_written_);
     }
     std::error_code ignored;
     socket_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
     log_.debug("write to {} failed ({}); reading what it sent before closing", peer_,
                ec.message());
+    for (auto& done : written) done();
     for (auto& frame : dropped)
       if (frame.on_sent) frame.on_sent();
   }
@@ -337,10 +346,14 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     socket_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     socket_.lowest_layer().close(ignored);
     std::deque<outgoing> dropped;
+    std::vector<sent_callback> written;
     {
       std::lock_guard lock(mu_);
       dropped.swap(queue_);
+      written.swap(caller_written_);
     }
+    // Every callback, in send order, before the receiver hears of the close.
+    for (auto& done : written) done();
     for (auto& frame : dropped)
       if (frame.on_sent) frame.on_sent();
     if (auto rx = std::move(receiver_)) rx->on_close(reason);
@@ -363,6 +376,7 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   static constexpr std::size_t max_gathered_frames = 64;  // 128 buffers, far below IOV_MAX
   std::vector<asio::const_buffer> gathered_;               // the strand's; the write in flight
   std::vector<sent_callback> done_;                        // the strand's
+  std::vector<sent_callback> caller_written_;  // mu_: frames send() wrote whole, not yet told
   bool writing_ = false;
   bool closed_ = false;
 };
