@@ -124,6 +124,24 @@ void send_all(bps::transport::tcp::link& link, const std::vector<std::vector<std
   }
 }
 
+// A link whose peer reads only when told, and what its frames carry. The members die in
+// reverse: the transport stops (a failed REQUIRE stops it too) while the payloads and the log
+// its callbacks use are still there.
+struct sending_job {
+  std::vector<std::vector<std::byte>> payloads = [] {
+    std::vector<std::vector<std::byte>> v;
+    for (std::uint64_t k = 0; k < frames; ++k) v.push_back(payload_of(k));
+    return v;
+  }();
+  sent_log sent;
+  bps::transport::tcp net{[] {
+    bps::Config cfg;
+    cfg.log = bps::log_level::error;
+    return cfg;
+  }()};
+  raw_peer r{net, sent};
+};
+
 }  // namespace caller_writes_test
 
 TEST_CASE(
@@ -131,14 +149,8 @@ TEST_CASE(
     "each on_sent once and in order and off the sending thread",
     "[transport][tcp]") {
   using namespace caller_writes_test;
-  // Declared before the transport: a failed REQUIRE stops it, and its callbacks still use them.
-  std::vector<std::vector<std::byte>> payloads;
-  for (std::uint64_t k = 0; k < frames; ++k) payloads.push_back(payload_of(k));
-  sent_log sent;
-  bps::Config cfg;
-  cfg.log = bps::log_level::error;
-  bps::transport::tcp net(cfg);
-  raw_peer r(net, sent);
+  sending_job job;
+  auto& [payloads, sent, net, r] = job;
   auto& peer = r.peer;
   send_all(*r.link, payloads, sent);
   // The peer reads nothing yet: the socket is full and frames wait on the link.
@@ -203,13 +215,8 @@ TEST_CASE(
     "on_sent once and in send order before on_close",
     "[transport][tcp]") {
   using namespace caller_writes_test;
-  std::vector<std::vector<std::byte>> payloads;
-  for (std::uint64_t k = 0; k < frames; ++k) payloads.push_back(payload_of(k));
-  sent_log sent;
-  bps::Config cfg;
-  cfg.log = bps::log_level::error;
-  bps::transport::tcp net(cfg);
-  raw_peer r(net, sent);
+  sending_job job;
+  auto& [payloads, sent, net, r] = job;
   // The first frames go whole from this thread (their on_sent posted), the rest queue behind
   // the full socket; the close comes before the strand has run any of them, most likely.
   send_all(*r.link, payloads, sent);
