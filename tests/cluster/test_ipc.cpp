@@ -265,20 +265,48 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
   const int rounds = test::rounds(2, 1);  // each round fills the rings anew
   constexpr int tensors = 12;
   constexpr std::size_t n = (std::size_t{16} << 20) / sizeof(float);
+  // Worker 1 pushes a round only once worker 0 handed all of that round's pushes to its
+  // transport: until then no round can sum, so every push of worker 0 holds its ring space and
+  // its 96 MiB per server cannot all fit. (A sleep was not enough: under TSan worker 0 could
+  // take longer than it to fill and push, and rounds summed as it went.)
+  std::mutex mu;
+  std::condition_variable cv;
+  int rounds_handed_over = 0;  // by worker 0
   run_counted(
       cfg,
       [&](counted_comm& comm) {
+        const auto total_pushed = [&comm] {
+          std::uint64_t sum = 0;
+          for (auto bytes : comm.stats().bytes_per_server) sum += bytes;
+          return sum;
+        };
         for (int round = 0; round < rounds; ++round) {
-          // Worker 1 pushes late: until then each server holds worker 0's pushes in its rings
-          // (a round sums when every push is in), so worker 0's 96 MiB per server cannot all fit.
-          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
           std::vector<std::vector<std::byte>> b;
-          std::vector<handle> h;
           b.reserve(tensors);  // each push reads its tensor until it is answered
-          for (int i = 0; i < tensors; ++i) {
+          for (int i = 0; i < tensors; ++i)
             b.push_back(test::fill(dtype::float32, n, comm.rank() + i, round));
-            h.push_back(comm.push_pull(fmt::format("full.{}", i), b.back().data(), n,
-                                       dtype::float32));
+          if (comm.rank() == 1) {
+            std::unique_lock lock(mu);
+            BPS_EXPECT(cv.wait_for(lock, std::chrono::seconds(120),
+                                   [&] { return rounds_handed_over > round; }),
+                       "round {}: worker 0 did not hand its pushes over within 120 s", round);
+          }
+          const std::uint64_t before = total_pushed();
+          std::vector<handle> h;
+          for (int i = 0; i < tensors; ++i)
+            h.push_back(comm.push_pull(fmt::format("full.{}", i),
+                                       b[static_cast<std::size_t>(i)].data(), n, dtype::float32));
+          if (comm.rank() == 0) {
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+            while (total_pushed() - before < tensors * n * sizeof(float)) {
+              BPS_EXPECT(std::chrono::steady_clock::now() < deadline,
+                         "round {}: {} of {} bytes handed to the transport after 120 s", round,
+                         total_pushed() - before, tensors * n * sizeof(float));
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+            std::lock_guard lock(mu);
+            rounds_handed_over = round + 1;
+            cv.notify_all();
           }
           for (int i = 0; i < tensors; ++i) {
             h[static_cast<std::size_t>(i)].wait();
