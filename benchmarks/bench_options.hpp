@@ -113,6 +113,7 @@ struct options {
   double link_gbps = 0;  // 0: unknown (time/bound not printed)
   int servers = -1;      // k in the bound; -1: the program's own default
   std::string label;     // optional: printed in the header comment (e.g. "byteps ps 4w+4s")
+  std::string times_dir; // optional: each rank's barrier exit and end per iteration (--times)
 };
 
 /// Help text for the flags every benchmark shares.
@@ -132,7 +133,11 @@ inline const char* common_help() {
       "  --link-gbps B      each machine's link rate in Gbit/s (full duplex); without it the\n"
       "                     time/bound column is left out (on loopback B is unknown)\n"
       "  --servers K        k in the bound for ps and mixed (default: the job's server count)\n"
-      "  --label TEXT       a name for this run, printed in the table's header comment\n";
+      "  --label TEXT       a name for this run, printed in the table's header comment\n"
+      "  --times DIR        each rank writes DIR/<name>-rank<R>.txt: a line per iteration with\n"
+      "                     the size, the iteration, and the steady clock in ns when the rank\n"
+      "                     left the barrier and when its all-reduce returned (ranks of one\n"
+      "                     host share that clock; benchmarks/round-spans.sh reads the files)\n";
 }
 
 /// Consumes one shared flag at argv[i] (and its value); returns false when it is not one.
@@ -148,7 +153,7 @@ inline bool parse_common(options& o, int argc, char** argv, int& i) {
   static constexpr std::string_view known[] = {"--min-bytes", "--max-bytes", "--step-factor",
                                                "--dtype",     "--iters",     "--warmup",
                                                "--check",     "--topology",  "--link-gbps",
-                                               "--servers",   "--label"};
+                                               "--servers",   "--label",     "--times"};
   if (std::find(std::begin(known), std::end(known), a) == std::end(known)) return false;
   if (value.data() == nullptr) {
     if (i + 1 >= argc) throw usage_error(std::string(a) + " needs a value (see --help)");
@@ -201,6 +206,7 @@ inline bool parse_common(options& o, int argc, char** argv, int& i) {
   } else if (a == "--link-gbps") o.link_gbps = real();
   else if (a == "--servers") o.servers = integer(1);
   else if (a == "--label") o.label = std::string(value);
+  else if (a == "--times") o.times_dir = std::string(value);
   return true;
 }
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -140,6 +141,35 @@ struct aligned_buffer {
   std::byte* p;
 };
 
+/// --times: this rank's iterations, one line each ("bytes iteration left_barrier_ns end_ns";
+/// warm-up iterations negative), for barrier skew and round spans (round-spans.sh).
+class times_file {
+ public:
+  times_file(const std::string& dir, const backend& b) {
+    if (dir.empty()) return;
+    const std::string path = dir + "/" + b.name + "-rank" + std::to_string(b.rank) + ".txt";
+    f_ = std::fopen(path.c_str(), "w");
+    if (!f_) throw usage_error("--times: cannot write " + path + ": " + std::strerror(errno));
+  }
+  ~times_file() {
+    if (f_) std::fclose(f_);
+  }
+  times_file(const times_file&) = delete;
+  times_file& operator=(const times_file&) = delete;
+  void add(std::size_t bytes, int iteration, std::chrono::steady_clock::time_point t0,
+           std::chrono::steady_clock::time_point t1) {
+    if (!f_) return;
+    const auto ns = [](auto t) {
+      return static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    std::fprintf(f_, "%zu %d %lld %lld\n", bytes, iteration, ns(t0), ns(t1));
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
 /// Runs the sweep; rank 0 prints the table on stdout and progress on stderr, and appends each
 /// row to `rows` when given. Returns the total number of wrong elements seen by any rank (0
 /// when --check 0).
@@ -151,6 +181,7 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
   const double link_Bps = o.link_gbps * 1e9 / 8;
   const int k = o.servers > 0 ? o.servers : b.servers;
   aligned_buffer buffer(sizes.back());
+  times_file times(o.times_dir, b);
   if (root) print_header(stdout, o, b);
   double total_wrong = 0;
 
@@ -167,8 +198,8 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
       const std::size_t count = bytes / esize;
       const std::size_t real_bytes = count * esize;
       if (b.prepare) b.prepare(type, real_bytes);
-      std::vector<double> times;
-      times.reserve(static_cast<std::size_t>(o.iters));
+      std::vector<double> timed;
+      timed.reserve(static_cast<std::size_t>(o.iters));
       double wrong = 0;
       for (int it = 0; it < o.warmup + o.iters; ++it) {
         vals.fill(buffer.p, count, b.rank, it);
@@ -178,10 +209,11 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
         b.all_reduce(buffer.p, count, type);
         const auto t1 = clock::now();
         if (b.download) b.download(buffer.p, real_bytes);
-        if (it >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+        if (it >= o.warmup) timed.push_back(std::chrono::duration<double>(t1 - t0).count());
+        times.add(real_bytes, it - o.warmup, t0, t1);
         if (o.check) wrong += static_cast<double>(vals.count_wrong(buffer.p, count, it));
       }
-      const auto [slowest, size_wrong] = combine_ranks(b, times, wrong);
+      const auto [slowest, size_wrong] = combine_ranks(b, timed, wrong);
       total_wrong += size_wrong;
       if (!root) continue;
       row out;
