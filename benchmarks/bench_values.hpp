@@ -74,13 +74,15 @@ class values {
     }
   }
 
-  // expected: the sum over all workers; else rank w's values. One cached tile of each kind.
+  // expected: the sum over all workers; else rank w's values. A tile per kind and iteration
+  // modulo 11, each built once: rebuilding one every iteration cost some 50 us of CPU per rank
+  // and iteration, which on a small machine took a core from the ranks still being timed.
   const std::vector<std::byte>& tile(bool expected, int w, int r) {
     const int rr = r % 11;
     const int ww = expected ? -1 : w;
-    auto& cache = cache_[expected ? 1 : 0];
-    auto& cache_key = cache_key_[expected ? 1 : 0];
-    if (cache_key != std::make_pair(ww, rr) || cache.empty()) {
+    auto& cache = cache_[expected ? 1 : 0][rr];
+    auto& owner = cache_rank_[expected ? 1 : 0][rr];
+    if (owner != ww || cache.empty()) {
       cache.assign(period * size_, std::byte{0});
       for (std::size_t i = 0; i < period; ++i) {
         std::int64_t v = 0;
@@ -91,7 +93,7 @@ class values {
         }
         store(type_, cache.data() + i * size_, v);
       }
-      cache_key = {ww, rr};
+      owner = ww;
     }
     return cache;
   }
@@ -104,8 +106,8 @@ class values {
   bps::dtype type_;
   std::size_t size_;
   int workers_;
-  std::pair<int, int> cache_key_[2]{{-2, -2}, {-2, -2}};
-  std::vector<std::byte> cache_[2];
+  std::vector<std::byte> cache_[2][11];  // [expected][iteration % 11]
+  int cache_rank_[2][11]{};               // whose values each tile holds (-1: the sum)
 };
 
 }  // namespace bench
