@@ -208,6 +208,9 @@ inline double run_sweep(const options& o, backend& b, std::vector<row>* rows = n
         const auto t0 = clock::now();
         b.all_reduce(buffer.p, count, type);
         const auto t1 = clock::now();
+        // The copy back and the check wait until every rank's time is taken: run at once they
+        // would take a core from the ranks still being timed (on one machine).
+        if (o.check || b.download) b.barrier();
         if (b.download) b.download(buffer.p, real_bytes);
         if (it >= o.warmup) timed.push_back(std::chrono::duration<double>(t1 - t0).count());
         times.add(real_bytes, it - o.warmup, t0, t1);
