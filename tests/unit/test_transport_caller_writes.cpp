@@ -1,7 +1,9 @@
 // Writes from the sending thread (tcp_link.hpp: a small frame sent while nothing is queued goes
 // out from `send` itself, without blocking). When the socket takes only part of a frame, the
 // link's strand writes the rest before anything queued behind it, so the peer reads every frame
-// whole and in order; each `on_sent` runs once, in order, and never on the sending thread.
+// whole and in order; each `on_sent` runs once, in order, and never on the sending thread. A
+// frame sent while the link's only I/O thread is held up reaches the peer all the same, which
+// only a write from the sending thread can do.
 //
 // The peer is a plain socket that reads nothing until the sender is done, so the kernel's
 // buffers fill: 400 frames of 60000 bytes (24 MB) are several times what loopback's buffers
@@ -227,4 +229,49 @@ TEST_CASE(
   std::lock_guard lock(sent.mu);
   CHECK(sent.keys == keys_then_close());
   CHECK_FALSE(sent.on_sender_thread);
+}
+
+TEST_CASE(
+    "tcp link: a small frame reaches the peer while the link's only I/O thread is busy - the "
+    "sending thread wrote it",
+    "[transport][tcp]") {
+  using namespace caller_writes_test;
+  // Frame 0's on_sent holds the I/O thread until released (10 s at most, so nothing hangs).
+  // Declared before the transport, which may run the callback until it stops.
+  std::promise<void> running, release;
+  auto released = release.get_future().share();
+  sending_job job;  // one I/O thread (the default)
+  auto& [payloads, sent, net, r] = job;
+  wire::header h;
+  h.type = wire::msg::push;
+  h.key = 0;
+  r.link->send(h, payloads[0], [&running, released] {
+    running.set_value();
+    released.wait_for(10s);
+  });
+  REQUIRE(running.get_future().wait_for(10s) == std::future_status::ready);
+  h.key = 1;
+  r.link->send(h, payloads[1], [] {});
+  // The peer reads both frames now; had frame 1 waited for the I/O thread, the read would
+  // time out (SO_RCVTIMEO) and throw.
+  std::vector<std::byte> payload(payload_bytes);
+  std::vector<std::uint64_t> keys_read;
+  bool payloads_right = true;
+  for (int i = 0; i < 2; ++i) {
+    wire::header_bytes head;
+    const timeval quick{2, 0};
+    REQUIRE(::setsockopt(r.peer.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &quick,
+                         sizeof quick) == 0);
+    asio::read(r.peer, asio::buffer(head));
+    const auto decoded = wire::decode(head, payload_bytes);
+    REQUIRE(static_cast<bool>(decoded));
+    REQUIRE(decoded.value.key < 2);
+    asio::read(r.peer, asio::buffer(payload));
+    keys_read.push_back(decoded.value.key);
+    payloads_right = payloads_right && payload == payloads[decoded.value.key];
+  }
+  release.set_value();
+  CHECK(keys_read == std::vector<std::uint64_t>{0, 1});
+  CHECK(payloads_right);
+  net.stop();
 }
