@@ -162,8 +162,16 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
     auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));
     std::shared_ptr<transport::receiver> client_receiver = std::make_shared<collect>();
     client->start(client_receiver);
-    // Give the handshake its round trip, then send payloads of every size class.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Enabled, wait for the handshake (its round trip, the ring mapped); disabled, give a wrong
+    // handshake the time to happen. Then send payloads of every size class.
+    if (enabled) {
+      const auto shm_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!client->through_shm() && std::chrono::steady_clock::now() < shm_by)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      REQUIRE(client->through_shm());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
     std::vector<std::vector<std::byte>> sent;
     for (std::size_t n : {std::size_t{100}, std::size_t{16384}, std::size_t{1} << 20}) {
       sent.emplace_back(n);

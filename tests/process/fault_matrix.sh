@@ -40,8 +40,9 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
   local role=$1 sig=$2 phase=$3
   pid=()
   rm -f "$work"/*
-  DMLC_ROLE=scheduler DMLC_PS_ROOT_PORT=0 "$server_bin" --port-file "$work/port" \
-    >"$work/scheduler.out" 2>"$work/scheduler.err" &
+  # INFO: its "joined" lines tell when the cluster-forming case may strike.
+  DMLC_ROLE=scheduler DMLC_PS_ROOT_PORT=0 BYTEPS_LOG_LEVEL=INFO "$server_bin" \
+    --port-file "$work/port" >"$work/scheduler.out" 2>"$work/scheduler.err" &
   pid[scheduler]=$!
   for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.05; done
   [[ -s $work/port ]] || { echo "FAIL $role $sig $phase: the scheduler wrote no port"; return 1; }
@@ -54,7 +55,14 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
   start server1 server
   start worker0 worker 0 "$mode"
   if [[ $phase == rendezvous ]]; then
-    sleep 0.5  # worker 1 never comes: the cluster is still forming when the fault hits
+    # Worker 1 never comes: the cluster is still forming when the fault hits, once the other
+    # three have joined (a fixed sleep was not always enough for three sanitized processes).
+    for _ in $(seq 600); do
+      (($(cat "$work"/scheduler.out "$work"/scheduler.err 2>/dev/null | grep -c " joined (") >= 3)) && break
+      sleep 0.05
+    done
+    (($(cat "$work"/scheduler.out "$work"/scheduler.err | grep -c " joined (") >= 3)) ||
+      { echo "FAIL $role $sig $phase: server0, server1 and worker0 did not join within 30 s"; return 1; }
   else
     start worker1 worker 1 "$mode"
     for _ in $(seq 200); do

@@ -278,10 +278,19 @@ TEST_CASE("emulated verbs: injected faults show as verbs shows them", "[rdma][em
     connected_pair p;
     p.net->slow({p.port, side::passive}, 50ms);
     p.post_recv_b(1, 0, 8);
+    // Polled until it shows (10 s at most): it must not show before the delay. (Checking once
+    // right after the send failed whenever this thread lost its core for 50 ms.)
+    const auto sent_at = std::chrono::steady_clock::now();
     p.send_a(1, 0, 1);
-    CHECK(p.poll(p.cq_b).empty());
-    std::this_thread::sleep_for(60ms);
-    CHECK(p.poll(p.cq_b).size() == 1);
+    std::size_t seen = 0;
+    auto seen_at = sent_at;
+    while (seen == 0 && std::chrono::steady_clock::now() < sent_at + 10s) {
+      seen = p.poll(p.cq_b).size();
+      seen_at = std::chrono::steady_clock::now();  // after the poll: no earlier than it saw
+      if (seen == 0) std::this_thread::sleep_for(1ms);
+    }
+    CHECK(seen == 1);
+    CHECK(seen_at - sent_at >= 50ms);
   }
 }
 

@@ -39,6 +39,10 @@
 
 namespace bps {
 
+namespace testing {
+struct scheduler_access;  // the tests' way into a scheduler; not defined by the library
+}  // namespace testing
+
 template <Transport T>
 class SchedulerNode {
  public:
@@ -113,6 +117,7 @@ class SchedulerNode {
   }
 
  private:
+  friend struct testing::scheduler_access;
   struct node {
     role r = role::worker;
     int requested = -1;  // workers: the machine (DMLC_WORKER_ID); servers: BYTEPS_SERVER_ID
