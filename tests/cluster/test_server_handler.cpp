@@ -174,11 +174,27 @@ TEST_CASE("a server's log names the worker that is behind and for how long",
   cfg.log = log_level::info;
   cfg.server_log_interval = std::chrono::milliseconds(100);
   captured_log log;
+  const std::regex behind(R"(behind: worker 1 ([0-9.]+) s on 1 partition)");
+  const auto lines_behind_100ms = [&] {
+    std::size_t n = 0;
+    for (const auto& l : log.matching("behind: worker 1 ")) {
+      std::smatch m;
+      if (std::regex_search(l, m, behind) && std::stod(m[1]) >= 0.1) ++n;
+    }
+    return n;
+  };
   {
     basic_cluster<> c(cfg, log.hook<server::decoding<>>());
     c.run_workers([&](comm_t& comm, int rank) {
       for (int round = 0; round < 3; ++round) {
-        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(350));
+        if (rank == 1) {
+          // Late until the server has said so (a fixed 350 ms relied on its 100 ms tick and
+          // worker 0's push landing in time): a new line naming worker 1 behind by >= 0.1 s.
+          const auto before = lines_behind_100ms();
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          while (lines_behind_100ms() <= before && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         std::vector<float> v(10, 1.0f);
         comm.push_pull("slow", std::span(v)).wait();
       }
@@ -188,7 +204,6 @@ TEST_CASE("a server's log names the worker that is behind and for how long",
   INFO(fmt::format("{}", fmt::join(log.matching("last "), "")));
   REQUIRE_FALSE(lines.empty());
   double oldest = 0;
-  const std::regex behind(R"(behind: worker 1 ([0-9.]+) s on 1 partition)");
   for (const auto& l : lines) {
     std::smatch m;
     REQUIRE(std::regex_search(l, m, behind));
