@@ -75,8 +75,8 @@ class values {
   }
 
   // expected: the sum over all workers; else rank w's values. A tile per kind and iteration
-  // modulo 11, each built once: rebuilding one every iteration cost some 50 us of CPU per rank
-  // and iteration, which on a small machine took a core from the ranks still being timed.
+  // modulo 11, each built once: rebuilding one every iteration cost about 27 us of CPU per
+  // rank and iteration (loopback 4 KiB), taken on a small machine from the ranks still timed.
   const std::vector<std::byte>& tile(bool expected, int w, int r) {
     const int rr = r % 11;
     const int ww = expected ? -1 : w;

@@ -3,10 +3,20 @@
 # topologies, dtype, link_gbps, rate, iters, warmup, systems, out) and its has().
 # shellcheck shell=bash
 
+# The servers, for a table's first line: " + K servers" on loopback, ", K separate servers
+# (ps)" on the emulated cluster with the ps placement, nothing otherwise.
+servers_text() {
+  if [[ $mode == loopback ]]; then
+    echo " + $servers servers"
+  elif has "$topologies" ps; then
+    echo ", $servers separate servers (ps)"
+  fi
+}
+
 # A sweep's table: one row per size and system, with byteps' speed-up over Gloo and MPI.
 sweep_summary() {
-  local ps_servers=
-  if [[ $mode == loopback ]]; then ps_servers=" + $servers servers"; elif has "$topologies" ps; then ps_servers=", $servers separate servers (ps)"; fi
+  local ps_servers
+  ps_servers=$(servers_text)
   echo "# run-emulated.sh --mode $mode: $workers workers$ps_servers, dtype $dtype," \
     "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup"
   echo "# time = p50 of the slowest rank, us; busbw = size/time*2(n-1)/n, GB/s;" \
@@ -51,8 +61,8 @@ sweep_summary() {
 # A --model run's table: every system's rows (a byteps row named after its placement), and
 # byteps' speed-up over Gloo's better variant, per tensor or fused (the one a Gloo user picks).
 mix_summary() {
-  local ps_servers='' s
-  if [[ $mode == loopback ]]; then ps_servers=" + $servers servers"; elif has "$topologies" ps; then ps_servers=", $servers separate servers (ps)"; fi
+  local ps_servers s
+  ps_servers=$(servers_text)
   echo "# run-emulated.sh --mode $mode --model $model: $workers workers$ps_servers," \
     "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup"
   for s in "${systems[@]}"; do grep -m1 '^# model ' "$out/$s.txt" 2>/dev/null && break; done

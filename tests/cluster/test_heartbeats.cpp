@@ -1,13 +1,13 @@
 // Heartbeats: a node whose process stops (SIGSTOP, a hung host) keeps its TCP connections open;
 // only silence gives it away. These tests use a node that joins, then says nothing at all.
 #include <catch2/catch.hpp>
-#include <condition_variable>
+#include <atomic>
 #include <future>
-#include <mutex>
 #include <string_view>
 
 #include "cluster.hpp"
 #include "hand_made_node.hpp"
+#include "poll_until.hpp"
 #include "scheduler_access.hpp"
 
 using namespace bps;
@@ -86,16 +86,11 @@ TEST_CASE("a node that dies while the cluster forms fails everyone who joined", 
   Config sc = cfg;
   sc.node_role = role::scheduler;
   sc.log = log_level::info;  // its "joined" lines, into the sink below
-  std::mutex joins_mu;  // before the scheduler, whose log may call the sink until it is gone
-  std::condition_variable joined_cv;
-  int joins = 0;
+  std::atomic<int> joins{0};  // before the scheduler, whose log may call the sink until it is gone
   SchedulerNode<transport::tcp> scheduler(sc);
   cfg.scheduler_port = scheduler.port();
   testing::scheduler_access::log(scheduler).set_sink([&](log_level, std::string_view line) {
-    if (line.find(" joined (") == std::string_view::npos) return;
-    std::lock_guard lock(joins_mu);
-    ++joins;
-    joined_cv.notify_all();
+    if (line.find(" joined (") != std::string_view::npos) ++joins;
   });
   std::string scheduler_error;
   std::thread st([&] {
@@ -120,13 +115,9 @@ TEST_CASE("a node that dies while the cluster forms fails everyone who joined", 
     Config c = cfg;
     c.worker_id = 1;
     transport::tcp net(c);
-    {
-      // Worker 0 joins first (a sleep was not always long enough under a sanitizer). Checked
-      // after the threads are joined: a REQUIRE here would leave them running.
-      std::unique_lock lock(joins_mu);
-      worker0_joined =
-          joined_cv.wait_for(lock, std::chrono::seconds(30), [&] { return joins >= 1; });
-    }
+    // Worker 0 joins first (a sleep was not always long enough under a sanitizer). Checked
+    // after the threads are joined: a REQUIRE here would leave them running.
+    worker0_joined = test::poll_until([&] { return joins >= 1; }, std::chrono::seconds(30));
     // Say hello by hand (no heartbeats needed: it leaves long before the timeout).
     auto link = net.connect(c.scheduler_host, c.scheduler_port, c.connect_timeout);
     auto inbox = std::make_shared<rendezvous::inbox>();

@@ -4,6 +4,7 @@
 #include "cluster.hpp"
 #include "exact_rounds.hpp"
 #include "failover_cluster.hpp"
+#include "poll_until.hpp"
 #include "run_cluster.hpp"
 #include "short_schedule.hpp"
 #include "values.hpp"
@@ -165,10 +166,7 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
     // Enabled, wait for the handshake (its round trip, the ring mapped); disabled, give a wrong
     // handshake the time to happen. Then send payloads of every size class.
     if (enabled) {
-      const auto shm_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!client->through_shm() && std::chrono::steady_clock::now() < shm_by)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      REQUIRE(client->through_shm());
+      REQUIRE(test::poll_until([&] { return client->through_shm(); }, std::chrono::seconds(10)));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
@@ -186,9 +184,8 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
     // The two payloads of at least 16 KiB went through the ring when enabled.
     CHECK(client_net.payloads_through_shm() == (enabled ? 2u : 0u));
     // The way back has a ring of its own, offered by the server once it mapped the client's.
-    const auto ready_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (enabled && !accepted->through_shm() && std::chrono::steady_clock::now() < ready_by)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (enabled)
+      test::poll_until([&] { return accepted->through_shm(); }, std::chrono::seconds(10));
     CHECK(accepted->through_shm() == enabled);
     CHECK(client->through_shm() == enabled);
     auto client_side = std::static_pointer_cast<collect>(client_receiver);
@@ -198,10 +195,9 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
       accepted->send(h, p, {});
     }
     REQUIRE(client_side->received(sent));
-    const auto counted = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (enabled && server_net.payloads_through_shm() < 1 &&
-           std::chrono::steady_clock::now() < counted)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (enabled)
+      test::poll_until([&] { return server_net.payloads_through_shm() >= 1; },
+                       std::chrono::seconds(5));
     // Only the 1 MiB one: answers take the ring from min_ipc_answer_bytes (256 KiB) on.
     static_assert(ipc_tcp::min_ipc_answer_bytes > 16384 &&
                   ipc_tcp::min_ipc_answer_bytes <= (std::size_t{1} << 20));
@@ -277,9 +273,7 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
   // transport: until then no round can sum, so every push of worker 0 holds its ring space and
   // its 96 MiB per server cannot all fit. (A sleep was not enough: under TSan worker 0 could
   // take longer than it to fill and push, and rounds summed as it went.)
-  std::mutex mu;
-  std::condition_variable cv;
-  int rounds_handed_over = 0;  // by worker 0
+  std::atomic<int> rounds_handed_over{0};  // by worker 0
   run_counted(
       cfg,
       [&](counted_comm& comm) {
@@ -293,28 +287,22 @@ TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their r
           b.reserve(tensors);  // each push reads its tensor until it is answered
           for (int i = 0; i < tensors; ++i)
             b.push_back(test::fill(dtype::float32, n, comm.rank() + i, round));
-          if (comm.rank() == 1) {
-            std::unique_lock lock(mu);
-            BPS_EXPECT(cv.wait_for(lock, std::chrono::seconds(120),
-                                   [&] { return rounds_handed_over > round; }),
+          if (comm.rank() == 1)
+            BPS_EXPECT(test::poll_until([&] { return rounds_handed_over > round; },
+                                        std::chrono::seconds(120)),
                        "round {}: worker 0 did not hand its pushes over within 120 s", round);
-          }
           const std::uint64_t before = total_pushed();
           std::vector<handle> h;
           for (int i = 0; i < tensors; ++i)
             h.push_back(comm.push_pull(fmt::format("full.{}", i),
                                        b[static_cast<std::size_t>(i)].data(), n, dtype::float32));
           if (comm.rank() == 0) {
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-            while (total_pushed() - before < tensors * n * sizeof(float)) {
-              BPS_EXPECT(std::chrono::steady_clock::now() < deadline,
-                         "round {}: {} of {} bytes handed to the transport after 120 s", round,
-                         total_pushed() - before, tensors * n * sizeof(float));
-              std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            }
-            std::lock_guard lock(mu);
+            const std::uint64_t all = tensors * n * sizeof(float);
+            BPS_EXPECT(test::poll_until([&] { return total_pushed() - before >= all; },
+                                        std::chrono::seconds(120), std::chrono::milliseconds(5)),
+                       "round {}: {} of {} bytes handed to the transport after 120 s", round,
+                       total_pushed() - before, all);
             rounds_handed_over = round + 1;
-            cv.notify_all();
           }
           for (int i = 0; i < tensors; ++i) {
             h[static_cast<std::size_t>(i)].wait();

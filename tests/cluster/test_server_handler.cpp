@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "poll_until.hpp"
 #include "server_access.hpp"
 
 // A server's request handler in a real in-process cluster: a custom one that answers each push
@@ -191,9 +192,8 @@ TEST_CASE("a server's log names the worker that is behind and for how long",
           // Late until the server has said so (a fixed 350 ms relied on its 100 ms tick and
           // worker 0's push landing in time): a new line naming worker 1 behind by >= 0.1 s.
           const auto before = lines_behind_100ms();
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-          while (lines_behind_100ms() <= before && std::chrono::steady_clock::now() < deadline)
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          test::poll_until([&] { return lines_behind_100ms() > before; }, std::chrono::seconds(30),
+                           std::chrono::milliseconds(5));
         }
         std::vector<float> v(10, 1.0f);
         comm.push_pull("slow", std::span(v)).wait();

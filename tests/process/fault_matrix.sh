@@ -57,12 +57,14 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
   if [[ $phase == rendezvous ]]; then
     # Worker 1 never comes: the cluster is still forming when the fault hits, once the other
     # three have joined (a fixed sleep was not always enough for three sanitized processes).
+    local joined=0
     for _ in $(seq 600); do
-      (($(cat "$work"/scheduler.out "$work"/scheduler.err 2>/dev/null | grep -c " joined (") >= 3)) && break
+      joined=$(cat "$work"/scheduler.out "$work"/scheduler.err 2>/dev/null | grep -c " joined (")
+      ((joined >= 3)) && break
       sleep 0.05
     done
-    (($(cat "$work"/scheduler.out "$work"/scheduler.err | grep -c " joined (") >= 3)) ||
-      { echo "FAIL $role $sig $phase: server0, server1 and worker0 did not join within 30 s"; return 1; }
+    ((joined >= 3)) ||
+      { echo "FAIL $role $sig $phase: $joined of server0, server1, worker0 joined within 30 s"; return 1; }
   else
     start worker1 worker 1 "$mode"
     for _ in $(seq 200); do
