@@ -53,7 +53,9 @@ void usage(std::FILE* out) {
       "  --help             print this help\n\n"
       "Transport: ipc over TCP (BYTEPS_ENABLE_IPC=0: plain TCP), or over TLS when\n"
       "BYTEPS_TLS_CERT is set (with BYTEPS_TLS_CA and BYTEPS_TLS_KEY), as byteps-server\n"
-      "chooses; every node of the job must agree.\n\n"
+      "chooses; every node of the job must agree. With BYTEPS_LOCAL_SIZE > 1\n"
+      "(byteps-launch --local-size N) the N worker processes of a machine meet in\n"
+      "bps::local::host and push their owned slices.\n\n"
       "Columns: size (bytes), count (elements), dtype, p50 and p99 time of one push_pull\n"
       "(slowest worker, microseconds), algbw = size/p50 and busbw = algbw*2(n-1)/n in\n"
       "GB/s (1e9 bytes), wrong (elements that differ from the exact sum, summed over\n"
@@ -70,9 +72,11 @@ void usage(std::FILE* out) {
 // ipc over `Net`: pushes to a server on the same host go through shared memory
 // (BYTEPS_ENABLE_IPC=0 measures `Net` alone); across hosts it is `Net`: TCP, or TLS when
 // BYTEPS_TLS_CERT is set.
-template <class Net>
-using comm_over = bps::Communicator<bps::transport::ipc<Net>, bps::local::none,
-                                    bps::partition::by_bytes, bps::schedule::priority>;
+// With BYTEPS_LOCAL_SIZE > 1 the local ranks of a machine meet in `Local` = local::host.
+template <class Net, class Local = bps::local::none>
+using comm_over = bps::Communicator<bps::transport::ipc<Net>, Local, bps::partition::by_bytes,
+                                    bps::schedule::priority>;
+
 
 template <class Comm>
 std::uint64_t pushed_bytes(Comm& comm) {
@@ -206,6 +210,14 @@ int bench_job(const bps::Config& cfg, const bench::options& opts, int idle_s,
   return 0;
 }
 
+// The job on `Net`, with local::host when this machine runs several worker processes.
+template <class Net, class... Args>
+int bench_job_over(const bps::Config& cfg, Args&&... args) {
+  if (cfg.local_size > 1)
+    return bench_job<comm_over<Net, bps::local::host>>(cfg, std::forward<Args>(args)...);
+  return bench_job<comm_over<Net>>(cfg, std::forward<Args>(args)...);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,10 +272,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (cfg.tls_cert.empty())
-      return bench_job<comm_over<bps::transport::tcp>>(cfg, opts, idle_s, compressor, model);
+      return bench_job_over<bps::transport::tcp>(cfg, opts, idle_s, compressor, model);
 #if BYTEPS_BENCH_TLS
-    return bench_job<comm_over<bps::transport::tls<bps::transport::tcp>>>(cfg, opts, idle_s,
-                                                                          compressor, model);
+    return bench_job_over<bps::transport::tls<bps::transport::tcp>>(cfg, opts, idle_s,
+                                                                     compressor, model);
 #else
     throw bps::usage_error("BYTEPS_TLS_CERT is set, but this bps-bench was built without TLS");
 #endif

@@ -2,6 +2,7 @@
 // memory, and the server sums them where they lie in the worker's ring; sums stay exact, plain
 // TCP nodes still talk to ipc nodes, and BYTEPS_ENABLE_IPC=0 turns the shortcut off.
 #include "cluster.hpp"
+#include "counted_ipc.hpp"
 #include "exact_rounds.hpp"
 #include "failover_cluster.hpp"
 #include "poll_until.hpp"
@@ -32,7 +33,11 @@ using namespace bps;
 
 namespace {
 
-using ipc_tcp = transport::ipc<transport::tcp>;
+using test::counted_comm;
+using test::counted_ipc;
+using test::ipc_tcp;
+using test::run_counted;
+using test::tally;
 using ipc_comm = Communicator<ipc_tcp, local::none, partition::by_bytes, schedule::priority>;
 using ipc_host_comm = Communicator<ipc_tcp, local::host, partition::by_bytes, schedule::priority>;
 
@@ -48,52 +53,6 @@ void exact_sums(Comm& comm, int rounds) {
       BPS_EXPECT(wrong == n, "{} round {}: element {} is not the sum", dtype_name(t), round,
                  wrong);
     }
-}
-
-// What the ipc transports of one role did, added up when each goes (after its node stopped).
-struct tally {
-  std::atomic<std::uint64_t> through_shm{0};  // payloads sent through a ring
-  std::atomic<std::uint64_t> in_place{0};     // ring payloads a receiver took where they lay
-};
-
-struct counted_options : ipc_tcp::options {
-  std::shared_ptr<tally> counts = std::make_shared<tally>();
-  static counted_options from(const Config& cfg) {
-    counted_options o;
-    static_cast<ipc_tcp::options&>(o) = ipc_tcp::options::from(cfg);
-    return o;
-  }
-};
-
-// ipc over tcp that reports its counts to the test (a communicator does not show its transport).
-class counted_ipc : public ipc_tcp {
- public:
-  using options = counted_options;
-  explicit counted_ipc(const Config& cfg) : counted_ipc(cfg, options::from(cfg)) {}
-  counted_ipc(const Config& cfg, const options& o) : ipc_tcp(cfg, o), counts_(o.counts) {}
-  counted_ipc(const counted_ipc&) = delete;
-  counted_ipc& operator=(const counted_ipc&) = delete;
-  ~counted_ipc() {
-    counts_->through_shm += payloads_through_shm();
-    counts_->in_place += payloads_in_place();
-  }
-
- private:
-  std::shared_ptr<tally> counts_;
-};
-static_assert(Transport<counted_ipc>);
-using counted_comm = Communicator<counted_ipc, local::none, partition::by_bytes, schedule::priority>;
-
-// Runs `body` on a cluster of counted ipc nodes; `workers` and `servers` get their roles' counts.
-void run_counted(const Config& cfg, const std::function<void(counted_comm&)>& body,
-                 const std::shared_ptr<tally>& workers, const std::shared_ptr<tally>& servers) {
-  test::run_cluster<counted_ipc, counted_comm>(
-      cfg, std::vector<int>(static_cast<std::size_t>(cfg.num_workers), 1), body, {},
-      [&](const Config& c) {
-        auto o = counted_options::from(c);
-        o.counts = c.node_role == role::server ? servers : workers;
-        return o;
-      });
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,7 +44,9 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 /// A mapped segment. The first process to open a name creates it; the others wait (until
 /// `deadline`) for the creator to finish, then check that it was made for the same thing
 /// (`fingerprint`, `bytes`) and throw `usage_error` when it was not. The name is unlinked as
-/// soon as all `users` have mapped it, so a crash later leaves nothing in /dev/shm.
+/// soon as all `users` have mapped it, so a crash later leaves nothing in /dev/shm. With
+/// `users` 0 the name stays until `unlink()`: for a segment that processes other than its
+/// users may map by name later (`local::host`'s, which a colocated server reads in place).
 class shm_segment {
  public:
   using clock = std::chrono::steady_clock;
@@ -110,6 +113,8 @@ class shm_segment {
 
   /// The bytes after the header.
   std::byte* data() const noexcept { return base_ + sizeof(segment_header); }
+  /// The whole mapping, header included: what a process mapping the name sees from offset 0.
+  std::span<std::byte> whole() const noexcept { return {base_, bytes_}; }
   const std::string& name() const noexcept { return name_; }
   bool mapped() const noexcept { return base_ != nullptr; }
 

@@ -11,7 +11,11 @@
 ///
 /// Segments are unlinked as soon as every local rank mapped them; names that a crash could
 /// leave (a segment some local rank never opened) are listed in the machine's control segment
-/// and unlinked by every local rank when it shuts down, also after an error.
+/// and unlinked by every local rank when it shuts down, also after an error. With
+/// `share_segments(true)` (the worker asks when its transport lets a colocated server read
+/// payloads in place, `transport::ipc`) a tensor's segment keeps its name until a local rank
+/// lets go of the tensor or shuts down, so the server can map it and sum the owned slices where
+/// they lie; only a crash of every local rank of the machine then leaves names behind.
 ///
 /// Failures: a local rank whose operation fails after its copy in marks the tensor failed in
 /// its segment (`abandon`, or `all_gather` after a server refused its slices); the others then
@@ -52,6 +56,10 @@ class host {
   host(const host&) = delete;
   host& operator=(const host&) = delete;
   ~host() { shutdown(); }
+
+  /// Keeps tensor segments' names for the job, and names the segment of `work::owned`
+  /// (`work::owned_segment`). Before the first operation; the same on every local rank.
+  void share_segments(bool on) noexcept { share_ = on; }
 
   int local_rank() const noexcept { return local_rank_; }
   int local_size() const noexcept { return local_size_; }
@@ -203,8 +211,8 @@ class host {
         tensor_key(fmt::format("{} {} {}", w.count, dtype_name(w.type), local_size_));
     const auto index = control_block_->registered.fetch_add(1);
     if (index < control_block::capacity) control_block_->keys[index] = w.key;
-    t.segment = detail::shm_segment(tensor_segment(w.key), bytes, fingerprint, local_size_,
-                                    w.deadline, w.what);
+    t.segment = detail::shm_segment(tensor_segment(w.key), bytes, fingerprint,
+                                    share_ ? 0 : local_size_, w.deadline, w.what);
     auto* block = reinterpret_cast<tensor_block*>(t.segment.data());
     t.arrived = &block->arrived;
     t.finished = &block->finished;
@@ -224,10 +232,12 @@ class host {
     }
     w.owned = t.result(local_size_) +
               owned_range(w.count, local_rank_, local_size_, cluster_.slices).first * esize;
+    if (share_) w.owned_segment = {t.segment.name(), t.segment.whole()};
   }
 
   int local_rank_;
   int local_size_;
+  bool share_ = false;
   logger log_;
   cluster cluster_;
   detail::shm_segment control_;

@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,6 +75,13 @@ struct cluster {
   std::uint64_t job_id = 0;  ///< random per job; names shared-memory segments
 };
 
+/// A shared-memory segment as every process of the machine may map it: its name and this
+/// process's mapping of it, from offset 0.
+struct named_memory {
+  std::string name;
+  std::span<std::byte> mapping;
+};
+
 /// One push_pull (or broadcast) as the local steps see it. The worker's engine owns it, with the
 /// operation's record (`state`), for the whole life of the operation.
 struct work {
@@ -93,6 +101,11 @@ struct work {
   /// set by `reduce_scatter`; the engine push_pulls the owned slices in place, and
   /// `all_gather` spreads the result.
   std::byte* owned = nullptr;
+  /// The segment `owned` lies in, set by `reduce_scatter` when the policy keeps the segment's
+  /// name for the whole job (`local::host::share_segments`); empty otherwise. The engine shares
+  /// it with a transport that can let a colocated server read the owned slices where they lie
+  /// (`transport::ipc::share_memory`), instead of copying them into its ring.
+  named_memory owned_segment;
   /// Why the operation failed so far (this rank's slices at the servers, or another local
   /// rank), or null. `all_gather` still runs after a network failure so that the other local
   /// ranks learn of it; the engine fails the operation with this error once the steps are done.

@@ -28,6 +28,12 @@
 ///    handshake. Each direction starts using its ring once its `ipc_accept` came back.
 ///    Answers take the ring from `min_ipc_answer_bytes` (256 KiB) on, pushes from
 ///    `min_ipc_bytes` (16 KiB).
+/// 4. Memory the sender shares by name (`share_memory`: the worker's `local::host` segments,
+///    where its owned slices lie) is offered once per link (`ipc_share`, transport/ipc_shared.hpp)
+///    when a payload first lies in it; once the peer mapped it (`ipc_share_accept`), payloads
+///    that lie whole in it, 64-byte aligned, go as their place (`ipc_shared_payload`) instead
+///    of a copy into the ring, and a node that takes frames in place reads them there. The
+///    sender keeps them unchanged until the peer is done (transport.hpp, `SharesMemory`).
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
 /// `options::enabled` off (`BYTEPS_ENABLE_IPC=0`) behaves exactly like the inner transport.
 ///
@@ -60,6 +66,7 @@
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/ipc_ring.hpp"
+#include "byteps/transport/ipc_shared.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -121,268 +128,19 @@ class ipc {
   /// Whether the shared-memory shortcut is on (`options::enabled`, BYTEPS_ENABLE_IPC).
   bool shortcut_enabled() const noexcept { return enabled_; }
 
-  class link : public std::enable_shared_from_this<link> {
-   public:
-    using inner_link = typename Inner::link;
-
-    link(std::shared_ptr<inner_link> inner, ipc& owner, bool connecting)
-        : inner_(std::move(inner)), owner_(&owner), connecting_(connecting) {}
-
-    // The server announces ipc once the peer proved who it is (its hello), so a stranger
-    // hears nothing of it and the worker's offer always follows its hello.
-    void start(std::shared_ptr<receiver> node) {
-      const bool admitted = node->peer_admitted();
-      inner_->start(
-          std::make_shared<splice>(this->weak_from_this(), std::move(node), owner_->in_place_));
-      if (admitted) announce();
-    }
-
-    void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
-      std::lock_guard lock(mu_);
-      std::optional<std::uint64_t> pos;
-      if (ring_ready_ && payload.size() >= (connecting_ ? min_ipc_bytes : min_ipc_answer_bytes))
-        pos = reserve(payload.size());
-      if (!pos && queued_ == 0) return inner_->send(h, payload, std::move(on_sent));
-      // A small copy costs less than waking the copier (loopback, 2 workers + 2 servers, 64 KiB:
-      // p50 371-388 us through the copier, 321-331 us copied here), so it is done here when
-      // nothing waits.
-      if (pos && queued_ == 0 && payload.size() <= inline_copy_bytes) {
-        std::memcpy(ring_data() + *pos % ring_capacity_, payload.data(), payload.size());
-        return send_ring_locked(h, *pos, payload.size(), std::move(on_sent));
-      }
-      // A larger copy runs on the transport's copier thread, not on the sender's (which may hold
-      // its own lock, as the communicator does); frames sent meanwhile queue behind it, in order.
-      ++queued_;
-      owner_->copier_.post([self = this->shared_from_this(), h, payload, pos,
-                            on_sent = std::move(on_sent)]() mutable {
-        if (pos) std::memcpy(self->ring_data() + *pos % self->ring_capacity_, payload.data(),
-                             payload.size());
-        std::lock_guard lock(self->mu_);
-        --self->queued_;
-        if (!pos) return self->inner_->send(h, payload, std::move(on_sent));
-        self->send_ring_locked(h, *pos, payload.size(), std::move(on_sent));
-      });
-    }
-
-    void close() { inner_->close(); }
-    /// True once this end's payloads of at least `min_ipc_bytes` may take shared memory (the
-    /// peer mapped this end's ring); false on a plain or a cross-host link.
-    bool through_shm() {
-      std::lock_guard lock(mu_);
-      return ring_ready_;
-    }
-    std::string peer() const { return inner_->peer(); }
-    std::string local_host() const { return inner_->local_host(); }
-
-   private:
-    // Receives for the node: handles the transport frames, and hands ring payloads over where
-    // they lie or copies them out.
-    class splice final : public receiver {
-     public:
-      splice(std::weak_ptr<link> owner, std::shared_ptr<receiver> node,
-             std::atomic<std::uint64_t>& in_place)
-          : owner_(std::move(owner)), node_(std::move(node)), in_place_(&in_place) {}
-
-      bool wants_transport_frames() const override { return true; }
-      bool peer_admitted() const override { return node_->peer_admitted(); }
-
-      std::span<std::byte> payload_destination(const wire::header& h,
-                                               std::string& reason) override {
-        if (wire::is_transport_msg(h.type)) {
-          scratch_.resize(h.payload_bytes);
-          return scratch_;
-        }
-        if (pending_) return {};  // its payload is in the ring; the wire carries none
-        return node_->payload_destination(h, reason);
-      }
-
-      void on_message(const wire::header& h, std::span<std::byte> payload) override {
-        if (wire::is_transport_msg(h.type)) {
-          if (!node_->peer_admitted())
-            throw std::runtime_error(fmt::format("an ipc frame (type {:#x}) before its hello",
-                                                 static_cast<unsigned>(h.type)));
-          return control(h, payload);
-        }
-        if (!pending_) {
-          const bool admitted = node_->peer_admitted();
-          node_->on_message(h, payload);
-          if (!admitted && node_->peer_admitted())
-            if (auto l = owner_.lock()) l->announce();
-          return;
-        }
-        auto [pos, bytes] = *pending_;
-        pending_.reset();
-        wire::header real = h;
-        real.payload_bytes = bytes;
-        ring_->regions.take(pos, bytes);
-        // A peer's payload off the alignment (not one this version sends) is copied out instead.
-        if (ipc_detail::is_aligned(ring_->at(pos)) && node_->takes_in_place(real)) {
-          in_place_->fetch_add(1, std::memory_order_relaxed);
-          return node_->on_message_in_place(real, {ring_->at(pos), bytes},
-                                            std::make_shared<ipc_detail::ring_hold>(ring_, pos));
-        }
-        std::string reason;
-        auto dest = node_->payload_destination(real, reason);
-        if (dest.size() == bytes) std::memcpy(dest.data(), ring_->at(pos), bytes);
-        ring_->release(pos);
-        if (dest.size() != bytes)
-          throw std::runtime_error(reason.empty() ? "no place for the payload" : reason);
-        node_->on_message(real, dest);
-      }
-
-      // Cut-through is the node's to ask, for payloads on the inner link. A ring payload is whole
-      // when its header comes (the copier wrote it before sending the header): nothing to report.
-      std::size_t progress_step(const wire::header& h) override {
-        if (wire::is_transport_msg(h.type) || pending_) return 0;
-        return node_->progress_step(h);
-      }
-
-      void on_progress(const wire::header& h, std::size_t bytes_in) override {
-        node_->on_progress(h, bytes_in);
-      }
-
-      void on_close(const std::string& reason) override {
-        if (auto l = owner_.lock()) l->closed();
-        node_->on_close(reason);
-      }
-
-     private:
-      void control(const wire::header& h, std::span<std::byte> payload) {
-        auto l = owner_.lock();
-        if (!l) return;
-        if (h.type == ipc_detail::ipc_able) {
-          if (l->connecting_) l->offer();
-          return;
-        }
-        if (h.type == ipc_detail::ipc_accept) return l->accepted();
-        if (h.type == ipc_detail::ipc_offer) {
-          // Map the peer's ring; refuse (no answer) when it cannot be mapped: the link goes on.
-          try {
-            const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
-            if (!name.starts_with("/bps-ipc-") || h.tensor_bytes < 4096) return;
-            ring_ = std::make_shared<ipc_detail::ring_reader>(
-                detail::shm_segment(name, h.tensor_bytes, h.key, 2,
-                                    std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                    "ipc ring from " + l->peer()),
-                h.tensor_bytes);
-            next_pos_ = 0;
-          } catch (const std::exception&) {
-            return;
-          }
-          l->send_control(ipc_detail::ipc_accept, {});
-          if (!l->connecting_) l->offer();  // the way back
-          return;
-        }
-        if (h.type == ipc_detail::ipc_payload) {
-          if (!ring_ || h.tensor_bytes > ring_->capacity ||
-              h.offset % ring_->capacity + h.tensor_bytes > ring_->capacity)
-            throw std::runtime_error("ipc payload outside the ring");
-          // Positions only grow (ring_regions frees by position).
-          if (h.offset < next_pos_) throw std::runtime_error("ipc payload behind the previous one");
-          next_pos_ = h.offset + h.tensor_bytes;
-          pending_ = std::pair{h.offset, h.tensor_bytes};
-        }
-        // Other transport frames: a newer peer's; ignored.
-      }
-
-      std::weak_ptr<link> owner_;
-      std::shared_ptr<receiver> node_;
-      std::atomic<std::uint64_t>* in_place_;  // the transport's count
-      std::vector<std::byte> scratch_;
-      // The peer's ring, once offered; shared with the payloads the node holds in place.
-      std::shared_ptr<ipc_detail::ring_reader> ring_;
-      std::uint64_t next_pos_ = 0;  // where the next ring payload may start
-      std::optional<std::pair<std::uint64_t, std::uint64_t>> pending_;
-    };
-
-    bool same_host() const { return ipc_detail::same_host(inner_->peer(), inner_->local_host()); }
-
-    void announce() {
-      if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
-    }
-
-    void send_control(wire::msg type, std::span<const std::byte> payload,
-                      std::uint64_t bytes = 0, std::uint64_t fingerprint = 0) {
-      wire::header h;
-      h.type = type;
-      h.tensor_bytes = bytes;
-      h.key = fingerprint;
-      auto body = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
-      inner_->send(h, *body, [body] {});
-    }
-
-    // Make a ring for what this end sends and offer it: the worker when the server said it
-    // speaks ipc, the server once it mapped the worker's ring (so answers take shared memory
-    // too, and only ever to a peer that proved itself and offered first).
-    void offer() {
-      if (!owner_->enabled_ || !same_host()) return;
-      std::lock_guard lock(mu_);
-      if (ring_.mapped()) return;
-      std::random_device random;
-      const auto name = fmt::format("/bps-ipc-{}-{:08x}{:08x}", ::getpid(), random(), random());
-      const std::size_t bytes = sizeof(ipc_detail::ring_control) + owner_->ring_bytes_;
-      const std::uint64_t fingerprint = std::random_device{}();
-      try {
-        ring_ = detail::shm_segment(name, bytes, fingerprint, 2,
-                                    std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                    "ipc ring to " + peer());
-      } catch (const std::exception&) {
-        return;  // no shared memory here: stay on the inner link
-      }
-      ring_capacity_ = owner_->ring_bytes_;
-      send_control(ipc_detail::ipc_offer, wire::as_bytes(name), bytes, fingerprint);
-    }
-
-    void accepted() {
-      std::lock_guard lock(mu_);
-      if (ring_.mapped()) ring_ready_ = true;
-    }
-
-    void closed() {
-      std::lock_guard lock(mu_);
-      ring_ready_ = false;
-      ring_.unlink();  // if the peer never mapped it
-    }
-
-    std::byte* ring_data() const { return ring_.data() + sizeof(ipc_detail::ring_control); }
-
-    // Holding mu_. Where a payload of `n` bytes goes, or nullopt when the ring is too full.
-    std::optional<std::uint64_t> reserve(std::size_t n) {
-      if (n > ring_capacity_) return std::nullopt;
-      auto* control = reinterpret_cast<ipc_detail::ring_control*>(ring_.data());
-      // Payloads start on a cache line, so a receiver summing one in place reads every dtype at
-      // its natural alignment (the capacity is a multiple of the same).
-      std::uint64_t pos = ipc_detail::align_up(head_);
-      if (pos % ring_capacity_ + n > ring_capacity_) pos += ring_capacity_ - pos % ring_capacity_;
-      if (pos + n - control->consumed.load(std::memory_order_acquire) > ring_capacity_)
-        return std::nullopt;
-      head_ = pos + n;
-      return pos;
-    }
-
-    // Holding mu_, the payload copied to ring position `pos`: its marker, then its header with
-    // no payload, adjacent on the inner link.
-    void send_ring_locked(const wire::header& h, std::uint64_t pos, std::size_t bytes,
-                          sent_callback on_sent) {
-      wire::header marker;
-      marker.type = ipc_detail::ipc_payload;
-      marker.offset = pos;
-      marker.tensor_bytes = bytes;
-      inner_->send(marker, {}, {});
-      inner_->send(h, {}, std::move(on_sent));
-      owner_->through_shm_.fetch_add(1);
-    }
-
-    std::shared_ptr<inner_link> inner_;
-    ipc* owner_;
-    bool connecting_;
-    std::mutex mu_;
-    detail::shm_segment ring_;  // ours, for sending
-    std::uint64_t ring_capacity_ = 0;
-    std::uint64_t head_ = 0;
-    std::size_t queued_ = 0;  // sends waiting on the copier
-    bool ring_ready_ = false;
-  };
+  /// `transport::SharesMemory`: payloads of at least `min_ipc_bytes` that lie whole in `memory`
+  /// (this process's mapping of segment `name` from offset 0, 64-byte aligned) go to a peer on
+  /// this host by reference, once the peer mapped the name: no copy into the ring, and a
+  /// receiver that takes frames in place reads them where they lie. The caller keeps a
+  /// payload's bytes unchanged until the peer is done with them (transport.hpp). An empty
+  /// `memory` withdraws the name, before the caller unmaps it.
+  void share_memory(const std::string& name, std::span<std::byte> memory) {
+    shared_.share(name, memory);
+  }
+  /// Whether `share_memory` would be used: the shortcut is on.
+  bool shares_memory() const noexcept { return enabled_; }
+  /// Payloads this transport has sent by reference into shared memory so far (for tests).
+  std::uint64_t payloads_by_reference() const noexcept { return by_reference_.load(); }
 
  private:
   Inner inner_;
@@ -390,7 +148,11 @@ class ipc {
   std::size_t ring_bytes_;
   std::atomic<std::uint64_t> through_shm_{0};
   std::atomic<std::uint64_t> in_place_{0};
+  std::atomic<std::uint64_t> by_reference_{0};
+  ipc_detail::shared_regions shared_;
   detail::task_thread copier_;  // last: joins first, while everything above still lives
 };
 
 }  // namespace bps::transport
+
+#include "byteps/transport/impl/ipc_link.hpp"

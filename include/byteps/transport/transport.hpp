@@ -156,4 +156,26 @@ concept Transport =
       t.stop();  // closes every link and joins the I/O threads; idempotent
     };
 
+namespace transport {
+
+/// An optional capability: a transport that can let a peer on the same host read payloads
+/// where they lie in named shared memory (`transport::ipc`). `share_memory(name, memory)`
+/// says that `memory` is this process's mapping, from offset 0, of the POSIX shared-memory
+/// segment `name`, which the peer may map by that name; a payload sent from inside it may then
+/// go by reference instead of a copy. An empty `memory` withdraws the name (before the caller
+/// unmaps it). `shares_memory()` says whether the transport would use it at all.
+///
+/// Unlike a copied payload, one sent by reference is read by the peer after `on_sent` ran: the
+/// caller promises not to change its bytes until the peer is done with them, which for a push
+/// is when the server answered it (it reads pushes until it answers the round, as it does with
+/// RDMA's landed pushes: server/handler.hpp).
+template <class T>
+concept SharesMemory = requires(T& t, const T& ct, const std::string& name,
+                                std::span<std::byte> memory) {
+  { ct.shares_memory() } -> std::convertible_to<bool>;
+  t.share_memory(name, memory);
+};
+
+}  // namespace transport
+
 }  // namespace bps

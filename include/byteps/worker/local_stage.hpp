@@ -32,8 +32,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -62,9 +64,18 @@ class local_stage {
                            dtype type, push_pull_options opts, clock::time_point deadline)>;
   /// Declares the communicator dead (it calls `fail` back).
   using die_fn = std::function<void(const std::string& why)>;
+  /// Tells the transport that a colocated peer may read `memory` by `name`
+  /// (`work::owned_segment`), or with an empty `memory` that it may no longer. Null: nothing
+  /// to tell.
+  using share_fn = std::function<void(const std::string& name, std::span<std::byte> memory)>;
 
-  local_stage(L& local, network_fn network, die_fn die, detail::tracer& trace)
-      : local_(local), network_(std::move(network)), die_(std::move(die)), trace_(trace) {}
+  local_stage(L& local, network_fn network, die_fn die, detail::tracer& trace,
+              share_fn share = {})
+      : local_(local),
+        network_(std::move(network)),
+        die_(std::move(die)),
+        share_(std::move(share)),
+        trace_(trace) {}
   local_stage(const local_stage&) = delete;
   local_stage& operator=(const local_stage&) = delete;
   ~local_stage() { stop(); }
@@ -146,6 +157,7 @@ class local_stage {
     if (stage_.joinable()) stage_.join();
     // Nothing rings the policy's doorbell from here on: the policy may unmap it.
     bell_word_.store(nullptr, std::memory_order_release);
+    for (const auto& name : shared_) share_(name, {});  // before the segments are unmapped
     std::lock_guard lock(mu_);
     tensors_.clear();
   }
@@ -175,65 +187,7 @@ class local_stage {
     if (auto* word = bell_word_.load(std::memory_order_acquire)) local::doorbell(word).ring();
   }
 
-  void stage_loop() {
-    const local::doorbell bell(bell_word_.load(std::memory_order_acquire));
-    const auto poll = local::poll_window_of(local_);
-    auto poll_until = clock::time_point::min();
-    std::vector<operation_ptr> active;
-    bool aborted = false;
-    for (;;) {
-      const auto seen = bell.value();
-      std::string failure;
-      bool stopped, closing;
-      {
-        std::lock_guard lock(mu_);
-        for (auto& op : incoming_) active.push_back(std::move(op));
-        incoming_.clear();
-        stopped = stopped_;
-        closing = closing_;
-        if (stopped && active.empty()) return;
-        failure = failure_;
-      }
-      if (failure.empty()) {
-        try {
-          if (step(active)) {
-            if (poll.count() > 0) poll_until = clock::now() + poll;
-            continue;
-          }
-        } catch (const std::exception& e) {
-          // A communicator_error from a step, or anything from the machine-wide `progress`
-          // (say, local ranks that disagree on a shape): the machine cannot go on.
-          die_(e.what());  // calls fail() back, unless the communicator is closing already
-          fail(e.what());  // so the next pass fails everything in both cases
-          continue;
-        }
-      } else {
-        // A clean shutdown with nothing in flight leaves the other local ranks alone.
-        if (!aborted && !(closing && active.empty())) {
-          local_.abort(failure);
-          aborted = true;
-        }
-        fail_all(active, failure);
-        if (stopped) return;
-        // Dead: submit throws from now on; fail what was on its way in until shutdown.
-        bell.wait(seen, std::chrono::milliseconds(100));
-        continue;
-      }
-      // A device step finishes in microseconds; the host function that rings the bell, and the
-      // wake-up, take longer. So poll a while (the policy's window) before sleeping.
-      if (clock::now() < poll_until && in_local_step(active)) {
-        std::this_thread::yield();
-        continue;
-      }
-      auto next = clock::time_point::max();
-      for (auto& op : active) next = std::min(next, op->w.deadline);
-      auto timeout = std::chrono::nanoseconds(-1);
-      if (next != clock::time_point::max())
-        timeout = std::max(std::chrono::nanoseconds(0), next - clock::now()) +
-                  std::chrono::milliseconds(1);
-      bell.wait(seen, timeout);
-    }
-  }
+  void stage_loop();
 
   static bool in_local_step(const std::vector<operation_ptr>& active) {
     return std::any_of(active.begin(), active.end(),
@@ -242,77 +196,10 @@ class local_stage {
 
   // One pass over everything; true when anything moved. Throws what kills the communicator:
   // a step's communicator_error, anything from `progress`, a deadline passed in a local step.
-  bool step(std::vector<operation_ptr>& active) {
-    bool progressed = false;
-    for (auto it = active.begin(); it != active.end();) {
-      operation& op = **it;
-      bool done = false;
-      try {
-        progressed |= advance(op, done);
-      } catch (const communicator_error&) {
-        throw;
-      } catch (const std::exception& e) {
-        fail_one(op, std::current_exception(), e.what());
-        done = true;
-      }
-      if (done) {
-        it = active.erase(it);
-        progressed = true;
-      } else {
-        ++it;
-      }
-    }
-    if (local_.progress()) {
-      progressed = true;
-      ring();
-    }
-    const auto now = clock::now();
-    for (auto& op : active)
-      if (now > op->w.deadline && op->at != stage::network)  // the network names its servers
-        throw communicator_error(
-            fmt::format("{} did not finish within its deadline "
-                        "(BYTEPS_OP_TIMEOUT_MS): {}",
-                        op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
-    return progressed;
-  }
+  bool step(std::vector<operation_ptr>& active);
 
   // Moves `op` as far as it can go now; true if it moved. Sets `done` once it finished.
-  bool advance(operation& op, bool& done) {
-    switch (op.at) {
-      case stage::reduce_scatter: {
-        const auto s = local_.reduce_scatter(op.w, op.t->local, op.step);
-        if (s != local::step_status::done) return s == local::step_status::moved;
-        trace_.local_step(*op.w.state, "reduce_scatter", 0);
-        start_network(op);
-        op.at = stage::network;
-        return true;
-      }
-      case stage::network: {
-        for (auto& h : op.slices)
-          if (!h.ready()) return false;
-        for (auto& h : op.slices) {
-          try {
-            h.wait();
-          } catch (...) {
-            if (!op.w.error) op.w.error = std::current_exception();
-          }
-        }
-        op.at = stage::all_gather;
-        op.all_gather_began_ns = trace_.now();
-        return true;
-      }
-      case stage::all_gather: {
-        const auto s = local_.all_gather(op.w, op.t->local, op.step);
-        if (s != local::step_status::done) return s == local::step_status::moved;
-        trace_.local_step(*op.w.state, "all_gather", op.all_gather_began_ns);
-        ++op.t->round;
-        finish(op, op.w.error);
-        done = true;
-        return true;
-      }
-    }
-    return false;
-  }
+  bool advance(operation& op, bool& done);
 
   // The network stage: each owned slice through the servers, in place in the host memory that
   // reduce_scatter left at `work::owned`.
@@ -333,6 +220,12 @@ class local_stage {
       h.when_done([this] { ring(); });
       op.slices.push_back(std::move(h));
     }
+  }
+
+  // A segment's first operation shares it with the transport, until `stop`.
+  void share(const local::named_memory& segment) {
+    if (!share_ || segment.name.empty() || !shared_.insert(segment.name).second) return;
+    share_(segment.name, segment.mapping);
   }
 
   // `op` alone failed: a step threw something other than communicator_error.
@@ -378,6 +271,8 @@ class local_stage {
   L& local_;
   network_fn network_;
   die_fn die_;
+  share_fn share_;
+  std::unordered_set<std::string> shared_;  // segments shared so far; stage thread, then stop
   detail::tracer& trace_;
   local::cluster cluster_;
   std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // the machine's doorbell
@@ -410,3 +305,5 @@ template <class L>
 using local_stage_for = typename local_stage_of<L>::type;
 
 }  // namespace bps::worker
+
+#include "byteps/worker/impl/local_stage_loop.hpp"

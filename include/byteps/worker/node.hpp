@@ -76,7 +76,7 @@ class node {
               std::lock_guard lock(mu_);
               die_locked(why);
             },
-            trace_) {
+            trace_, segment_sharing()) {
     try {
       join();
     } catch (...) {
@@ -220,6 +220,8 @@ class node {
     // segment in /dev/shm.
     const local::cluster machine{rank_,        num_workers_,   global_rank_,
                                  global_size_, welcome.slices, welcome.job_id};
+    if constexpr (transport::SharesMemory<T> && requires { local_.share_segments(true); })
+      local_.share_segments(transport_.shares_memory());
     local_.attach(machine);
     control_.on_failure([this](const std::string& why) {
       std::lock_guard lock(mu_);
@@ -255,6 +257,17 @@ class node {
     if constexpr (!L::is_identity) stage_.start(machine);
     log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
               global_size_, num_workers_, links_.size());
+  }
+
+  // What the local stage tells the transport of the segments its slices lie in.
+  auto segment_sharing() {
+    if constexpr (transport::SharesMemory<T>) {
+      return [this](const std::string& name, std::span<std::byte> memory) {
+        transport_.share_memory(name, memory);
+      };
+    } else {
+      return nullptr;
+    }
   }
 
   void start_link(const link_ptr& link, int server, std::uint64_t generation) {

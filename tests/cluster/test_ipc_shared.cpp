@@ -1,0 +1,189 @@
+// transport::ipc by reference: a payload that lies in memory the sender shares by name goes as
+// its place once the peer mapped the name, with no copy into the ring; the local stage's owned
+// slices (bps::local::host) so reach a colocated server, which sums them where they lie.
+#include "cluster.hpp"
+#include "counted_ipc.hpp"
+#include "ipc_pair.hpp"
+#include "poll_until.hpp"
+#include "short_schedule.hpp"
+#include "values.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace bps;
+
+namespace {
+
+using test::holder;
+using test::ring_pair;
+
+// A segment of the test's own, shared by the pair's client as a worker shares its local
+// segments; `pattern()` is what it holds.
+struct shared_segment {
+  std::string name = fmt::format("/bps-test-{}-shared", ::getpid());
+  detail::shm_segment segment{name, 1 << 20, 1, 0,
+                              std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                              "the test's segment"};
+  shared_segment() {
+    auto* p = segment.data();
+    for (std::size_t i = 0; i < (1u << 20); ++i) p[i] = static_cast<std::byte>(i * 7 + 3);
+  }
+  ~shared_segment() { segment.unlink(); }
+  std::span<const std::byte> at(std::size_t offset, std::size_t bytes) const {
+    return {segment.data() + offset, bytes};
+  }
+};
+
+// Sends `payload` on the pair's client link and waits until it came; true if it did.
+bool send_and_wait(ring_pair& pair, std::span<const std::byte> payload) {
+  wire::header h;
+  h.type = wire::msg::push;
+  const auto before = [&] {
+    std::lock_guard lock(pair.in->mu);
+    return pair.in->got.size();
+  }();
+  pair.client->send(h, payload, [] {});
+  return pair.in->wait_for(before + 1);
+}
+
+bool last_is(holder& in, std::span<const std::byte> expected, bool in_place) {
+  std::lock_guard lock(in.mu);
+  return !in.got.empty() && std::equal(in.got.back().begin(), in.got.back().end(),
+                                       expected.begin(), expected.end()) &&
+         in.in_place.back() == in_place;
+}
+
+}  // namespace
+
+TEST_CASE("ipc transport: a payload in memory the sender shares goes by reference once the peer "
+          "mapped it - read where it lies, copied out for a receiver that wants a copy",
+          "[ipc]") {
+  ring_pair pair;
+  REQUIRE(pair.client->through_shm());
+  shared_segment shared;
+  pair.client_net.share_memory(shared.name, shared.segment.whole());
+  const auto payload = shared.at(4096, 65536);
+
+  // The first payload in it offers the memory and takes the ring; later ones go by reference
+  // once the peer's accept is back.
+  REQUIRE(send_and_wait(pair, payload));
+  CHECK(pair.client_net.payloads_through_shm() == 1);
+  REQUIRE(test::poll_until(
+      [&] {
+        return send_and_wait(pair, payload) && pair.client_net.payloads_by_reference() > 0;
+      },
+      std::chrono::seconds(10)));
+  CHECK(last_is(*pair.in, payload, true));
+  const auto by_ring = pair.client_net.payloads_through_shm();
+  const auto by_reference = pair.client_net.payloads_by_reference();
+
+  // Only whole, aligned payloads inside it: the others take the ring.
+  REQUIRE(send_and_wait(pair, shared.at(4096 + 8, 65536)));  // off the cache line
+  CHECK(last_is(*pair.in, shared.at(4096 + 8, 65536), true));
+  const std::vector<std::byte> outside(payload.begin(), payload.end());  // a copy of it
+  REQUIRE(send_and_wait(pair, outside));
+  CHECK(last_is(*pair.in, payload, true));
+  CHECK(pair.client_net.payloads_through_shm() == by_ring + 2);
+  CHECK(pair.client_net.payloads_by_reference() == by_reference);
+
+  // A receiver that wants a copy gets the bytes in its own buffer.
+  pair.in->wants_in_place = false;
+  REQUIRE(send_and_wait(pair, payload));
+  CHECK(pair.client_net.payloads_by_reference() == by_reference + 1);
+  CHECK(last_is(*pair.in, payload, false));
+
+  // Withdrawn: the ring again.
+  pair.client_net.share_memory(shared.name, {});
+  REQUIRE(send_and_wait(pair, payload));
+  CHECK(pair.client_net.payloads_by_reference() == by_reference + 1);
+  CHECK(pair.client_net.payloads_through_shm() == by_ring + 3);
+  CHECK(last_is(*pair.in, payload, false));
+}
+
+TEST_CASE("ipc transport: memory a peer shares is mapped only by a byteps name, whole, or not at "
+          "all - saying why",
+          "[ipc]") {
+  using transport::ipc_detail::shared_mapping;
+  CHECK_THROWS_WITH(shared_mapping("/dev/../etc/passwd", 16),
+                    Catch::Contains("is not a byteps shared-memory name"));
+  CHECK_THROWS_WITH(shared_mapping("/bps-x/y", 16),
+                    Catch::Contains("is not a byteps shared-memory name"));
+  CHECK_THROWS_WITH(shared_mapping(fmt::format("/bps-test-{}-never-made", ::getpid()), 16),
+                    Catch::Contains("shm_open of shared memory"));
+  shared_segment shared;
+  CHECK_THROWS_WITH(shared_mapping(shared.name, 4u << 20), Catch::Contains("is smaller than"));
+  shared_mapping whole(shared.name, shared.segment.whole().size());
+  CHECK(whole.at(64 + 100, 10).size() == 10);
+  CHECK(std::equal(shared.at(100, 10).begin(), shared.at(100, 10).end(),
+                   whole.at(64 + 100, 10).begin()));
+  CHECK(whole.at(shared.segment.whole().size() - 4, 8).empty());  // past the end
+}
+
+TEST_CASE("ipc transport: shared memory is found by address - whole payloads inside a region, "
+          "none once it is withdrawn",
+          "[ipc]") {
+  transport::ipc_detail::shared_regions regions;
+  std::vector<std::byte> a(4096), b(4096);
+  regions.share("/bps-a", a);
+  regions.share("/bps-b", b);
+  const auto in_a = regions.find(std::span(a).subspan(100, 200));
+  REQUIRE(in_a);
+  CHECK(in_a->offset == 100);
+  CHECK(regions.name_of(in_a->id)->name == "/bps-a");
+  CHECK(regions.name_of(in_a->id)->bytes == 4096);
+  const auto in_b = regions.find(std::span(b).subspan(4000, 96));
+  REQUIRE(in_b);
+  CHECK(in_b->id != in_a->id);
+  std::vector<std::byte> elsewhere(64);
+  CHECK_FALSE(regions.find(elsewhere));
+  CHECK_FALSE(regions.find(std::span(a.data() + 4000, 97)));  // runs past the end
+  regions.share("/bps-a", {});
+  CHECK_FALSE(regions.find(std::span(a).subspan(100, 200)));
+  CHECK_FALSE(regions.name_of(in_a->id));
+  CHECK(regions.find(std::span(b).subspan(0, 10)));
+}
+
+TEST_CASE("ipc: local::host's owned slices reach the colocated servers by reference and are "
+          "summed where they lie - every dtype, exact sums",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = 65536;
+  cfg.fusion_bytes = 0;  // one push per payload, so the counts below match one to one
+  auto workers = std::make_shared<test::tally>(), servers = std::make_shared<test::tally>();
+  const int rounds = test::rounds(3, 2);
+  using comm_t = test::counted_comm_of<local::host>;
+  test::run_counted<comm_t>(
+      cfg,
+      [&](comm_t& comm) {
+        for (int round = 0; round < rounds; ++round)
+          for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{1} << 20,
+                                    std::size_t{8} << 20})
+            for (dtype t : all_dtypes) {
+              const std::size_t n = bytes / dtype_size(t);
+              auto b = test::fill(t, n, comm.rank(), round);
+              comm.push_pull(fmt::format("shared.{}.{}", dtype_name(t), bytes), b.data(), n, t)
+                  .wait();
+              auto wrong = test::first_wrong(t, b, n, comm.size(), round);
+              BPS_EXPECT(wrong == n, "{} of {} bytes, round {}: element {} is not the sum",
+                         dtype_name(t), bytes, round, wrong);
+            }
+      },
+      workers, servers, {2, 2});
+  CHECK(workers->by_reference > 0);
+  // Every push in shared memory was summed where it lay, by reference or in a ring.
+  CHECK(servers->in_place == workers->through_shm + workers->by_reference);
+  // A segment's pushes take the ring only until the server mapped it, in its first round.
+  CHECK(workers->through_shm * static_cast<std::uint64_t>(rounds - 1) <= workers->by_reference);
+  CHECK(servers->by_reference == 0);  // answers are copied: the servers share nothing
+}
