@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -30,8 +31,9 @@ struct holder final : transport::receiver {
   std::vector<bool> aligned;  // by payload: where it lay (in place) or was copied to
   std::vector<std::shared_ptr<const void>> held;  // by payload; empty when copied or let go
   std::vector<std::byte> buffer;
-  bool wants_in_place = true;  // false: every payload is copied into `buffer`
-  bool takes_in_place(const wire::header&) override { return wants_in_place; }
+  std::atomic<bool> wants_in_place{true};  // false: every payload is copied into `buffer`
+  std::string closed;                      // why the link closed, once it did
+  bool takes_in_place(const wire::header&) override { return wants_in_place.load(); }
   void on_message_in_place(const wire::header&, std::span<const std::byte> p,
                            std::shared_ptr<const void> keep) override {
     std::lock_guard lock(mu);
@@ -53,7 +55,11 @@ struct holder final : transport::receiver {
     held.emplace_back();
     cv.notify_all();
   }
-  void on_close(const std::string&) override {}
+  void on_close(const std::string& reason) override {
+    std::lock_guard lock(mu);
+    closed = reason.empty() ? "closed" : reason;
+    cv.notify_all();
+  }
   bool wait_for(std::size_t count) {
     std::unique_lock lock(mu);
     return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= count; });

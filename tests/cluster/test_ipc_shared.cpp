@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,6 +110,22 @@ TEST_CASE("ipc transport: a payload in memory the sender shares goes by referenc
   CHECK(pair.client_net.payloads_by_reference() == by_reference + 1);
   CHECK(pair.client_net.payloads_through_shm() == by_ring + 3);
   CHECK(last_is(*pair.in, payload, false));
+}
+
+TEST_CASE("ipc transport: a payload said to lie in shared memory the peer never shared closes "
+          "the link, saying so",
+          "[ipc]") {
+  ring_pair pair;
+  REQUIRE(pair.client->through_shm());
+  wire::header marker;  // what a broken or hostile peer could send: an id never offered
+  marker.type = transport::ipc_detail::ipc_shared_payload;
+  marker.key = 77;
+  marker.tensor_bytes = 65536;
+  pair.client->send(marker, {}, [] {});
+  std::unique_lock lock(pair.in->mu);
+  REQUIRE(pair.in->cv.wait_for(lock, std::chrono::seconds(10),
+                               [&] { return !pair.in->closed.empty(); }));
+  CHECK_THAT(pair.in->closed, Catch::Contains("shared memory 77 that the peer never shared"));
 }
 
 TEST_CASE("ipc transport: memory a peer shares is mapped only by a byteps name, whole, or not at "

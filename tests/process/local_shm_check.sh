@@ -3,7 +3,9 @@
 #   1. 2 machines x 2 local ranks + 2 servers, every dtype, ROUNDS rounds: exact sums;
 #   2. machines of 1 and 3 local ranks: exact sums;
 #   3. one local rank SIGKILLs itself mid-run: the job fails, the others exit;
-# and after each, nothing of the job is left in /dev/shm.
+# and after each, nothing of the job is left in /dev/shm;
+#   4. every local rank of a machine SIGKILLs itself mid-run: the names its segments kept (the
+#      colocated servers read its slices in place) stay until the next job on the machine.
 # Usage: local_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [ROUNDS]
 # ROUNDS (default 20, at least 4: a rank is killed at round 3) is 5 in the sanitizer suites.
 set -uo pipefail
@@ -60,4 +62,35 @@ run_case "a local rank killed before its first push_pull: the job fails, shared 
   --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 0
 run_case "a local rank killed at round 3: the job fails, shared memory is gone" fail \
   --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 3
+# Case 4: nobody of machine 1 is left to unlink its segments, whose names stay while the job
+# runs; the next job that shares segments on the machine removes them (their pids are dead).
+case_machine_killed() {
+  local name="every local rank of a machine killed at round 3: the next job removes what it left"
+  local rc=0 ok=1 start=$SECONDS first
+  "$launch" --servers 2 --timeout 120 --workers 2 --local-size 2 -- "$check" --rounds "$rounds" \
+    --kill-machine 1 --kill-at-round 3 >"$log" 2>&1 || rc=$?
+  first=$(grep -o 'job [0-9a-f]\{16\}' "$log" | awk '{print $2}' | sort -u | head -1)
+  if ((rc == 0)) || [[ -z $first ]]; then
+    echo "  the job did not fail as planned (exit $rc, job '${first}')" >&2
+    ok=0
+  elif ! compgen -G "/dev/shm/bps-$first-m1-*" >/dev/null; then
+    echo "  the killed machine left nothing behind: nothing to remove, the case tests nothing" >&2
+    ok=0
+  fi
+  "$launch" --servers 2 --timeout 120 --workers 2 --local-size 2 -- "$check" --rounds 1 >"$log" 2>&1 ||
+    { echo "  the next job failed" >&2; ok=0; }
+  if [[ -n $first ]] && compgen -G "/dev/shm/bps-$first-*" >/dev/null; then
+    echo "  still in /dev/shm after the next job: $(ls /dev/shm | grep "bps-$first-" | tr '\n' ' ')" >&2
+    ok=0
+  fi
+  left_in_shm || ok=0
+  if ((ok)); then
+    echo "PASS $name ($((SECONDS - start)) s, nothing left in /dev/shm)"
+  else
+    echo "FAIL $name ($((SECONDS - start)) s)"
+    tail -20 "$log"
+    failures=$((failures + 1))
+  fi
+}
+case_machine_killed
 exit $((failures > 0))

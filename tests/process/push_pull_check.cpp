@@ -3,12 +3,13 @@
 // that is not the exact reference sum. With BYTEPS_LOCAL_SIZE > 1 (or --local-stage host) the
 // processes of a machine meet in shared memory first (bps::local::host).
 //
-//   push_pull_check [--rounds N] [--local-stage auto|host|none] [--kill-rank G --kill-at-round R]
+//   push_pull_check [--rounds N] [--local-stage auto|host|none]
+//                   [--kill-rank G | --kill-machine M] [--kill-at-round R]
 //
 // --rounds: the sanitizer suites run 5, where every instrumented byte costs 5-20 times more;
 // each round's values differ, so several rounds still check that no state leaks between them.
 // --kill-rank/--kill-at-round: worker G sends itself SIGKILL at the start of round R (the
-// shared-memory cleanup test). Every worker prints "job <id>" so scripts can find its segments.
+// shared-memory cleanup test); --kill-machine: every local rank of machine M does. Every worker prints "job <id>" so scripts can find its segments.
 // Built with BYTEPS_CHECK_TLS=1 (tests/tls) it runs over transport::tls<tcp> instead of tcp.
 #include <byteps/byteps.hpp>
 #if BYTEPS_CHECK_TLS
@@ -31,6 +32,7 @@ struct Args {
   std::string local_stage = "auto";
   int rounds = 20;
   int kill_rank = -1;
+  int kill_machine = -1;
   int kill_at_round = -1;
 };
 
@@ -44,7 +46,9 @@ int check(const bps::Config& cfg, const Args& args) {
   const std::size_t sizes[] = {1, 7, 4097, 100003, 1100007};
   std::size_t checked = 0;
   for (int round = 0; round < args.rounds; ++round) {
-    if (rank == args.kill_rank && round == args.kill_at_round) std::raise(SIGKILL);
+    if ((rank == args.kill_rank || comm.machine() == args.kill_machine) &&
+        round == args.kill_at_round)
+      std::raise(SIGKILL);
     std::vector<std::vector<std::byte>> buffers;
     std::vector<bps::handle> handles;
     for (bps::dtype t : bps::all_dtypes)
@@ -87,12 +91,14 @@ int main(int argc, char** argv) {
       args.rounds = std::atoi(argv[++i]);
     } else if (i + 1 < argc && a == "--kill-rank") {
       args.kill_rank = std::atoi(argv[++i]);
+    } else if (i + 1 < argc && a == "--kill-machine") {
+      args.kill_machine = std::atoi(argv[++i]);
     } else if (i + 1 < argc && a == "--kill-at-round") {
       args.kill_at_round = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: push_pull_check [--rounds N>=1] [--local-stage auto|host|none] "
-                   "[--kill-rank G --kill-at-round R]\n");
+                   "[--kill-rank G | --kill-machine M] [--kill-at-round R]\n");
       return 2;
     }
   }

@@ -15,7 +15,9 @@
 /// `share_segments(true)` (the worker asks when its transport lets a colocated server read
 /// payloads in place, `transport::ipc`) a tensor's segment keeps its name until a local rank
 /// lets go of the tensor or shuts down, so the server can map it and sum the owned slices where
-/// they lie; only a crash of every local rank of the machine then leaves names behind.
+/// they lie. Such a job's control segment keeps its name too, with its local ranks' pids: what
+/// a crash of every local rank of the machine leaves, the next job that shares segments on the
+/// machine removes when it attaches (as `transport::ipc` does for rings).
 ///
 /// Failures: a local rank whose operation fails after its copy in marks the tensor failed in
 /// its segment (`abandon`, or `all_gather` after a server refused its slices); the others then
@@ -26,11 +28,20 @@
 /// @par Thread Safety
 /// The steps run on the worker's one stage thread.
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -69,10 +80,14 @@ class host {
     cluster_ = c;
     log_.rename(fmt::format("worker {}.{} local", c.machine, local_rank_));
     const auto deadline = clock::now() + std::chrono::seconds(30);
+    if (share_) remove_orphan_segments();
     control_ = detail::shm_segment(segment_name(c.job_id, c.machine, "control"),
-                                   sizeof(control_block), 0xc0417201, local_size_, deadline,
-                                   "local ranks meeting");
+                                   sizeof(control_block), control_fingerprint,
+                                   share_ ? 0 : local_size_, deadline, "local ranks meeting");
     control_block_ = reinterpret_cast<control_block*>(control_.data());
+    control_block_->local_size.store(static_cast<std::uint32_t>(local_size_));
+    if (local_rank_ >= 0 && static_cast<std::uint32_t>(local_rank_) < control_block::max_ranks)
+      control_block_->pids[local_rank_].store(static_cast<std::int32_t>(::getpid()));
     log_.info("local ranks of machine {} meet in shared memory /dev/shm{}",
               c.machine, segment_name(c.job_id, c.machine, "*"));
   }
@@ -174,12 +189,62 @@ class host {
   }
 
  private:
+  static constexpr std::uint64_t control_fingerprint = 0xc0417202;
   struct control_block {
     static constexpr std::uint32_t capacity = 16384;
+    static constexpr std::uint32_t max_ranks = 1024;  // BYTEPS_LOCAL_SIZE's bound
     std::atomic<std::uint32_t> bell;
     std::atomic<std::uint32_t> registered;
+    std::atomic<std::uint32_t> local_size;
+    std::atomic<std::int32_t> pids[max_ranks];  // by local rank; 0 until it attached
     std::uint64_t keys[capacity];  // tensor segments created, for cleanup after a crash
   };
+
+  // Whether every local rank of a job attached and none of them lives any more.
+  static bool all_gone(const control_block& b) {
+    const auto n = std::min(b.local_size.load(), control_block::max_ranks);
+    if (n == 0) return false;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto pid = b.pids[i].load();
+      if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) return false;
+    }
+    return true;
+  }
+
+  // Removes the segments of jobs whose local ranks all died on this machine: each such job's
+  // control segment (named `...-control`, kept while it shared segments) lists them.
+  static void remove_orphan_segments() {
+    constexpr std::size_t bytes = sizeof(detail::segment_header) + sizeof(control_block);
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string file = entry.path().filename().string();
+      if (!file.starts_with("bps-") || file.starts_with("bps-ipc-") || !file.ends_with("-control"))
+        continue;
+      const std::string name = "/" + file;
+      const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+      if (fd < 0) continue;
+      struct stat st{};
+      void* p = MAP_FAILED;
+      if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes)
+        p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (p == MAP_FAILED) continue;
+      const auto* header = static_cast<const detail::segment_header*>(p);
+      const auto* block = reinterpret_cast<const control_block*>(static_cast<const std::byte*>(p) +
+                                                                 sizeof(detail::segment_header));
+      std::vector<std::string> doomed;
+      if (header->magic.load() == detail::segment_header::ready_magic &&
+          header->fingerprint == control_fingerprint && header->users == 0 && all_gone(*block)) {
+        const auto prefix = name.substr(0, name.size() - std::strlen("control"));
+        const auto n = std::min<std::uint32_t>(block->registered.load(), control_block::capacity);
+        for (std::uint32_t i = 0; i < n; ++i)
+          if (block->keys[i] != 0) doomed.push_back(fmt::format("{}{:016x}", prefix, block->keys[i]));
+        doomed.push_back(name);
+      }
+      ::munmap(p, bytes);
+      for (const auto& d : doomed) ::shm_unlink(d.c_str());
+    }
+  }
   struct tensor_block {
     std::atomic<std::uint64_t> arrived;
     std::atomic<std::uint64_t> finished;

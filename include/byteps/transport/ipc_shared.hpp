@@ -60,8 +60,8 @@ class shared_regions {
     std::lock_guard lock(mu_);
     for (auto it = regions_.begin(); it != regions_.end();)
       it = it->second.name == name ? regions_.erase(it) : std::next(it);
-    if (!memory.empty())
-      regions_.emplace(address(memory.data()), region{next_id_++, name, memory.size()});
+    if (!memory.empty())  // a mapping at the same address replaces one never withdrawn
+      regions_.insert_or_assign(address(memory.data()), region{next_id_++, name, memory.size()});
     any_ = !regions_.empty();
   }
 

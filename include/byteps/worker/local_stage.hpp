@@ -250,7 +250,10 @@ class local_stage {
   }
 
   // The communicator fails the slices of a dead operation; their handles complete once the
-  // transport let go of the memory they point into.
+  // transport let go of the memory they point into. A push a colocated server reads by
+  // reference (`share_`) it may still read after that: its tensor is refused from then on, so
+  // nothing writes those bytes again (the network stage's payloads are only ever rewritten by
+  // their answers or by the tensor's next operation, both after the server read them).
   static void wait_for_network(operation& op) {
     for (auto& h : op.slices) {
       try {

@@ -214,8 +214,11 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
         return;
       }
       if (h.type == ipc_detail::ipc_share) {
-        // Map the peer's shared memory; refuse (no answer) when it cannot be mapped: its
-        // payloads then come through the ring.
+        // Map the peer's shared memory; refuse (no answer) when it cannot be mapped, or from a
+        // peer that may not use shared memory: its payloads then come through the ring or the
+        // inner link.
+        if (!l->owner_->enabled_ || !l->same_host() || shared_.size() >= max_shared_regions)
+          return;
         try {
           const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
           shared_[h.key] = std::make_shared<const ipc_detail::shared_mapping>(name, h.tensor_bytes);
@@ -227,8 +230,14 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
       if (h.type == ipc_detail::ipc_share_accept) return l->share_accepted(h.key);
       if (h.type == ipc_detail::ipc_shared_payload) {
         auto it = shared_.find(h.key);
-        if (it == shared_.end() || it->second->at(h.offset, h.tensor_bytes).empty())
-          throw std::runtime_error("ipc payload outside the memory its peer shared");
+        if (it == shared_.end())
+          throw std::runtime_error(fmt::format("ipc payload in shared memory {} that the peer "
+                                               "never shared (or this end could not map)",
+                                               h.key));
+        if (it->second->at(h.offset, h.tensor_bytes).empty())
+          throw std::runtime_error(fmt::format("ipc payload of {} bytes at {} outside the shared "
+                                               "memory {}",
+                                               h.tensor_bytes, h.offset, h.key));
         pending_ = pending_payload{h.offset, h.tensor_bytes, it->second};
       }
       // Other transport frames: a newer peer's; ignored.
@@ -241,6 +250,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     // The peer's ring, once offered; shared with the payloads the node holds in place.
     std::shared_ptr<ipc_detail::ring_reader> ring_;
     std::uint64_t next_pos_ = 0;  // where the next ring payload may start
+    // Mappings a peer may make this end hold (each costs one of the process's mappings).
+    static constexpr std::size_t max_shared_regions = 16384;
     // The memory the peer shared, by its id; shared with the payloads the node holds in place.
     std::unordered_map<std::uint64_t, std::shared_ptr<const ipc_detail::shared_mapping>> shared_;
     std::optional<pending_payload> pending_;
