@@ -1,12 +1,16 @@
 #pragma once
 // `counted_ipc`: ipc over tcp that adds what it did to a tally of its role when it goes (a
-// communicator does not show its transport), and `run_counted`, a cluster of such nodes.
+// communicator does not show its transport), `run_counted`, a cluster of such nodes, and
+// `exact_sums_at`, the job the tests that count run on it.
+#include "cluster.hpp"
 #include "run_cluster.hpp"
+#include "values.hpp"
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -66,6 +70,24 @@ void run_counted(const Config& cfg, const std::function<void(std::type_identity_
         o.counts = c.node_role == role::server ? servers : workers;
         return o;
       });
+}
+
+// Every dtype at each of `sizes` bytes for `rounds` rounds, as tensors `<prefix>.<dtype>.<bytes>`:
+// exact sums.
+template <class Comm>
+void exact_sums_at(Comm& comm, const std::string& prefix, int rounds,
+                   const std::vector<std::size_t>& sizes) {
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t bytes : sizes)
+      for (dtype t : all_dtypes) {
+        const std::size_t n = bytes / dtype_size(t);
+        auto b = fill(t, n, comm.rank(), round);
+        comm.push_pull(fmt::format("{}.{}.{}", prefix, dtype_name(t), bytes), b.data(), n, t)
+            .wait();
+        auto wrong = first_wrong(t, b, n, comm.size(), round);
+        BPS_EXPECT(wrong == n, "{} of {} bytes, round {}: element {} is not the sum",
+                   dtype_name(t), bytes, round, wrong);
+      }
 }
 
 }  // namespace bps::test

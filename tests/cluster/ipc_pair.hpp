@@ -60,6 +60,13 @@ struct holder final : transport::receiver {
     closed = reason.empty() ? "closed" : reason;
     cv.notify_all();
   }
+  // Waits (10 s at most) for as many payloads as `sent`; true when they are those.
+  bool received(const std::vector<std::vector<std::byte>>& sent) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10),
+                       [&] { return got.size() >= sent.size(); }) &&
+           got == sent;
+  }
   bool wait_for(std::size_t count) {
     std::unique_lock lock(mu);
     return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= count; });

@@ -4,6 +4,7 @@
 #include "cluster.hpp"
 #include "counted_ipc.hpp"
 #include "exact_rounds.hpp"
+#include "ipc_pair.hpp"
 #include "failover_cluster.hpp"
 #include "poll_until.hpp"
 #include "run_cluster.hpp"
@@ -90,38 +91,17 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
     c.enable_ipc = enabled;
     ipc_tcp server_net(c), client_net(c);
 
-    struct collect final : transport::receiver {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::vector<std::vector<std::byte>> got;
-      std::vector<std::byte> buffer;
-      std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
-        buffer.resize(h.payload_bytes);
-        return buffer;
-      }
-      void on_message(const wire::header&, std::span<std::byte> p) override {
-        std::lock_guard lock(mu);
-        got.emplace_back(p.begin(), p.end());
-        cv.notify_all();
-      }
-      void on_close(const std::string&) override {}
-      // Waits (10 s at most) for as many payloads as were sent; true when they are those.
-      bool received(const std::vector<std::vector<std::byte>>& sent) {
-        std::unique_lock lock(mu);
-        return cv.wait_for(lock, std::chrono::seconds(10),
-                           [&] { return got.size() >= sent.size(); }) &&
-               got == sent;
-      }
-    };
-    auto server_side = std::make_shared<collect>();
+    auto server_side = std::make_shared<test::holder>();
+    server_side->wants_in_place = false;
     std::shared_ptr<ipc_tcp::link> accepted;
     const auto port = server_net.listen("127.0.0.1", 0, [&](std::shared_ptr<ipc_tcp::link> l) {
       accepted = l;
       l->start(server_side);
     });
     auto client = client_net.connect("127.0.0.1", port, std::chrono::seconds(5));
-    std::shared_ptr<transport::receiver> client_receiver = std::make_shared<collect>();
-    client->start(client_receiver);
+    auto client_side = std::make_shared<test::holder>();
+    client_side->wants_in_place = false;
+    client->start(client_side);
     // Enabled, wait for the handshake (its round trip, the ring mapped); disabled, give a wrong
     // handshake the time to happen. Then send payloads of every size class.
     if (enabled) {
@@ -147,7 +127,6 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
       test::poll_until([&] { return accepted->through_shm(); }, std::chrono::seconds(10));
     CHECK(accepted->through_shm() == enabled);
     CHECK(client->through_shm() == enabled);
-    auto client_side = std::static_pointer_cast<collect>(client_receiver);
     for (auto& p : sent) {
       wire::header h;
       h.type = wire::msg::pull_response;
@@ -199,18 +178,9 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
   run_counted(
       cfg,
       [&](counted_comm& comm) {
-        for (int round = 0; round < rounds; ++round)
-          for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{256} << 10,
-                                    std::size_t{4} << 20, std::size_t{64} << 20})
-            for (dtype t : all_dtypes) {
-              const std::size_t n = bytes / dtype_size(t);
-              auto b = test::fill(t, n, comm.rank(), round);
-              comm.push_pull(fmt::format("in_place.{}.{}", dtype_name(t), bytes), b.data(), n, t)
-                  .wait();
-              auto wrong = test::first_wrong(t, b, n, comm.size(), round);
-              BPS_EXPECT(wrong == n, "{} of {} bytes, round {}: element {} is not the sum",
-                         dtype_name(t), bytes, round, wrong);
-            }
+        test::exact_sums_at(comm, "in_place", rounds,
+                            {std::size_t{16} << 10, std::size_t{256} << 10, std::size_t{4} << 20,
+                             std::size_t{64} << 20});
       },
       workers, servers);
   // Every push that took a ring was summed from it, and nothing else was.

@@ -35,6 +35,17 @@ left_in_shm() {
   return $left
 }
 
+# report NAME OK WHAT: one PASS or FAIL line (WHAT: how it ended), the log's tail on failure.
+report() {
+  if (($2)); then
+    echo "PASS $1 ($3, nothing left in /dev/shm)"
+  else
+    echo "FAIL $1 ($3)"
+    tail -20 "$log"
+    failures=$((failures + 1))
+  fi
+}
+
 run_case() {
   local name=$1 expect=$2
   shift 2
@@ -44,13 +55,7 @@ run_case() {
   if [[ $expect == pass && $rc -ne 0 ]]; then ok=0; fi
   if [[ $expect == fail && $rc -eq 0 ]]; then ok=0; fi
   left_in_shm || ok=0
-  if ((ok)); then
-    echo "PASS $name (launcher exit $rc after $((SECONDS - start)) s, nothing left in /dev/shm)"
-  else
-    echo "FAIL $name (launcher exit $rc after $((SECONDS - start)) s)"
-    tail -20 "$log"
-    failures=$((failures + 1))
-  fi
+  report "$name" "$ok" "launcher exit $rc after $((SECONDS - start)) s"
 }
 
 export BYTEPS_PARTITION_BYTES=65536 BYTEPS_LOG_LEVEL=WARNING
@@ -84,13 +89,7 @@ case_machine_killed() {
     ok=0
   fi
   left_in_shm || ok=0
-  if ((ok)); then
-    echo "PASS $name ($((SECONDS - start)) s, nothing left in /dev/shm)"
-  else
-    echo "FAIL $name ($((SECONDS - start)) s)"
-    tail -20 "$log"
-    failures=$((failures + 1))
-  fi
+  report "$name" "$ok" "$((SECONDS - start)) s"
 }
 case_machine_killed
 exit $((failures > 0))

@@ -15,9 +15,10 @@
 /// `share_segments(true)` (the worker asks when its transport lets a colocated server read
 /// payloads in place, `transport::ipc`) a tensor's segment keeps its name until a local rank
 /// lets go of the tensor or shuts down, so the server can map it and sum the owned slices where
-/// they lie. Such a job's control segment keeps its name too, with its local ranks' pids: what
-/// a crash of every local rank of the machine leaves, the next job that shares segments on the
-/// machine removes when it attaches (as `transport::ipc` does for rings).
+/// they lie. Such a job's control segment keeps its name too, with its local ranks' pids, and
+/// each local rank holds a shared lock on it while it lives: what a crash of every local rank
+/// of the machine leaves (no lock held, every pid gone), the next job that shares segments on
+/// the machine removes when it attaches (as `transport::ipc` does for rings).
 ///
 /// Failures: a local rank whose operation fails after its copy in marks the tensor failed in
 /// its segment (`abandon`, or `all_gather` after a server refused its slices); the others then
@@ -30,6 +31,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -80,12 +82,19 @@ class host {
     cluster_ = c;
     log_.rename(fmt::format("worker {}.{} local", c.machine, local_rank_));
     const auto deadline = clock::now() + std::chrono::seconds(30);
-    if (share_) remove_orphan_segments();
+    if (share_) remove_orphan_segments();  // before this job's own control exists
     control_ = detail::shm_segment(segment_name(c.job_id, c.machine, "control"),
                                    sizeof(control_block), control_fingerprint,
                                    share_ ? 0 : local_size_, deadline, "local ranks meeting");
     control_block_ = reinterpret_cast<control_block*>(control_.data());
     control_block_->local_size.store(static_cast<std::uint32_t>(local_size_));
+    // A shared lock on the control segment for as long as this rank lives (the kernel drops it
+    // when the process dies), taken before the pid is written: a job that sweeps leftovers sees
+    // a live rank by its lock even where it cannot see its pid (another pid namespace).
+    if (share_) {
+      alive_lock_ = ::shm_open(control_.name().c_str(), O_RDONLY, 0);
+      if (alive_lock_ >= 0) ::flock(alive_lock_, LOCK_SH);
+    }
     if (local_rank_ >= 0 && static_cast<std::uint32_t>(local_rank_) < control_block::max_ranks)
       control_block_->pids[local_rank_].store(static_cast<std::int32_t>(::getpid()));
     log_.info("local ranks of machine {} meet in shared memory /dev/shm{}",
@@ -186,6 +195,8 @@ class host {
           ::shm_unlink(tensor_segment(key).c_str());
     }
     control_.unlink();
+    if (alive_lock_ >= 0) ::close(alive_lock_);
+    alive_lock_ = -1;
   }
 
  private:
@@ -223,12 +234,18 @@ class host {
       const std::string name = "/" + file;
       const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
       if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // some local rank of that job lives
+        ::close(fd);
+        continue;
+      }
       struct stat st{};
       void* p = MAP_FAILED;
       if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes)
         p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (p == MAP_FAILED) continue;
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        continue;
+      }
       const auto* header = static_cast<const detail::segment_header*>(p);
       const auto* block = reinterpret_cast<const control_block*>(static_cast<const std::byte*>(p) +
                                                                  sizeof(detail::segment_header));
@@ -243,6 +260,7 @@ class host {
       }
       ::munmap(p, bytes);
       for (const auto& d : doomed) ::shm_unlink(d.c_str());
+      ::close(fd);  // drops the lock, after the names are gone
     }
   }
   struct tensor_block {
@@ -307,6 +325,7 @@ class host {
   cluster cluster_;
   detail::shm_segment control_;
   control_block* control_block_ = nullptr;
+  int alive_lock_ = -1;  // the control segment, shared-locked while this rank lives
   std::vector<const std::byte*> inputs_;  // stage thread only
   std::vector<std::byte> scratch_;        // stage thread only
 };
