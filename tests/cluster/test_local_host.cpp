@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include <unistd.h>
+
 using namespace bps;
 using bps::test::cluster;
 using bps::test::host_comm_t;
@@ -166,4 +168,29 @@ TEST_CASE("host: misuse is refused at the call", "[local]") {
     auto after = test::message_of<usage_error>([&] { comm.push_pull("t", std::span(v)); });
     BPS_EXPECT(after.find("shut down") != std::string::npos, "{}", after);
   });
+}
+
+TEST_CASE("host: a job that shares its segments is never swept as a dead one while a local rank "
+          "of it lives - its lock tells",
+          "[cluster][host]") {
+  auto cfg = test::base_config(1, 1);
+  cfg.local_size = 1;
+  cfg.local_rank = 0;
+  // Job ids of this test alone, from its pid.
+  const std::uint64_t live_job = 0x5eed000000000000ull | static_cast<std::uint64_t>(::getpid());
+  const std::uint64_t next_job = live_job + (std::uint64_t{1} << 32);
+  local::host live(cfg);
+  live.share_segments(true);
+  live.attach(local::cluster{.job_id = live_job});
+  REQUIRE(shm_files_of(live_job) == 1);  // its control segment, kept by name while it lives
+  // The next job's attach sweeps what dead jobs left: the live one holds its lock, though it
+  // attached as fully as a dead one would have (its pid recorded).
+  local::host next(cfg);
+  next.share_segments(true);
+  next.attach(local::cluster{.job_id = next_job});
+  CHECK(shm_files_of(live_job) == 1);
+  live.shutdown();
+  next.shutdown();
+  CHECK(shm_files_of(live_job) == 0);
+  CHECK(shm_files_of(next_job) == 0);
 }

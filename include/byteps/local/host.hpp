@@ -17,8 +17,8 @@
 /// lets go of the tensor or shuts down, so the server can map it and sum the owned slices where
 /// they lie. Such a job's control segment keeps its name too, with its local ranks' pids, and
 /// each local rank holds a shared lock on it while it lives: what a crash of every local rank
-/// of the machine leaves (no lock held, every pid gone), the next job that shares segments on
-/// the machine removes when it attaches (as `transport::ipc` does for rings).
+/// of the machine leaves (the lock free though every rank had taken it), the next job that
+/// shares segments on the machine removes when it attaches (as `transport::ipc` does for rings).
 ///
 /// Failures: a local rank whose operation fails after its copy in marks the tensor failed in
 /// its segment (`abandon`, or `all_gather` after a server refused its slices); the others then
@@ -30,7 +30,6 @@
 /// The steps run on the worker's one stage thread.
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -38,7 +37,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -70,8 +68,9 @@ class host {
   host& operator=(const host&) = delete;
   ~host() { shutdown(); }
 
-  /// Keeps tensor segments' names for the job, and names the segment of `work::owned`
-  /// (`work::owned_segment`). Before the first operation; the same on every local rank.
+  /// Keeps tensor segments' names for the job, and names the segment of `work::owned` in the
+  /// tensor's first operation (`work::owned_segment`). Before the first operation; the same on
+  /// every local rank.
   void share_segments(bool on) noexcept { share_ = on; }
 
   int local_rank() const noexcept { return local_rank_; }
@@ -89,8 +88,9 @@ class host {
     control_block_ = reinterpret_cast<control_block*>(control_.data());
     control_block_->local_size.store(static_cast<std::uint32_t>(local_size_));
     // A shared lock on the control segment for as long as this rank lives (the kernel drops it
-    // when the process dies), taken before the pid is written: a job that sweeps leftovers sees
-    // a live rank by its lock even where it cannot see its pid (another pid namespace).
+    // when the process dies), taken before the pid is written, which marks the rank attached:
+    // a job that sweeps leftovers tells a live rank by its lock alone, which another pid
+    // namespace cannot hide.
     if (share_) {
       alive_lock_ = ::shm_open(control_.name().c_str(), O_RDONLY, 0);
       if (alive_lock_ >= 0) ::flock(alive_lock_, LOCK_SH);
@@ -207,18 +207,17 @@ class host {
     std::atomic<std::uint32_t> bell;
     std::atomic<std::uint32_t> registered;
     std::atomic<std::uint32_t> local_size;
-    std::atomic<std::int32_t> pids[max_ranks];  // by local rank; 0 until it attached
+    std::atomic<std::int32_t> pids[max_ranks];  // by local rank; 0 until it holds its lock
     std::uint64_t keys[capacity];  // tensor segments created, for cleanup after a crash
   };
 
-  // Whether every local rank of a job attached and none of them lives any more.
-  static bool all_gone(const control_block& b) {
+  // Whether every local rank of a job got as far as taking its lock (it writes its pid after):
+  // if so, a lock that is free means that none of them lives any more.
+  static bool all_attached(const control_block& b) {
     const auto n = std::min(b.local_size.load(), control_block::max_ranks);
     if (n == 0) return false;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const auto pid = b.pids[i].load();
-      if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) return false;
-    }
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (b.pids[i].load() <= 0) return false;
     return true;
   }
 
@@ -251,11 +250,13 @@ class host {
                                                                  sizeof(detail::segment_header));
       std::vector<std::string> doomed;
       if (header->magic.load() == detail::segment_header::ready_magic &&
-          header->fingerprint == control_fingerprint && header->users == 0 && all_gone(*block)) {
+          header->fingerprint == control_fingerprint && header->users == 0 &&
+          all_attached(*block)) {
         const auto prefix = name.substr(0, name.size() - std::strlen("control"));
         const auto n = std::min<std::uint32_t>(block->registered.load(), control_block::capacity);
         for (std::uint32_t i = 0; i < n; ++i)
-          if (block->keys[i] != 0) doomed.push_back(fmt::format("{}{:016x}", prefix, block->keys[i]));
+          if (block->keys[i] != 0)
+            doomed.push_back(fmt::format("{}{:016x}", prefix, block->keys[i]));
         doomed.push_back(name);
       }
       ::munmap(p, bytes);
@@ -315,7 +316,7 @@ class host {
     }
     w.owned = t.result(local_size_) +
               owned_range(w.count, local_rank_, local_size_, cluster_.slices).first * esize;
-    if (share_) w.owned_segment = {t.segment.name(), t.segment.whole()};
+    if (share_ && w.round == 0) w.owned_segment = {t.segment.name(), t.segment.whole()};
   }
 
   int local_rank_;

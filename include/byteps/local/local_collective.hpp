@@ -101,8 +101,9 @@ struct work {
   /// set by `reduce_scatter`; the engine push_pulls the owned slices in place, and
   /// `all_gather` spreads the result.
   std::byte* owned = nullptr;
-  /// The segment `owned` lies in, set by `reduce_scatter` when the policy keeps the segment's
-  /// name for the whole job (`local::host::share_segments`); empty otherwise. The engine shares
+  /// The segment `owned` lies in, set by the tensor's first `reduce_scatter` when the policy
+  /// keeps the segment's name for the whole job (`local::host::share_segments`); empty
+  /// otherwise (later operations use the same segment). The engine shares
   /// it with a transport that can let a colocated server read the owned slices where they lie
   /// (`transport::ipc::share_memory`), instead of copying them into its ring.
   named_memory owned_segment;

@@ -35,7 +35,6 @@
 #include <span>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -222,10 +221,12 @@ class local_stage {
     }
   }
 
-  // A segment's first operation shares it with the transport, until `stop`.
+  // A segment's first operation names it (`work::owned_segment`): shared with the transport
+  // until `stop`.
   void share(const local::named_memory& segment) {
-    if (!share_ || segment.name.empty() || !shared_.insert(segment.name).second) return;
+    if (!share_ || segment.name.empty()) return;
     share_(segment.name, segment.mapping);
+    shared_.push_back(segment.name);
   }
 
   // `op` alone failed: a step threw something other than communicator_error.
@@ -275,7 +276,7 @@ class local_stage {
   network_fn network_;
   die_fn die_;
   share_fn share_;
-  std::unordered_set<std::string> shared_;  // segments shared so far; stage thread, then stop
+  std::vector<std::string> shared_;  // segments shared so far; stage thread, then stop
   detail::tracer& trace_;
   local::cluster cluster_;
   std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // the machine's doorbell
