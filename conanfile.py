@@ -1,4 +1,4 @@
-"""Conan 2 recipe for byteps, a header-only C++20 library.
+"""Conan 2 recipe for byteps, a header-only C++20 library with an optional compiled mode.
 
     conan create . -s compiler.cppstd=20 --build=missing
 
@@ -15,7 +15,10 @@ Its targets are the CMake package's, one Conan component each (cmake/tls.cmake, 
 cuda.cmake): byteps::byteps (asio, fmt, libcrypto), byteps::tls (adds libssl), byteps::rdma
 (adds rdma-core's libibverbs and librdmacm; option with_rdma) and byteps::cuda (adds the CUDA
 runtime and NCCL, which are no Conan packages: linked by name from the consumer's system;
-option with_cuda). tests/install/check_conanfile.py checks this description without Conan.
+option with_cuda). With the option compiled, the package also builds and ships the library of
+compiled mode, byteps::compiled (cmake/compiled.cmake: the shipped policies' Communicator,
+Server and SchedulerNode, and BYTEPS_COMPILED for its users); the package then depends on the
+settings. tests/install/check_conanfile.py checks this description without Conan.
 """
 
 import os
@@ -24,6 +27,7 @@ import re
 from conan import ConanFile
 from conan.errors import ConanException, ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain
 from conan.tools.files import copy, load
 from conan.tools.layout import basic_layout
 
@@ -39,9 +43,11 @@ class BytepsConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     # The components that need more than asio, fmt and OpenSSL, as the CMake build's
     # BYTEPS_WITH_RDMA and BYTEPS_WITH_CUDA; off by default, as those libraries are not everywhere.
-    options = {"with_rdma": [True, False], "with_cuda": [True, False]}
-    default_options = {"with_rdma": False, "with_cuda": False}
-    exports_sources = "include/*", "cmake/*", "CMakeLists.txt", "LICENSE*"
+    # compiled: also build byteps::compiled (compiled mode), as the CMake build's
+    # BYTEPS_BUILD_COMPILED; off by default, so the package stays headers only.
+    options = {"with_rdma": [True, False], "with_cuda": [True, False], "compiled": [True, False]}
+    default_options = {"with_rdma": False, "with_cuda": False, "compiled": False}
+    exports_sources = "include/*", "src/*", "cmake/*", "CMakeLists.txt", "LICENSE*"
     no_copy_source = True
 
     def set_version(self):
@@ -69,9 +75,32 @@ class BytepsConan(ConanFile):
             # transport/rdma.hpp includes infiniband/verbs.h and rdma/rdma_cma.h.
             self.requires("rdma-core/48.0", transitive_headers=True)
 
+    def configure(self):
+        if self.options.compiled:
+            self.package_type = "static-library"
+
     def package_id(self):
-        # Headers only: one package serves every os, arch, compiler and build type.
-        self.info.clear()
+        # Headers only: one package serves every os, arch, compiler and build type. The
+        # compiled library depends on all of them.
+        if not self.info.options.compiled:
+            self.info.clear()
+
+    def generate(self):
+        if self.options.compiled:
+            tc = CMakeToolchain(self)
+            tc.cache_variables["BYTEPS_BUILD_COMPILED"] = True
+            for off in ("BYTEPS_BUILD_TESTS", "BYTEPS_BUILD_EXAMPLES", "BYTEPS_BUILD_TOOLS"):
+                tc.cache_variables[off] = False
+            tc.cache_variables["BYTEPS_WITH_CUDA"] = "OFF"
+            tc.cache_variables["BYTEPS_WITH_RDMA"] = "OFF"
+            tc.generate()
+            CMakeDeps(self).generate()
+
+    def build(self):
+        if self.options.compiled:
+            cmake = CMake(self)
+            cmake.configure()
+            cmake.build(target="byteps_compiled")
 
     def validate(self):
         if self.settings.get_safe("compiler.cppstd"):
@@ -84,6 +113,9 @@ class BytepsConan(ConanFile):
              dst=os.path.join(self.package_folder, "licenses"))
         copy(self, "*.hpp", src=os.path.join(self.source_folder, "include"),
              dst=os.path.join(self.package_folder, "include"))
+        if self.options.compiled:
+            copy(self, "libbyteps.a", src=self.build_folder,
+                 dst=os.path.join(self.package_folder, "lib"), keep_path=False)
 
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "byteps")
@@ -103,6 +135,13 @@ class BytepsConan(ConanFile):
         if self.settings.os in ("Linux", "FreeBSD"):
             core.system_libs = ["pthread"]
 
+        # byteps::compiled: the library of compiled mode (cmake/compiled.cmake).
+        if self.options.compiled:
+            compiled = self._component("compiled")
+            compiled.requires = ["byteps"]
+            compiled.defines = ["BYTEPS_COMPILED"]
+            compiled.libs = ["byteps"]
+            compiled.libdirs = ["lib"]
         # byteps::tls: bps::transport::tls<tcp>, over OpenSSL's libssl (cmake/tls.cmake).
         self._component("tls").requires = ["byteps", "openssl::ssl"]
         # byteps::rdma: bps::transport::rdma, over rdma-core (cmake/rdma.cmake).

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/local/nccl.hpp>
 #include <chrono>
 #include <cstdio>

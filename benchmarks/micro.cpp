@@ -20,7 +20,7 @@
 //
 // Targets (issue 4): fp32 sum >= 0.8x memcpy, fp16/bf16 >= 0.5x; < 2 us per partition.
 // Pin to one core for stable figures, e.g. `taskset -c 1 bps-micro`.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/detail/tracer.hpp>  // BM_trace_hooks: not part of the public API
 
 #include <benchmark/benchmark.h>

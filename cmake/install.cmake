@@ -13,6 +13,12 @@
 #   find_package(byteps CONFIG REQUIRED COMPONENTS tls)
 #   target_link_libraries(app PRIVATE byteps::tls)    # tls.hpp: byteps + libssl
 #
+# With byteps::compiled built (BYTEPS_BUILD_COMPILED, the default) the package also has the
+# component "compiled", the library of the shipped policies' instantiations:
+#
+#   find_package(byteps CONFIG REQUIRED COMPONENTS compiled)
+#   target_link_libraries(app PRIVATE byteps::compiled)  # byteps + BYTEPS_COMPILED + libbyteps
+#
 # With CUDA (BYTEPS_HAVE_CUDA) the package also has the component "cuda":
 #
 #   find_package(byteps CONFIG REQUIRED COMPONENTS cuda)
@@ -23,6 +29,8 @@
 #   cmake --install <build> --prefix <dir> --component byteps_development
 # byteps is header-only: ARCH_INDEPENDENT below keeps the version file from rejecting a
 # consumer whose pointer size differs from that of the machine that configured the install.
+# (The compiled component's library is built for this machine; a consumer of another pointer
+# size fails at link time, as with any library.)
 
 include(CMakePackageConfigHelpers)
 
@@ -51,6 +59,19 @@ install(EXPORT byteps-targets
 set(_byteps_package_files)
 set(BYTEPS_PACKAGE_COMPONENTS "tcp")
 set(BYTEPS_UNBUILT_COMPONENTS "")
+if(BYTEPS_BUILD_COMPILED)
+  install(TARGETS byteps_compiled EXPORT byteps-compiled-targets
+    ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component}
+    LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component})
+  install(EXPORT byteps-compiled-targets
+    NAMESPACE byteps::
+    FILE byteps-compiled-targets.cmake
+    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+    COMPONENT ${_byteps_install_component})
+  string(APPEND BYTEPS_PACKAGE_COMPONENTS " compiled")
+else()
+  string(APPEND BYTEPS_UNBUILT_COMPONENTS " compiled")
+endif()
 if(BYTEPS_HAVE_RDMA)
   install(TARGETS byteps_rdma EXPORT byteps-rdma-targets COMPONENT ${_byteps_install_component})
   install(EXPORT byteps-rdma-targets

@@ -23,7 +23,8 @@
 //   an authenticated worker broke the job, the error that names why; a job that never admitted
 //   a fuzzed connection is never broken;
 // - the job ends normally when the scheduler says so.
-#include <byteps/server/server.hpp>
+#include <byteps/compress/registry.hpp>
+#include <byteps/server/node.hpp>
 #include <byteps/wire/batch.hpp>
 
 #include <algorithm>
@@ -40,7 +41,7 @@
 #include "script.hpp"
 
 namespace bps::testing {
-// The server's test accessor (server.hpp befriends it; the cluster tests define their own in
+// The server's test accessor (server/node.hpp befriends it; the cluster tests define their own in
 // tests/cluster/server_access.hpp, another program): what the fuzzer checks inside a server.
 struct server_access {
   template <class S>
@@ -71,7 +72,8 @@ namespace {
 
 using namespace bps;
 using fuzzing::broken;
-using server_t = Server<fuzzing::in_process>;
+// The server itself (server::node), not its public face, so the accessor reaches inside.
+using server_t = server::node<fuzzing::in_process, server::decoding<server::sync_sum>>;
 using access = testing::server_access;
 
 // The fuzzer's end of one connection.
@@ -112,7 +114,8 @@ Config job_config(std::uint8_t setup) {
 
 class harness {
  public:
-  explicit harness(const Config& cfg) : cfg_(cfg), server_(cfg) {}
+  explicit harness(const Config& cfg)
+      : cfg_(cfg), server_(cfg, fuzzing::in_process::options::from(cfg), compress::registry{}) {}
 
   // One operation of the script; checks what must hold after it.
   void run(fuzzing::operation op) {

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
 jobs=${BUILD_JOBS:-$(nproc)}
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON ${CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs" "$@"

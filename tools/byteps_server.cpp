@@ -3,7 +3,7 @@
 // The transport is chosen at run time: TCP (with shared memory to colocated workers), TLS over
 // TCP when BYTEPS_TLS_CERT is set, or RDMA (`--transport rdma` / DMLC_ENABLE_RDMA=ibverbs) where
 // the build has rdma-core (and libssl for TLS).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #if BYTEPS_SERVER_WITH_RDMA
 #include <byteps/transport/rdma.hpp>
 #endif

@@ -11,7 +11,7 @@
 //
 // Exits 77 with a message when there is no CUDA device.
 
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/local/nccl.hpp>
 
 #include <cuda_runtime_api.h>

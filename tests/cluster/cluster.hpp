@@ -1,7 +1,7 @@
 #pragma once
 // An in-process cluster for tests: the scheduler, the servers and the workers each run on their
 // own thread with their own Config, over loopback with an ephemeral scheduler port.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/compress/registry.hpp>
 
 #include <exception>

@@ -4,7 +4,7 @@
 // push with its compressor (compress::for_server of the recipe), sums them as sync_sum does
 // (float32: a + b; the order of two cannot matter), encodes the sum with that compressor (its
 // error feedback included), and each worker decodes the answer with its own and averages.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/compress/registry.hpp>
 
 #include <cstddef>

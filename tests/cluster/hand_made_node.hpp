@@ -2,7 +2,7 @@
 // A node made by hand for tests that need one to misbehave at the protocol level: it speaks to
 // the scheduler frame by frame instead of through rendezvous::client.
 #include <algorithm>
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <chrono>
 #include <memory>
 #include <stdexcept>

@@ -1,7 +1,7 @@
 #pragma once
 // An in-process cluster of any transport and local policy, for tests that are parametrised over
 // them (test_matrix.cpp) or need servers on another transport than tcp (test_ipc.cpp).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <exception>
 #include <functional>
 #include <memory>

@@ -1,7 +1,7 @@
 #pragma once
 // The tests' accessor to a Server's internals (the friend that server.hpp declares): crashing a
 // server in process and capturing its log, which no program needs, stay out of the public header.
-#include <byteps/server/server.hpp>
+#include <byteps/server/impl/server.hpp>
 
 namespace bps::testing {
 
@@ -10,15 +10,16 @@ struct server_access {
   /// throws `communicator_error`. Any thread.
   template <class T, class H>
   static void crash(Server<T, H>& server) {
-    server.finishing_ = true;  // no error replies: the workers must see only the connections drop
-    server.shutdown();
-    server.control_.abandon("aborted for a test (a simulated crash)");
+    auto& s = *server.node_;
+    s.finishing_ = true;  // no error replies: the workers must see only the connections drop
+    s.shutdown();
+    s.control_.abandon("aborted for a test (a simulated crash)");
   }
 
   /// The server's logger, to capture its lines with `logger::set_sink`. Any thread.
   template <class T, class H>
   static logger& log(Server<T, H>& server) {
-    return server.log_;
+    return server.node_->log_;
   }
 };
 

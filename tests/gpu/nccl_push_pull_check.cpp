@@ -15,7 +15,7 @@
 // stream, and waits half of its handles on the host (handle::wait) and half on that stream
 // (handle::device_event). It also checks a broadcast from the last rank, an empty tensor, and
 // that host memory is refused with a usage_error.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/local/nccl.hpp>
 
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
 // library's message, and a process with no CUDA device is told so plainly.
 #include <byteps/local/nccl.hpp>
 
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 
 #include <catch2/catch.hpp>
 

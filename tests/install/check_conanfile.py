@@ -32,7 +32,7 @@ class _Info:
 
     def __init__(self):
         self.properties = {}
-        self.requires, self.defines, self.system_libs = [], [], []
+        self.requires, self.defines, self.system_libs, self.libs = [], [], [], []
         self.bindirs, self.libdirs = ["bin"], ["lib"]
         self.components = {}
 
@@ -84,6 +84,7 @@ def _install_stand_in():
     module("conan.tools.files", copy=lambda *a, **k: None,
            load=lambda conanfile, path: Path(path).read_text())
     module("conan.tools.layout", basic_layout=lambda conanfile: None)
+    module("conan.tools.cmake", CMake=object, CMakeDeps=object, CMakeToolchain=object)
 
 
 def _cmake_components(root):
@@ -95,8 +96,9 @@ def _cmake_components(root):
         if comp == "tcp":  # part of byteps::byteps
             continue
         text = (root / "cmake" / f"{comp}.cmake").read_text()
-        links[comp] = re.search(rf"target_link_libraries\(byteps_{comp} INTERFACE ([^)]*)\)",
-                                text).group(1).split()
+        links[comp] = re.search(
+            rf"target_link_libraries\(byteps_{comp} (?:INTERFACE|PUBLIC) ([^)]*)\)",
+            text).group(1).split()
     return known, links
 
 
@@ -126,9 +128,10 @@ def check(root):
         if got != want:
             failures.append(f"{what}: {got!r}, expected {want!r}")
 
-    for with_rdma, with_cuda in itertools.product([False, True], repeat=2):
-        where = f"with_rdma={with_rdma} with_cuda={with_cuda}"
-        c = recipe.BytepsConan(root, "Linux", {"with_rdma": with_rdma, "with_cuda": with_cuda})
+    for with_rdma, with_cuda, compiled in itertools.product([False, True], repeat=3):
+        where = f"with_rdma={with_rdma} with_cuda={with_cuda} compiled={compiled}"
+        c = recipe.BytepsConan(root, "Linux", {"with_rdma": with_rdma, "with_cuda": with_cuda,
+                                               "compiled": compiled})
         c.set_version()
         expect("version", c.version, version)
         c.requirements()
@@ -136,12 +139,19 @@ def check(root):
         c.package_info()
         comps = c.cpp_info.components
         expect(f"{where}: root file name", c.cpp_info.properties.get("cmake_file_name"), "byteps")
-        want = ["byteps", "tls"] + (["rdma"] if with_rdma else []) + (["cuda"] if with_cuda else [])
+        want = (["byteps", "tls"] + (["rdma"] if with_rdma else []) +
+                (["cuda"] if with_cuda else []) + (["compiled"] if compiled else []))
         expect(f"{where}: components", sorted(comps), sorted(want))
         for name, comp in comps.items():
             expect(f"{where}: {name}'s target", comp.properties.get("cmake_target_name"),
                    f"byteps::{name}")
-            expect(f"{where}: {name}'s dirs", (comp.bindirs, comp.libdirs), ([], []))
+            # Only the compiled component has a library (libbyteps.a in lib/).
+            expect(f"{where}: {name}'s dirs", (comp.bindirs, comp.libdirs),
+                   ([], ["lib"] if name == "compiled" else []))
+        if compiled:
+            expect(f"{where}: compiled's library and define",
+                   (comps["compiled"].libs, comps["compiled"].defines),
+                   (["byteps"], ["BYTEPS_COMPILED"]))
         core = comps["byteps"]
         expect(f"{where}: byteps requires", core.requires,
                ["asio::asio", "fmt::fmt", "openssl::crypto"])
@@ -165,9 +175,10 @@ def check(root):
         expect(f"{where}: rdma-core required", "rdma-core" in required, with_rdma)
     # Every component of the CMake package but tcp (inside byteps::byteps) is a Conan component.
     expect("CMake components without a Conan one",
-           sorted(set(known) - {"tcp"} - {"tls", "rdma", "cuda"}), [])
+           sorted(set(known) - {"tcp"} - {"tls", "rdma", "cuda", "compiled"}), [])
     try:
-        recipe.BytepsConan(root, "Windows", {"with_rdma": True, "with_cuda": False}).validate()
+        recipe.BytepsConan(root, "Windows", {"with_rdma": True, "with_cuda": False,
+                                             "compiled": False}).validate()
         failures.append("with_rdma on Windows was not refused")
     except ConanInvalidConfiguration:
         pass
@@ -182,4 +193,5 @@ if __name__ == "__main__":
     if problems:
         sys.exit(1)
     print("check_conanfile: conanfile.py declares the CMake package's components "
-          "(byteps, tls, rdma, cuda) with the same dependencies, for every option combination")
+          "(byteps, tls, rdma, cuda, compiled) with the same dependencies, for every option "
+          "combination")

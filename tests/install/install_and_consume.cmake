@@ -12,6 +12,8 @@
 #                        forwarded to the consumer so that it is built the same way
 #   OUTER_PREFIX_PATH    the build's CMAKE_PREFIX_PATH, '|'-separated, searched after the prefix
 #   EXE_SUFFIX           the executable suffix of the platform
+#   EXPECT_OUTPUT        a regular expression the consumer's output must match (the mode it was
+#                        built in)
 #   EXPECT_CONFIGURE_ERROR  a regular expression: the consumer's configure must fail with
 #                        output that matches it (a component this build lacks), and the
 #                        script stops there
@@ -181,3 +183,8 @@ execute_process(COMMAND ${step_command}
   RESULT_VARIABLE step_rc OUTPUT_VARIABLE step_output ERROR_VARIABLE step_output)
 _check_step("run the consumer")
 message(STATUS "consumer output:\n${step_output}")
+if(NOT "${EXPECT_OUTPUT}" STREQUAL "" AND NOT "${step_output}" MATCHES "${EXPECT_OUTPUT}")
+  set(step_rc 1)
+  string(PREPEND step_output "the consumer's output does not match '${EXPECT_OUTPUT}'\n")
+  _check_step("the consumer says how it was built")
+endif()

@@ -3,7 +3,7 @@
 // buffer is free again before its answer, and every push after a partition's first goes direct.
 // With integer dtypes the final parameters are the initial ones plus every delta, exactly
 // (tests/cluster/async_exact.hpp, as over TCP).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/async_exact.hpp"

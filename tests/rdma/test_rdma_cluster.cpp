@@ -4,7 +4,7 @@
 // averages and broadcast, and a 64 MiB tensor; each result compared with the exact sum. The
 // local stage and failover over RDMA are in test_rdma_cluster_stages.cpp. Every test ends with
 // the fabric reporting no broken verbs rule.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/cluster.hpp"

@@ -1,7 +1,7 @@
 // The cluster suite over RDMA on the emulation, continued: the local stage (local::host, worker
 // processes of one machine meeting in shared memory before the RDMA push) and server failover
 // (a server crashed mid-run, a standby takes its rank over RDMA, every sum stays exact).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/exact_rounds.hpp"

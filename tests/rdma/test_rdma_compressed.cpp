@@ -3,7 +3,7 @@
 // push goes direct when its advertised place is big enough and asks again (a larger landing
 // buffer, advertised anew) when it is not. Every result must equal, bit for bit, what the test
 // computes with its own instances of the same compressors (compress_reference.hpp).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/cluster.hpp"

@@ -2,7 +2,7 @@
 // BYTEPS_RDMA_* read by Config::from_env() (the one reader of the environment), checked with
 // messages naming the variable, and copied into the transport's options by
 // rdma_options::from(cfg), which the transport then uses (its memlock check, its device).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/core/net_interface.hpp>
 #include <catch2/catch.hpp>
 

@@ -3,7 +3,7 @@
 // otherwise exits 77 (CTest: skipped) saying why. Traffic stays on this machine: both ends use
 // the NIC's own address. Never run in this project's CI, which has no RDMA NIC.
 #define CATCH_CONFIG_RUNNER
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <byteps/core/net_interface.hpp>
 #include <byteps/transport/rdma.hpp>
 #include <catch2/catch.hpp>

@@ -4,7 +4,7 @@
 // round trip), counted by the transports (rdma_msg::counters), with every sum exact. Also with
 // cut-through (pushes written in pieces of the chunk, answered in pieces) and with the landing
 // budget spent (the rest ask every round, as before).
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/cluster.hpp"

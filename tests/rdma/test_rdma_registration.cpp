@@ -4,7 +4,7 @@
 // copied and re-advertised; the worker and the server register their buffers, so a cluster's
 // pushes and answers after the first round make no new advertisement and nothing goes through
 // staging.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
 #include "../cluster/cluster.hpp"

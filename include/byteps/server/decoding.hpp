@@ -40,14 +40,17 @@
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/detail/buffer_pool.hpp"
+#include "byteps/server/fwd.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/sync_sum.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
 
-template <ServerHandler Inner = sync_sum>
+template <class Inner = sync_sum>
 class decoding {
+  static_assert(ServerHandler<Inner>, "decoding<Inner>: Inner must model bps::ServerHandler");
+
  public:
   /// Uncompressed pushes stream exactly when `Inner`'s do.
   static constexpr bool cut_through = streams_pushes<Inner>;

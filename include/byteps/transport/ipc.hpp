@@ -64,6 +64,7 @@
 #include "byteps/core/config.hpp"
 #include "byteps/detail/shm_segment.hpp"
 #include "byteps/detail/task_queue.hpp"
+#include "byteps/transport/fwd.hpp"
 #include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/ipc_ring.hpp"
 #include "byteps/transport/ipc_shared.hpp"
@@ -73,8 +74,10 @@
 namespace bps::transport {
 
 
-template <Transport Inner>
+template <class Inner>
 class ipc {
+  static_assert(Transport<Inner>, "ipc<Inner>: Inner must model bps::Transport");
+
  public:
   static constexpr std::string_view name = "ipc";
   static constexpr std::size_t min_ipc_bytes = 16 * 1024;

@@ -10,11 +10,9 @@
 /// Name another transport to get another: `transport::tcp` alone, `transport::tls<tcp>`,
 /// `transport::rdma`.
 
+#include "byteps/transport/fwd.hpp"
 #include "byteps/transport/ipc.hpp"
 #include "byteps/transport/tcp.hpp"
 
-namespace bps::transport {
-
-using standard = ipc<tcp>;
-
-}  // namespace bps::transport
+// `transport::standard` itself is declared in transport/fwd.hpp, so a trainer can name it
+// without these definitions.

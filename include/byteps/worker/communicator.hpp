@@ -15,62 +15,66 @@
 /// kept copy per partition (one more copy of every tensor's bytes in memory).
 ///
 /// This class is the public face: it checks arguments and names operations; the work is done by
-/// `worker::node` (worker/node.hpp) and the parts it owns.
+/// `worker::node` (worker/node.hpp) and the parts it owns. This header declares it with the
+/// policies only named (no Asio, no sockets); the bodies are in worker/impl/communicator.hpp,
+/// included here in header-only mode. In compiled mode (`BYTEPS_COMPILED`, target
+/// `byteps::compiled`) the instantiations of the shipped policies come from the library, and a
+/// translation unit that builds a communicator of its own policies includes the bodies itself
+/// (docs/architecture.md, "Compiled mode").
+///
+/// Each policy is checked against its concept (`Transport`, `LocalCollective`, `Partitioner`,
+/// `Scheduler`) where the communicator is built, in the constructor.
 ///
 /// @par Thread Safety
 /// All member functions may be called from several threads. The caller's buffer must stay
 /// alive and untouched until the operation's handle is done (also when it fails).
 
-#include <fmt/format.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
-#include "byteps/compress/compressor.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/handle.hpp"
 #include "byteps/core/push_pull_options.hpp"
-#include "byteps/local/local_collective.hpp"
-#include "byteps/local/none.hpp"
+#include "byteps/local/fwd.hpp"
 #include "byteps/partition/by_bytes.hpp"
-#include "byteps/partition/partitioner.hpp"
 #include "byteps/schedule/priority.hpp"
-#include "byteps/schedule/scheduler.hpp"
-#include "byteps/transport/standard.hpp"
-#include "byteps/transport/transport.hpp"
-#include "byteps/worker/node.hpp"
-#include "byteps/worker/request_checks.hpp"
+#include "byteps/transport/fwd.hpp"
+#include "byteps/worker/stats.hpp"
 
 namespace bps {
+
+namespace worker {
+template <class T, class L, class P, class S>
+class node;  // worker/node.hpp
+}  // namespace worker
 
 /// The defaults (`Communicator<>`): shared memory to a server on this host and TCP to the others
 /// (`transport::standard`), one process per machine (`local::none`), partitions sized from the
 /// tensor and the server count (`partition::by_bytes`), first layers first (`schedule::priority`).
-template <Transport T = transport::standard, LocalCollective L = local::none,
-          Partitioner P = partition::by_bytes, Scheduler S = schedule::priority>
+template <class T = transport::standard, class L = local::none,
+          class P = partition::by_bytes, class S = schedule::priority>
 class Communicator {
  public:
+  using transport_options = transport::options_t<T>;
+
   /// Joins the cluster: connects to the scheduler, waits for every node (at most
   /// `Config::rendezvous_timeout`), then connects to every server. The transport is built with
   /// `transport_options`, or without them with `T::options::from(cfg)` (the environment's).
-  explicit Communicator(const Config& cfg) : Communicator(cfg, T::options::from(cfg)) {}
-  Communicator(const Config& cfg, const typename T::options& transport_options)
-      : node_(cfg, transport_options) {}
+  explicit Communicator(const Config& cfg);
+  Communicator(const Config& cfg, const transport_options& options);
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
   /// Leaves the job as `shutdown()` does; when destroyed by an exception leaving the scope it
   /// lives in, as `shutdown(failure)` does: the job failed, and every node says so.
-  ~Communicator() {
-    if (std::uncaught_exceptions() > unwinding_at_birth_)
-      node_.shutdown("its program left by an exception while its communicator was alive");
-  }
+  ~Communicator();
 
   /// Registers `memory` (a trainer's gradient arena) with the transport, so that RDMA sends
   /// pushes straight from it and writes answers straight into it, with no staging copy, and
@@ -79,32 +83,30 @@ class Communicator {
   /// tensor inside it keeps its place from call to call. (A tensor that moves anyway still gets
   /// exact answers, but its old place is written once more before the worker notices.) TCP
   /// ignores it. Any thread.
-  void register_memory(std::span<std::byte> memory) { node_.register_memory(memory); }
+  void register_memory(std::span<std::byte> memory);
 
   /// Leaves the job: operations still in flight fail, servers and the scheduler are told this
   /// worker is done (so its exit is no failure), and later calls throw `usage_error`. The
   /// destructor does this too. Idempotent.
-  void shutdown() { node_.shutdown(); }
+  void shutdown();
 
   /// Leaves the job after a failure: as `shutdown()`, but the bye carries `failure`, and the
   /// scheduler fails the job with it (naming this worker), so the scheduler, the servers and
   /// the other workers exit with an error instead of a success. Idempotent with `shutdown()`:
   /// the first call says bye.
-  void shutdown(const std::string& failure) {
-    node_.shutdown(failure.empty() ? std::string("(no reason given)") : failure);
-  }
+  void shutdown(const std::string& failure);
 
   /// This process among all worker processes (machine-major), and their number.
-  int rank() const noexcept { return node_.rank(); }
-  int size() const noexcept { return node_.size(); }
+  int rank() const noexcept;
+  int size() const noexcept;
   /// This machine (DMLC_WORKER_ID) and the number of machines (DMLC_NUM_WORKER).
-  int machine() const noexcept { return node_.machine(); }
-  int machines() const noexcept { return node_.machines(); }
+  int machine() const noexcept;
+  int machines() const noexcept;
   /// Random per job, the same on every node: names what the job keeps outside the process
   /// (shared-memory segments are /dev/shm/bps-<job id as 16 hex digits>-...).
-  std::uint64_t job_id() const noexcept { return node_.job_id(); }
-  int local_rank() const noexcept { return node_.local_rank(); }
-  int local_size() const noexcept { return node_.local_size(); }
+  std::uint64_t job_id() const noexcept;
+  int local_rank() const noexcept;
+  int local_size() const noexcept;
 
   /// Sums `data` over all workers, in place. Returns at once. In async mode
   /// (`Config::enable_async`) the first call for a tensor gives every worker rank 0's `data`
@@ -115,16 +117,12 @@ class Communicator {
   handle push_pull(std::string_view name, std::span<E> data, push_pull_options opts = {}) {
     static_assert(!std::is_const_v<E>,
                   "push_pull writes the sum into the span: it cannot be const");
-    return push_pull(name, data.data(), data.size(), dtype_v<E>, opts);
+    return push_pull(name, data.data(), data.size(), dtype_v<E>, std::move(opts));
   }
 
   /// The type-erased form: `count` elements of `type` at `data`.
   handle push_pull(std::string_view name, void* data, std::size_t count, dtype type,
-                   push_pull_options opts = {}) {
-    worker::check_name("push_pull", name);
-    return node_.submit(std::string(name), fmt::format("push_pull of '{}'", name), data, count,
-                        type, opts, true);
-  }
+                   push_pull_options opts = {});
 
   /// Copies `root`'s `data` into every worker's `data`. Returns at once.
   template <element_type E>
@@ -133,46 +131,36 @@ class Communicator {
     return broadcast(name, data.data(), data.size(), dtype_v<E>, root);
   }
 
-  handle broadcast(std::string_view name, void* data, std::size_t count, dtype type, int root) {
-    worker::check_name("broadcast", name);
-    if (root < 0 || root >= size())
-      throw usage_error(
-          fmt::format("broadcast of '{}': root {} is outside the group of {} "
-                      "workers (0 .. {})",
-                      name, root, size(), size() - 1));
-    if (node_.async_mode())
-      throw usage_error(fmt::format(
-          "broadcast of '{}': not available in async mode (BYTEPS_ENABLE_ASYNC=1), where servers "
-          "add every push into the parameters; the first push_pull of a tensor already gives "
-          "every worker rank 0's values",
-          name));
-    return node_.submit("broadcast:" + std::string(name),
-                        fmt::format("broadcast of '{}' from rank {}", name, root), data, count,
-                        type, {.compressor = compress::none()}, rank() == root);
-  }
+  handle broadcast(std::string_view name, void* data, std::size_t count, dtype type, int root);
 
   /// The learning rate the trainer uses from now on, for error-feedback compressors
   /// (`ef_...`): the error kept from a round is scaled by the previous rate over this one, as
   /// BytePS does, so call it whenever the rate changes (each step under a schedule, or once at
   /// the start), between steps. Every compressor of this worker gets it before its next encode.
   /// Throws `usage_error` unless `lr` is positive and finite.
-  void set_learning_rate(double lr) { node_.set_learning_rate(lr); }
+  void set_learning_rate(double lr);
 
   /// Throws `communicator_error` (naming the dead node and why) if the cluster has failed, even
   /// with no operation in flight: a trainer can call it between steps.
-  void throw_if_failed() const { node_.throw_if_failed(); }
+  void throw_if_failed() const;
 
   /// This worker's communication over the last 10 s: throughput over the time operations were
   /// in flight, in total and per tensor; mean time per stage; bytes per server; operations in
   /// flight now (worker/stats.hpp).
-  comm_stats stats() { return node_.stats(); }
+  comm_stats stats();
 
   /// Blocks until every worker called barrier, at most `Config::op_timeout`.
-  void barrier() { node_.barrier(); }
+  void barrier();
 
  private:
-  worker::node<T, L, P, S> node_;
+  std::unique_ptr<worker::node<T, L, P, S>> node_;
   int unwinding_at_birth_ = std::uncaught_exceptions();  // exceptions in flight when built
 };
 
 }  // namespace bps
+
+#if defined(BYTEPS_COMPILED)
+#include "byteps/worker/communicator_instances.hpp"
+#else
+#include "byteps/worker/impl/communicator.hpp"
+#endif

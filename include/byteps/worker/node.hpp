@@ -55,8 +55,11 @@
 
 namespace bps::worker {
 
-template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+template <class T, class L, class P, class S>
 class node {
+  static_assert(Transport<T> && LocalCollective<L> && Partitioner<P> && Scheduler<S>,
+                "worker::node<T, L, P, S>: each policy must model its concept");
+
  public:
   using link_ptr = std::shared_ptr<typename T::link>;
   using clock = std::chrono::steady_clock;

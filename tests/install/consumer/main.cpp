@@ -3,6 +3,10 @@
 // sum that comes back.
 #include <byteps/byteps.hpp>
 
+#if defined(BYTEPS_CONSUMER_EXPECTS_COMPILED_MODE) && !defined(BYTEPS_COMPILED)
+#error "byteps::compiled was linked, but BYTEPS_COMPILED is not defined"
+#endif
+
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -68,7 +72,13 @@ int main() {
                    results[0], results[1]);
       return 1;
     }
-    std::printf("consumer: byteps %s works: 2 workers summed through 1 server\n", bps::version);
+#if defined(BYTEPS_COMPILED)
+    const char* mode = "compiled mode (byteps::compiled)";
+#else
+    const char* mode = "header-only (byteps::byteps)";
+#endif
+    std::printf("consumer: byteps %s works, %s: 2 workers summed through 1 server\n",
+                bps::version, mode);
     return 0;
   } catch (const bps::error& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

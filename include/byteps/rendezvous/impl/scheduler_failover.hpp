@@ -1,22 +1,22 @@
 #pragma once
 /// @file
-/// The scheduler's side of server failover (see rendezvous/scheduler_node.hpp and
+/// The scheduler's side of server failover (see rendezvous/scheduler.hpp and
 /// docs/reliability.md): servers that join after the cluster formed, vacant ranks, and handing a
-/// vacant rank to a replacement. Included at the end of rendezvous/scheduler_node.hpp.
+/// vacant rank to a replacement. Included at the end of rendezvous/scheduler.hpp.
 
-#include "byteps/rendezvous/scheduler_node.hpp"
+#include "byteps/rendezvous/scheduler.hpp"
 
 #include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
-namespace bps {
+namespace bps::rendezvous {
 
 // A node is gone without bye: a failure, unless failover covers it (a standby, or a server
 // after the cluster formed).
-template <Transport T>
-void SchedulerNode<T>::lost_locked(node& n, const std::string& what) {
+template <class T>
+void scheduler<T>::lost_locked(node& n, const std::string& what) {
   if (!failure_.empty()) return;  // the job already failed; nodes leave as they learn it
   if (n.r == role::server && (n.standby || (formed_ && n.rank < 0))) {
     log_.warn("waiting server at {} {}", n.peer, what);
@@ -28,8 +28,8 @@ void SchedulerNode<T>::lost_locked(node& n, const std::string& what) {
 }
 
 // Failover: why a server that says hello after the cluster formed cannot join.
-template <Transport T>
-std::optional<std::string> SchedulerNode<T>::late_server_refusal_locked(
+template <class T>
+std::optional<std::string> scheduler<T>::late_server_refusal_locked(
     const rendezvous::hello& theirs) const {
   const int k = theirs.requested_rank;
   if (k < 0 || vacant_.is_open(k)) return std::nullopt;
@@ -45,8 +45,8 @@ std::optional<std::string> SchedulerNode<T>::late_server_refusal_locked(
 
 // Failover: server `n` is gone after the cluster formed. Its rank waits for a replacement
 // until the failover timeout; check_heartbeats fails the job when it passes.
-template <Transport T>
-void SchedulerNode<T>::server_lost_locked(node& n, const std::string& what) {
+template <class T>
+void scheduler<T>::server_lost_locked(node& n, const std::string& what) {
   const auto why = fmt::format("{} {}", describe(n), what);
   log_.warn("{}; waiting up to {} ms for a replacement (BYTEPS_FAILOVER_TIMEOUT_MS)", why,
             cfg_.failover_timeout.count());
@@ -56,8 +56,8 @@ void SchedulerNode<T>::server_lost_locked(node& n, const std::string& what) {
 
 // Failover: gives every vacant rank a waiting server: one restarted with that
 // BYTEPS_SERVER_ID first, else the standby that joined first. Tells every worker.
-template <Transport T>
-void SchedulerNode<T>::place_replacements_locked() {
+template <class T>
+void scheduler<T>::place_replacements_locked() {
   for (int k : vacant_.ranks()) {
     node* pick = nullptr;
     for (auto& n : nodes_)
@@ -84,8 +84,8 @@ void SchedulerNode<T>::place_replacements_locked() {
 }
 
 // Failover: fails the job when a dead server's rank waited past BYTEPS_FAILOVER_TIMEOUT_MS.
-template <Transport T>
-void SchedulerNode<T>::check_vacancies_locked(clock::time_point now) {
+template <class T>
+void scheduler<T>::check_vacancies_locked(clock::time_point now) {
   if (auto late = vacant_.overdue(now)) {
     job_failed_locked(fmt::format(
         "{}; no replacement server joined within {} ms (BYTEPS_FAILOVER_TIMEOUT_MS): start a "
@@ -95,4 +95,4 @@ void SchedulerNode<T>::check_vacancies_locked(clock::time_point now) {
   }
 }
 
-}  // namespace bps
+}  // namespace bps::rendezvous

@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// How nodes join the scheduler (see rendezvous/scheduler_node.hpp): who has joined so far,
+/// How nodes join the scheduler (see rendezvous/scheduler.hpp): who has joined so far,
 /// whether a node that says hello may join, and the ranks and server table sent to everyone
-/// once the cluster is complete. Included at the end of rendezvous/scheduler_node.hpp.
+/// once the cluster is complete. Included at the end of rendezvous/scheduler.hpp.
 
-#include "byteps/rendezvous/scheduler_node.hpp"
+#include "byteps/rendezvous/scheduler.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,10 +19,10 @@
 
 #include <fmt/format.h>
 
-namespace bps {
+namespace bps::rendezvous {
 
-template <Transport T>
-int SchedulerNode<T>::count_locked(role r) const {
+template <class T>
+int scheduler<T>::count_locked(role r) const {
   int n = 0;
   for (const auto& x : nodes_) n += (x.r == r && x.alive && !x.standby) ? 1 : 0;
   return n;
@@ -30,8 +30,8 @@ int SchedulerNode<T>::count_locked(role r) const {
 
 // Machines that have at least one worker here: by DMLC_WORKER_ID, plus one per worker that
 // named none (those run one process per machine).
-template <Transport T>
-int SchedulerNode<T>::machines_locked(bool full_only) const {
+template <class T>
+int scheduler<T>::machines_locked(bool full_only) const {
   std::map<int, std::pair<int, int>> seen;  // machine -> (joined, local size)
   int anonymous = 0;
   for (const auto& n : nodes_) {
@@ -49,16 +49,16 @@ int SchedulerNode<T>::machines_locked(bool full_only) const {
   return machines;
 }
 
-template <Transport T>
-bool SchedulerNode<T>::complete_locked() const {
+template <class T>
+bool scheduler<T>::complete_locked() const {
   const int all = machines_locked(false);
   return all == cfg_.num_workers && machines_locked(true) == all &&
          count_locked(role::server) == cfg_.num_servers;
 }
 
 // Why a node with these settings cannot join now, if it cannot.
-template <Transport T>
-std::optional<std::string> SchedulerNode<T>::refusal_locked(const rendezvous::hello& theirs) const {
+template <class T>
+std::optional<std::string> scheduler<T>::refusal_locked(const rendezvous::hello& theirs) const {
   if (theirs.node_role == role::server) {
     if (theirs.standby && !cfg_.failover())
       return std::string("a standby server (BYTEPS_SERVER_STANDBY=1), but failover is off "
@@ -99,8 +99,8 @@ std::optional<std::string> SchedulerNode<T>::refusal_locked(const rendezvous::he
   return std::nullopt;
 }
 
-template <Transport T>
-void SchedulerNode<T>::hello_locked(session& s, std::span<std::byte> payload) {
+template <class T>
+void scheduler<T>::hello_locked(session& s, std::span<std::byte> payload) {
   if (s.node_index >= 0) throw wire::decode_error("it sent a second hello on one connection");
   if (s.ticket->settled()) return;  // it timed out meanwhile: its link is closing
   const std::string peer = s.link_->peer();
@@ -170,8 +170,8 @@ void SchedulerNode<T>::hello_locked(session& s, std::span<std::byte> payload) {
   cv_.notify_all();
 }
 
-template <Transport T>
-void SchedulerNode<T>::assign_and_welcome_locked() {
+template <class T>
+void scheduler<T>::assign_and_welcome_locked() {
   formed_ = true;
   // Nodes that left before the cluster formed stay in nodes_ (sessions index it), not alive.
   auto assign = [&](role r, int count) {
@@ -225,4 +225,4 @@ void SchedulerNode<T>::assign_and_welcome_locked() {
             cfg_.num_workers, cfg_.num_servers);
 }
 
-}  // namespace bps
+}  // namespace bps::rendezvous

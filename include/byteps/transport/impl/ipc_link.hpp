@@ -11,7 +11,7 @@
 
 namespace bps::transport {
 
-template <Transport Inner>
+template <class Inner>
 class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>::link> {
  public:
   using inner_link = typename Inner::link;

@@ -16,7 +16,7 @@ namespace bps::worker {
 // One pass over what the scheduler lets go. Small partitions for one server are held and go
 // together at the end of the pass (worker/fusion.hpp); the others go at once, after what was
 // held for their server, so each link keeps the scheduler's order.
-template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+template <class T, class L, class P, class S>
 void node<T, L, P, S>::dispatch_locked() {
   auto send = [this](int server, std::vector<held_push>&& pushes) {
     send_pushes(server, std::move(pushes));
@@ -44,7 +44,7 @@ void node<T, L, P, S>::dispatch_locked() {
 }
 
 // A lone push as its frame; more as one push_batch, whose sending runs each one's sent path.
-template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+template <class T, class L, class P, class S>
 void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) {
   auto& link = *links_[server].link;
   if (pushes.size() == 1) {
@@ -58,7 +58,7 @@ void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) 
 
 // The payloads of `members` left: each one's stage time and credit, then one dispatch pass,
 // so the credit a batch returns lets the next partitions go together again.
-template <Transport T, LocalCollective L, Partitioner P, Scheduler S>
+template <class T, class L, class P, class S>
 void node<T, L, P, S>::sent(std::span<const batch_member> members) {
   for (const auto& m : members) trace_.sent(*m.op, m.part);
   std::lock_guard lock(mu_);

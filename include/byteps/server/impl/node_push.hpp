@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// What `Server` does with a push (see server/server.hpp): the thread it is summed on, the
+/// What `server::node` does with a push (see server/node.hpp): the thread it is summed on, the
 /// handler's decision, and that decision carried out: answers to the workers waiting for the
 /// round, errors, the timeline's spans and the throughput counts. Included at the end of
-/// server/server.hpp.
+/// server/node.hpp.
 
 #include <fmt/format.h>
 
@@ -14,12 +14,12 @@
 #include <string>
 #include <utility>
 
-#include "byteps/server/server.hpp"
+#include "byteps/server/node.hpp"
 
-namespace bps {
+namespace bps::server {
 
-template <Transport T, ServerHandler H>
-void Server<T, H>::post_push(session_ptr s, const wire::header& h,
+template <class T, class H>
+void node<T, H>::post_push(session_ptr s, const wire::header& h,
                              detail::buffer_pool::buffer payload, server::receive_times received) {
   stats_.received(payload.size);
   auto& e = engine_for(key_id{h.key, h.part});
@@ -38,8 +38,8 @@ void Server<T, H>::post_push(session_ptr s, const wire::header& h,
   });
 }
 
-template <Transport T, ServerHandler H>
-void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
+template <class T, class H>
+void node<T, H>::post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
                                std::size_t bytes_in, bool first, bool complete,
                                server::receive_times received) {
   if (complete) stats_.received(in.bytes.size());
@@ -58,8 +58,8 @@ void Server<T, H>::post_stream(session_ptr s, const wire::header& h, server::pay
   });
 }
 
-template <Transport T, ServerHandler H>
-void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
+template <class T, class H>
+void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
                            detail::buffer_pool::buffer& payload, server::receive_times received,
                            stream_call call, answer_batches* batch) {
   if (auto dead = dead_reason(); !dead.empty()) {
@@ -131,12 +131,12 @@ void Server<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& 
   room.workers.clear();
 }
 
-template <Transport T, ServerHandler H>
-void Server<T, H>::answer(const wire::header& h, const server::reply& a,
+template <class T, class H>
+void node<T, H>::answer(const wire::header& h, const server::reply& a,
                           std::span<const session_ptr> to, answer_batches* batch) {
   for (auto& w : to)
     if (batch == nullptr || !batch->add(w, h, a)) w->send_answer(h, a);
   stats_.sent(a.bytes.size() * to.size());
 }
 
-}  // namespace bps
+}  // namespace bps::server

@@ -1,0 +1,376 @@
+#pragma once
+/// @file
+/// `bps::rendezvous::scheduler<Transport>`: the scheduler role (DMLC_ROLE=scheduler), behind
+/// `bps::SchedulerNode` (rendezvous/scheduler_node.hpp). It waits for every
+/// server and worker to say hello (in any order), refuses a node whose settings differ, assigns
+/// ranks, hands everyone the server table, runs worker barriers, and tells the servers to exit
+/// once every worker said bye. When a node dies after the cluster formed, it tells everyone
+/// else which node died, so nobody waits forever.
+///
+/// With failover on (`Config::failover_timeout` > 0) a server lost after the cluster formed is
+/// not the end: its rank goes to a standby server (BYTEPS_SERVER_STANDBY=1, which joins at any
+/// time and waits) or to a server restarted with BYTEPS_SERVER_ID of that rank, whichever is
+/// there first; the replacement gets a `welcome` with that rank and every worker a
+/// `server_replaced` naming the rank and the new address. When none comes within the timeout
+/// the job fails as without failover, naming the lost server (see docs/reliability.md).
+///
+/// Joining is in rendezvous/impl/scheduler_join.hpp, failover in
+/// rendezvous/impl/scheduler_failover.hpp; both are included at the end of this file.
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/detail/clock_sync.hpp"
+#include "byteps/detail/periodic.hpp"
+#include "byteps/rendezvous/gate.hpp"
+#include "byteps/rendezvous/messages.hpp"
+#include "byteps/rendezvous/vacancies.hpp"
+#include "byteps/transport/transport.hpp"
+#include "byteps/wire/codec.hpp"
+
+namespace bps {
+
+namespace testing {
+struct scheduler_access;  // the tests' way into a scheduler; not defined by the library
+}  // namespace testing
+
+namespace rendezvous {
+
+template <class T>
+class scheduler {
+  static_assert(Transport<T>, "rendezvous::scheduler<T>: T must model bps::Transport");
+
+ public:
+  using clock = std::chrono::steady_clock;
+  using link_ptr = std::shared_ptr<typename T::link>;
+
+  /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`). The
+  /// transport is built with `transport_options`, or without them with `T::options::from(cfg)`
+  /// (the environment's).
+  scheduler(const Config& cfg, const typename T::options& transport_options)
+      : cfg_(cfg),
+        transport_(cfg, transport_options),
+        log_(cfg.log, "scheduler"),
+        gate_(cfg, log_) {
+    cfg_.validate();
+    mine_ = rendezvous::hello::from(cfg_, role::scheduler);
+    // Every connection is challenged at once; its first frame must be a hello proving the token.
+    port_ = transport_.listen(cfg_.scheduler_host, cfg_.scheduler_port, [this](link_ptr l) {
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
+    });
+    log_.info("listening on {}:{} for {} workers and {} servers", cfg_.scheduler_host, port_,
+              cfg_.num_workers, cfg_.num_servers);
+    monitor_.start(cfg_.heartbeat_interval, [this] { check_heartbeats(); });
+  }
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+  ~scheduler() {
+    gate_.stop();
+    monitor_.stop();
+    transport_.stop();
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+
+  /// Connections refused before their hello, by reason (rendezvous/gate.hpp).
+  rendezvous::gate_counts refused_connections() const { return gate_.counts(); }
+
+  /// Runs the job's control plane; returns when every worker said bye and the servers were told
+  /// to exit. Throws `communicator_error` when rendezvous times out or a node dies.
+  void run() {
+    std::unique_lock lock(mu_);
+    const auto deadline = clock::now() + cfg_.rendezvous_timeout;
+    if (!cv_.wait_until(lock, deadline, [&] { return complete_locked() || !failure_.empty(); })) {
+      auto why = fmt::format(
+          "rendezvous timed out after {} ms: {} of {} workers (machines with all their local "
+          "ranks) and {} of {} servers joined (BYTEPS_RENDEZVOUS_TIMEOUT_MS)",
+          cfg_.rendezvous_timeout.count(), machines_locked(true), cfg_.num_workers,
+          count_locked(role::server), cfg_.num_servers);
+      fail_locked(why);
+      finish(lock);
+      throw communicator_error(why);
+    }
+    if (!failure_.empty()) {
+      auto why = failure_;
+      finish(lock);
+      throw communicator_error(why);
+    }
+    assign_and_welcome_locked();
+    cv_.wait(lock, [&] { return !failure_.empty() || all_workers_left_locked(); });
+    if (!failure_.empty()) {
+      auto why = failure_;
+      finish(lock);
+      throw communicator_error(why);
+    }
+    log_.info("every worker left; telling {} servers to exit", cfg_.num_servers);
+    shutting_down_ = true;
+    for (auto& n : nodes_)
+      if (n.alive && n.r == role::server) send_locked(n.link, wire::msg::shutdown, {});
+    finish(lock);
+  }
+
+ private:
+  friend struct testing::scheduler_access;
+  struct node {
+    role r = role::worker;
+    int requested = -1;  // workers: the machine (DMLC_WORKER_ID); servers: BYTEPS_SERVER_ID
+    int local_rank = 0;
+    int local_size = 1;
+    int rank = -1;
+    std::string host;
+    std::uint16_t port = 0;
+    std::string peer;
+    link_ptr link;
+    clock::time_point last_heard = clock::now();
+    bool left = false;  // said bye
+    bool alive = true;
+    bool standby = false;  // a server waiting for a dead server's rank (failover)
+  };
+
+  class session final : public transport::receiver {
+   public:
+    session(scheduler* owner, link_ptr l, std::shared_ptr<rendezvous::pending_hello> t)
+        : link_(std::move(l)), ticket(std::move(t)), owner_(owner) {}
+    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+      if (node_index < 0 && !refused && h.type != wire::msg::hello) {
+        reason = fmt::format("it sent a {} frame of {} bytes before its hello",
+                             wire::msg_name(h.type), h.payload_bytes);
+        owner_->gate_.refused(*ticket, reason);
+        return {};
+      }
+      if (h.payload_bytes > 65536) {
+        reason = fmt::format("a {} frame of {} bytes (a control frame has at most 65536)",
+                             wire::msg_name(h.type), h.payload_bytes);
+        return {};
+      }
+      scratch_.resize(h.payload_bytes);
+      return scratch_;
+    }
+    void on_message(const wire::header& h, std::span<std::byte> payload) override {
+      owner_->handle(*this, h, payload);
+    }
+    void on_close(const std::string& reason) override { owner_->closed(*this, reason); }
+    bool peer_admitted() const override { return node_index >= 0; }
+    link_ptr link_;
+    std::shared_ptr<rendezvous::pending_hello> ticket;  // until its hello proved the token
+    int node_index = -1;
+    bool refused = false;  // told why it cannot join; closing
+
+   private:
+    scheduler* owner_;
+    std::vector<std::byte> scratch_;
+  };
+
+  // Joining (rendezvous/impl/scheduler_join.hpp).
+  int count_locked(role r) const;
+  int machines_locked(bool full_only) const;
+  bool complete_locked() const;
+  std::optional<std::string> refusal_locked(const rendezvous::hello& theirs) const;
+  void hello_locked(session& s, std::span<std::byte> payload);
+  void assign_and_welcome_locked();
+
+  bool all_workers_left_locked() const {
+    for (const auto& n : nodes_)
+      if (n.alive && n.r == role::worker && !n.left) return false;
+    // A worker that died after saying nothing is a failure, reported through failure_.
+
+    return true;
+  }
+  std::string describe(const node& n) const {
+    const std::string local =
+        n.r == role::worker && n.local_size > 1 ? fmt::format(" local rank {}", n.local_rank) : "";
+    return n.rank >= 0 ? fmt::format("{} {}{} at {}", role_name(n.r), n.rank, local, n.peer)
+                       : fmt::format("{}{} at {}", role_name(n.r), local, n.peer);
+  }
+
+  void send_locked(const link_ptr& l, wire::msg type, std::vector<std::byte> payload,
+                   std::uint64_t round = 0, bool close_after = false) {
+    auto body = std::make_shared<std::vector<std::byte>>(std::move(payload));
+    wire::header h;
+    h.type = type;
+    h.round = round;
+    ++sends_in_flight_;
+    l->send(h, *body, [this, body, l, close_after] {
+      if (close_after) l->close();
+      std::lock_guard lock(mu_);
+      --sends_in_flight_;
+      cv_.notify_all();
+    });
+  }
+  static std::vector<std::byte> text(const std::string& s) {
+    auto b = wire::as_bytes(s);
+    return {b.begin(), b.end()};
+  }
+
+  // Before it joined: logged (naming the peer) and counted by the gate.
+  void refuse_locked(session& s, const std::string& why) {
+    gate_.refused(*s.ticket, why);
+    s.refused = true;
+    send_locked(s.link_, wire::msg::refuse, text(why), 0, true);
+  }
+
+  void handle(session& s, const wire::header& h, std::span<std::byte> payload) {
+    std::lock_guard lock(mu_);
+    if (s.refused) return;  // its refusal is on its way; the link closes after it
+    if (s.node_index < 0 && h.type != wire::msg::hello) {  // a stranger: never "a worker"
+      gate_.refused(*s.ticket,
+                    fmt::format("it sent a {} frame before its hello", wire::msg_name(h.type)));
+      return s.link_->close();
+    }
+    if (h.type == wire::msg::hello) return hello_locked(s, payload);
+    nodes_[static_cast<std::size_t>(s.node_index)].last_heard = clock::now();
+    if (h.type == wire::msg::heartbeat) {  // nodes beat from their hello on
+      if (h.round != 0) answer_clock_probe(s, h.round);
+      return;
+    }
+    node& n = nodes_[static_cast<std::size_t>(s.node_index)];
+    switch (h.type) {
+      case wire::msg::barrier: {
+        if (n.r != role::worker)
+          throw wire::decode_error("it entered a barrier, which only workers do");
+        if (++barriers_[h.round] == workers_) {
+          barriers_.erase(h.round);
+          for (auto& w : nodes_)
+            if (w.alive && w.r == role::worker)
+              send_locked(w.link, wire::msg::barrier_release, {}, h.round);
+        }
+        return;
+      }
+      case wire::msg::bye:
+        n.left = true;
+        if (!payload.empty()) {  // it leaves after a failure: the job failed
+          const std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
+          job_failed_locked(fmt::format("{} left after a failure: {}", describe(n), why));
+          return;
+        }
+        log_.debug("{} said bye", describe(n));
+        cv_.notify_all();
+        return;
+      default:
+        // A peer breaking the protocol: its link closes, and the job fails naming it and this.
+        throw wire::decode_error(fmt::format(
+            "it sent a {} frame, which the scheduler does not take", wire::msg_name(h.type)));
+    }
+  }
+
+  // A heartbeat with the node's clock in `round` (BYTEPS_TRACE_ON): echo it with ours in
+  // `offset`, read as late as possible (rendezvous/client.hpp, detail/clock_sync.hpp).
+  static void answer_clock_probe(session& s, std::uint64_t node_time) {
+    wire::header r;
+    r.type = wire::msg::heartbeat;
+    r.round = node_time;
+    r.offset = static_cast<std::uint64_t>(detail::steady_ns());
+    s.link_->send(r, {}, {});
+  }
+
+  // Failover (rendezvous/impl/scheduler_failover.hpp).
+  std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const;
+  void server_lost_locked(node& n, const std::string& what);
+  void place_replacements_locked();
+  void check_vacancies_locked(clock::time_point now);
+
+  void closed(session& s, const std::string& reason) {
+    std::lock_guard lock(mu_);
+    if (s.node_index < 0) {  // never said hello (or was refused): logged once, by the gate
+      if (!s.refused) gate_.closed(*s.ticket, reason);
+      return;
+    }
+    node& n = nodes_[static_cast<std::size_t>(s.node_index)];
+    if (!n.alive) return;
+    n.alive = false;
+    if (n.left || shutting_down_) return;
+    lost_locked(n, fmt::format("disconnected ({})", reason));
+  }
+
+  // A node is gone without bye (rendezvous/impl/scheduler_failover.hpp).
+  void lost_locked(node& n, const std::string& what);
+
+  // A node that joined is gone without saying bye: the job cannot go on, before or after the
+  // cluster formed. Everyone still connected is told which node, so nobody waits for it.
+  void node_failed_locked(node& n, const std::string& what) {
+    job_failed_locked(fmt::format("{} {}{}; the job cannot continue", describe(n), what,
+                                  formed_ ? "" : " while the cluster was forming"));
+  }
+
+  void job_failed_locked(const std::string& why) {
+    if (!failure_.empty()) return;
+    failure_ = why;
+    log_.error("{}", failure_);
+    fail_locked(failure_);
+    cv_.notify_all();
+  }
+
+  // Monitor thread: beat to every node, and fail a node silent for longer than the timeout.
+  void check_heartbeats() {
+    std::lock_guard lock(mu_);
+    const auto now = clock::now();
+    for (auto& n : nodes_) {
+      if (!n.alive || n.left || shutting_down_) continue;
+      auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_heard);
+      if (silent > cfg_.heartbeat_timeout) {
+        n.alive = false;
+        n.link->close();
+        lost_locked(n, fmt::format("stopped responding: nothing heard for {} ms "
+                                   "(BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
+                                   silent.count(), cfg_.heartbeat_timeout.count()));
+        continue;
+      }
+      wire::header h;
+      h.type = wire::msg::heartbeat;
+      n.link->send(h, {}, {});
+    }
+    if (!shutting_down_) check_vacancies_locked(now);
+  }
+
+  void fail_locked(const std::string& why) {
+    for (auto& n : nodes_)
+      if (n.alive && !n.left) send_locked(n.link, wire::msg::node_failed, text(why));
+  }
+
+  // Lets queued notices leave (bounded), then closes everything.
+  void finish(std::unique_lock<std::mutex>& lock) {
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sends_in_flight_ == 0; });
+    lock.unlock();
+    gate_.stop();
+    monitor_.stop();
+    transport_.stop();
+    lock.lock();
+  }
+
+  Config cfg_;
+  T transport_;  // first: links held below need its I/O context; ~scheduler stops it first
+  logger log_;
+  rendezvous::hello_gate gate_;  // connections that have not said hello yet
+  rendezvous::hello mine_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<node> nodes_;
+  std::map<std::uint64_t, int> barriers_;
+  rendezvous::welcome table_;     // as sent at formation; failover updates the server table
+  rendezvous::vacancies vacant_;  // failover: ranks of dead servers awaiting a replacement
+  bool formed_ = false;
+  bool shutting_down_ = false;
+  std::string failure_;
+  int sends_in_flight_ = 0;
+  int workers_ = 0;                  // worker processes, once formed
+  detail::periodic_thread monitor_;  // last: stops first
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace rendezvous
+
+}  // namespace bps
+
+#include "byteps/rendezvous/impl/scheduler_failover.hpp"
+#include "byteps/rendezvous/impl/scheduler_join.hpp"

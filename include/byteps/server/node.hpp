@@ -1,0 +1,374 @@
+#pragma once
+/// @file
+/// `bps::server::node<Transport, Handler>`: the summation server behind `bps::Server`
+/// (server/server.hpp), as `worker::node` is the worker behind `bps::Communicator`.
+///
+/// The server keeps the links (`session.hpp`), the tensor names (`names.hpp`), the engine
+/// threads (`engine.hpp`), who waits for which round (`waiting.hpp`), the timeline, stall reports,
+/// the periodic throughput line (`stats.hpp`) and failures. What a push means is the handler's
+/// (`handler.hpp`): the default, `server::decoding<server::sync_sum>`, decodes compressed pushes
+/// (`decoding.hpp`) and sums one round from every worker, then answers them all (`sync_sum.hpp`).
+/// Each key belongs to one engine thread
+/// (`BYTEPS_SERVER_ENGINE_THREAD`), which has a handler of its own, so no lock guards the sums.
+/// What the server does with a push, from the thread it is summed on to the handler's outcome
+/// carried out, is in server/impl/node_push.hpp, included at the end of this file. On a
+/// transport that registers memory (RDMA), each worker link's pushes of a partition land in one
+/// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant. On
+/// `transport::ipc`, a colocated worker's pushes are summed straight out of its shared-memory
+/// ring (`receiver::takes_in_place`), with no copy into a buffer of the server's.
+///
+/// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
+/// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then
+/// `run()` returns at once). A replacement starts empty; how its keys catch up is the handler's
+/// (sync_sum.hpp).
+///
+/// @par Thread Safety
+/// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "byteps/compress/registry.hpp"
+#include "byteps/core/config.hpp"
+#include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
+#include "byteps/core/log.hpp"
+#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/detail/periodic.hpp"
+#include "byteps/detail/tracer.hpp"
+#include "byteps/rendezvous/client.hpp"
+#include "byteps/rendezvous/gate.hpp"
+#include "byteps/server/decoding.hpp"
+#include "byteps/server/engine.hpp"
+#include "byteps/server/handler.hpp"
+#include "byteps/server/landing.hpp"
+#include "byteps/server/names.hpp"
+#include "byteps/server/registered_pool.hpp"
+#include "byteps/server/round_trace.hpp"
+#include "byteps/server/session.hpp"
+#include "byteps/server/stats.hpp"
+#include "byteps/server/sync_sum.hpp"
+#include "byteps/server/waiting.hpp"
+#include "byteps/server/worker_places.hpp"
+#include "byteps/transport/standard.hpp"
+#include "byteps/transport/transport.hpp"
+
+namespace bps {
+
+namespace testing {
+struct server_access;  // the tests' way into a server; not defined by the library
+}  // namespace testing
+
+namespace server {
+
+template <class T, class H>
+class node {
+  static_assert(Transport<T> && ServerHandler<H>,
+                "server::node<T, H>: T must model bps::Transport, H bps::ServerHandler");
+
+ public:
+  using link_ptr = std::shared_ptr<typename T::link>;
+  using handler_type = H;
+
+  /// Connects to the scheduler, listens for workers, and joins the cluster (blocks until every
+  /// node joined, at most `Config::rendezvous_timeout`; a standby blocks until it replaces a
+  /// dead server or the job ends). The transport is built with `transport_options`, or without
+  /// them with `T::options::from(cfg)` (the environment's).
+  ///
+  /// `compressors` makes the compressors of the tensors that workers declare with one the
+  /// servers decode (the built-ins by default; add a prototype's own with `registry::add`).
+  node(const Config& cfg, const typename T::options& transport_options,
+       compress::registry compressors)
+      : cfg_(checked(cfg)),
+        compressors_(std::move(compressors)),
+        transport_(cfg, transport_options),
+        control_(transport_, cfg),
+        log_(cfg.log, "server"),
+        gate_(cfg, log_),
+        trace_(cfg, role::server) {
+    try {
+      start();
+    } catch (...) {
+      shutdown();  // the I/O threads must not call into a half-built server
+      throw;
+    }
+  }
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+  ~node() { shutdown(); }
+
+  /// This server's rank; -1 for a standby that was never needed.
+  int rank() const noexcept { return rank_; }
+  std::uint16_t port() const noexcept { return port_; }
+
+  /// Serves until the scheduler ends the job. Throws `communicator_error` when the cluster
+  /// fails (a node died, the scheduler vanished).
+  void run() {
+    if (released_) {
+      log_.info("the job ended while this standby server waited; exiting");
+      finishing_ = true;
+      shutdown();
+      return;
+    }
+    try {
+      control_.wait_for_shutdown();
+    } catch (const communicator_error&) {
+      shutdown();  // fail() already logged why
+      throw;
+    }
+    log_.info("job finished; exiting");
+    finishing_ = true;
+    shutdown();
+  }
+
+ private:
+  // The failover tests crash a server in process through this accessor, defined in tests/ only
+  // (tests/cluster/server_access.hpp), so no test-only member is part of the public API.
+  friend struct testing::server_access;
+
+  using session = server::session<node>;
+  friend session;
+  using session_ptr = std::shared_ptr<session>;
+
+  // Before anything connects: a handler that cannot serve this job says so now.
+  static const Config& checked(const Config& cfg) {
+    if constexpr (server::checks_config<H>) H::check_config(cfg);
+    return cfg;
+  }
+
+  void start() {
+    cfg_.validate();
+    names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
+    control_.on_failure([this](const std::string& why) { fail(why); });
+    server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
+    engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
+    for (int i = 0; i < cfg_.server_engine_threads; ++i)
+      engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
+    const std::string host = cfg_.listen_host(control_.local_host());
+    // Every link is challenged at once; its first frame must be a peer_hello proving the token.
+    port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
+      gate_.admit_and_challenge(
+          l, [&](auto ticket) { return std::make_shared<session>(this, l, ticket); });
+    });
+    auto hello = rendezvous::hello::from(cfg_, role::server);
+    hello.host = host;
+    hello.port = port_;
+    std::optional<rendezvous::welcome> welcome;
+    if (hello.standby) {
+      log_.info("standby on {}:{}: waiting to replace a server that dies", host, port_);
+      welcome = control_.stand_by(hello);
+      if (!welcome) {
+        released_ = true;
+        return;
+      }
+    } else {
+      welcome = control_.join(hello);
+    }
+    rank_ = welcome->rank;
+    log_.rename(fmt::format("server {}", rank_));
+    trace_.name_node(rank_, log_.who(), rank_);
+    log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
+              cfg_.server_engine_threads, cfg_.num_workers);
+    const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
+    stall_check_.start(period, [this] {
+      for (auto& e : engines_)
+        e->post([this, ep = e.get()] { ep->report_stalls(cfg_, names_, log_); });
+    });
+    if (cfg_.server_log_interval.count() > 0 && log_.enabled(log_level::info)) {
+      stats_.restart_clock();  // the first interval starts now; pushes may have come already
+      stats_log_.start(cfg_.server_log_interval, [this] { report_throughput(false); });
+    }
+  }
+
+  using engine = server::engine<H, session>;
+
+  using waiting_room = typename server::waiting_rooms<session>::room;
+
+  /// Pushes up to this size are handled on the I/O thread that read them: a hop to an engine
+  /// thread costs more than the sum. Larger ones go to the engine, so I/O goes on meanwhile.
+  static constexpr std::size_t inline_sum_bytes = 64 * 1024;
+
+  // What a session asks of its server (session.hpp).
+  const Config& config() const noexcept { return cfg_; }
+  rendezvous::hello_gate& gate() noexcept { return gate_; }
+
+  server::worker_places& places() noexcept { return places_; }
+  detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_->take(bytes); }
+  void recycle(detail::buffer_pool::buffer b) { pool_->give_back(std::move(b)); }
+  std::int64_t now_ns() const { return trace_.now(); }
+  bool streams(std::size_t bytes) const {
+    return server::streams_pushes<H> && server::streamed_size(cfg_, bytes);
+  }
+  // Pushes land in per-link landing buffers that stay (server/landing.hpp): on a transport that
+  // registers memory, with a handler that reads pushes in place. TCP and ipc keep one pool
+  // buffer per push (the first of a round becomes its sum without a copy).
+  static constexpr bool lands = requires { requires T::registers_memory; } &&
+                                server::reads_in_place<H>;
+  static constexpr bool lands_pushes() noexcept { return lands; }
+  // Pushes in a colocated worker's ipc ring are read where they lie, by a handler that reads in
+  // place (its keys then hold every push as a landed one: sync_sum sums them in rank order into
+  // its own buffers). Every push comes to the handler that way, ring or not, so that a key never
+  // mixes the two ways (sync_sum cannot).
+  static constexpr bool in_place = !lands && requires { requires T::hands_in_place; } &&
+                                   server::reads_in_place<H>;
+  bool takes_in_place() const noexcept {
+    if constexpr (in_place)
+      return transport_.shortcut_enabled();
+    else
+      return false;
+  }
+  std::shared_ptr<detail::buffer_pool::buffer> landing_buffer(std::size_t bytes) {
+    bool first_miss = false;
+    if (!landing_budget_->take(bytes, first_miss)) {
+      if (first_miss)
+        log_.warn("landing buffers hold BYTEPS_SERVER_LANDING_BYTES={} bytes: pushes of further "
+                  "partitions land in buffers taken per push and ask for their place every round",
+                  landing_budget_->limit());
+      return nullptr;
+    }
+    return {new detail::buffer_pool::buffer(pool_->take(bytes)),
+            [pool = pool_, budget = landing_budget_](detail::buffer_pool::buffer* b) {
+              budget->give(b->size);
+              pool->give_back(std::move(*b));
+              delete b;
+            }};
+  }
+  std::shared_ptr<detail::buffer_pool::buffer> shared_receive_buffer(std::size_t bytes) {
+    return {new detail::buffer_pool::buffer(pool_->take(bytes)),
+            [pool = pool_](detail::buffer_pool::buffer* b) {
+              pool->give_back(std::move(*b));
+              delete b;
+            }};
+  }
+
+  engine& engine_for(const key_id& k) {
+    return *engines_[partition_key(k.key, k.part) % engines_.size()];
+  }
+
+  std::string dead_reason() {
+    std::lock_guard lock(mu_);
+    return dead_;
+  }
+
+  void declare(session& s, std::uint64_t key, std::span<const std::byte> payload) {
+    server::take_declare(names_, s, key, payload, compressors_, log_);
+  }
+
+  // A whole push or, with failover, a sum_offer: handled on the I/O thread that read it when it
+  // is small (`inline_sum_bytes`), else posted to its key's engine thread.
+  void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
+                 server::receive_times received);
+
+  // Cut-through: part (`complete` false) or the rest of a streamed push, for its key's engine,
+  // which sees a frame's calls in order.
+  void post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
+                   std::size_t bytes_in, bool first, bool complete, server::receive_times received);
+
+  // Which call of a streamed push `on_push` carries out; a whole push is its only call.
+  struct stream_call {
+    const server::payload_ref* in = nullptr;
+    std::size_t bytes_in = 0;
+    bool first = true, complete = true;
+  };
+
+  // What gathers the answers of a push summed while its worker's push_batch is handled
+  // (server/batch_split.hpp); null for answers that go alone.
+  using answer_batches = server::answer_batches<session>;
+
+  // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
+  // failover, a sum_offer: the handler decides, the server carries it out.
+  void on_push(engine& e, const session_ptr& s, const wire::header& h,
+               detail::buffer_pool::buffer& payload, server::receive_times received,
+               stream_call call = {}, answer_batches* batch = nullptr);
+
+  // Sends the handler's answer about `h`'s partition to each of `to`, or adds it to `batch`.
+  void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to,
+              answer_batches* batch = nullptr);
+
+  // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
+  // rest of the last interval. An idle interval with nobody behind says nothing.
+  void report_throughput(bool last) {
+    server::report_throughput(engines_, cfg_.num_workers, stats_, log_, last);
+  }
+
+  void worker_lost(session& s, const std::string& reason) {
+    if (finishing_) return;
+    fail(fmt::format("{} disconnected ({})", s.describe(), reason));
+  }
+
+  // Any thread. The cluster is broken: answer every waiting worker with the reason, now and for
+  // every later push (on_push), so that no worker waits for a sum that cannot come.
+  void fail(const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      if (!dead_.empty() || finishing_) return;
+      dead_ = why;
+    }
+    log_.error("{}", why);
+    for (auto& e : engines_) {
+      e->post([ep = e.get(), why] {
+        ep->waiting.for_each_waiting([&](const key_id& id, waiting_room& r) {
+          wire::header h;
+          h.key = id.key;
+          h.part = id.part;
+          h.round = r.round;
+          for (auto& w : r.workers) w->send_error(h, why, wire::flag_fatal);
+          r.workers.clear();
+        });
+      });
+    }
+  }
+
+  void shutdown() {
+    if (stopped_.exchange(true)) return;
+    gate_.stop();
+    stall_check_.stop();
+    stats_log_.stop();
+    for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
+    transport_.stop();
+    if (cfg_.server_log_interval.count() > 0 && rank_ >= 0) report_throughput(true);
+    trace_.write(control_.clock_offset(), log_);
+  }
+
+  Config cfg_;
+  compress::registry compressors_;  // makes each declared key's server compressor
+  T transport_;                     // first: the links below need its I/O context
+  rendezvous::client<T> control_;
+  logger log_;
+  rendezvous::hello_gate gate_;  // links that have not said peer_hello yet
+  detail::tracer trace_;         // the timeline: null when BYTEPS_TRACE_ON=0
+  // Shared with the streamed pushes' buffers, which a link may still hold after the server.
+  std::shared_ptr<detail::buffer_pool> pool_ = std::make_shared<detail::buffer_pool>();
+  // Shared with the landing buffers, which may go back after the server (as pool_).
+  std::shared_ptr<server::landing_budget> landing_budget_ =
+      std::make_shared<server::landing_budget>(cfg_.server_landing_bytes);
+  server::tensor_names names_;
+  server::throughput stats_;
+  server::worker_places places_;  // one link per worker process
+  std::mutex mu_;                 // guards dead_
+  std::string dead_;
+  std::atomic<bool> finishing_{false};
+  std::atomic<bool> stopped_{false};
+  bool released_ = false;  // a standby the job never needed
+  std::vector<std::unique_ptr<engine>> engines_;
+  std::uint16_t port_ = 0;
+  int rank_ = -1;
+  detail::periodic_thread stall_check_;  // last two: stop first
+  detail::periodic_thread stats_log_;
+};
+
+}  // namespace server
+
+}  // namespace bps
+
+#include "byteps/server/impl/node_push.hpp"

@@ -1,0 +1,10 @@
+// byteps::compiled: the communicators over transport::tcp, instantiated once for every
+// program that links the library (include/byteps/*/*_instances.hpp declares them extern).
+#include <byteps/bodies.hpp>
+
+namespace bps {
+
+template class Communicator<transport::tcp, local::none>;
+template class Communicator<transport::tcp, local::host>;
+
+}  // namespace bps
