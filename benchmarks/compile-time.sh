@@ -7,7 +7,8 @@
 # compiled mode (-DBYTEPS_COMPILED, as byteps::compiled sets it), as a consumer compiles it
 # against include/. Then each FILE (a source of this repository) with the exact command of
 # DIR/compile_commands.json (default: build; configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON,
-# which scripts/build.sh does). Each compile runs N times (default 1); the table shows the
+# which scripts/build.sh does); a file the build compiles in a unity batch gets its batch's
+# command, precompiled header included, compiling the file alone. Each compile runs N times (default 1); the table shows the
 # fastest wall time and the largest peak RSS. docs/performance.md, "Compile time", has the
 # figures and the files.
 set -euo pipefail
@@ -63,14 +64,26 @@ for f in "${files[@]}"; do
   # shell in the entry's directory, as the build runs it.
   entry=$(python3 - "$db" "$abs" <<'PY'
 import json, shlex, sys
-for e in json.load(open(sys.argv[1])):
-    if e["file"] == sys.argv[2]:
-        args = e.get("arguments") or shlex.split(e["command"])
-        if "-o" in args:
-            args[args.index("-o") + 1] = "/dev/null"
-        print(e["directory"])
-        print(shlex.join(args))
+entries = json.load(open(sys.argv[1]))
+want = sys.argv[2]
+def shown(e, source):
+    args = e.get("arguments") or shlex.split(e["command"])
+    if "-o" in args:
+        args[args.index("-o") + 1] = "/dev/null"
+    args = [source if a == e["file"] else a for a in args]
+    print(e["directory"])
+    print(shlex.join(args))
+for e in entries:
+    if e["file"] == want:
+        shown(e, want)
         break
+else:
+    # A file compiled in a unity batch: its batch's command (precompiled header and all), with
+    # the file in place of the batch.
+    for e in entries:
+        if "/Unity/" in e["file"] and f'#include "{want}"' in open(e["file"]).read():
+            shown(e, want)
+            break
 PY
 )
   [[ -n $entry ]] || { echo "compile-time.sh: $f is not in $db" >&2; exit 1; }

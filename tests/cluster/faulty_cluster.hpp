@@ -6,6 +6,8 @@
 
 #include <byteps/transport/faulty.hpp>
 
+#include "faulty_instances.hpp"
+
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>

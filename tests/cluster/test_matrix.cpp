@@ -7,6 +7,7 @@
 
 #include "cluster.hpp"
 #include "exact_rounds.hpp"
+#include "faulty_instances.hpp"
 #include "run_cluster.hpp"
 #include "values.hpp"
 

@@ -15,12 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "emulated_instances.hpp"
 #include "emulated_verbs.hpp"
 
 namespace bps::test {
 
 using emu_rdma = transport::basic_rdma<emu::emulated_verbs>;
 using namespace std::chrono_literals;
+
+/// What the shared default fabric (the one every transport without a fabric of its own uses)
+/// caught a transport doing against the verbs' rules.
+inline std::vector<std::string> shared_fabric_violations() {
+  return emu::fabric::shared_default()->violations();
+}
 
 inline std::byte pattern_byte(std::uint64_t key, std::size_t i) {
   return static_cast<std::byte>((i * 7 + (i >> 11) + key * 31) & 0xff);

@@ -16,7 +16,7 @@ using namespace bps;
 
 namespace {
 
-using comm_t = Communicator<test::emu_rdma, local::none, partition::by_bytes, schedule::priority>;
+using emu_comm_t = Communicator<test::emu_rdma, local::none, partition::by_bytes, schedule::priority>;
 
 Config cluster_config(int workers, int servers, std::size_t chunk = 0) {
   Config c = test::base_config(workers, servers);
@@ -27,13 +27,9 @@ Config cluster_config(int workers, int servers, std::size_t chunk = 0) {
 }
 
 // Every node on the emulated fabric, the scheduler too; one worker per machine.
-void run_rdma_cluster(Config base, const std::function<void(comm_t&)>& body) {
+void run_rdma_cluster(Config base, const std::function<void(emu_comm_t&)>& body) {
   const std::vector<int> one_worker_each(static_cast<std::size_t>(base.num_workers), 1);
-  test::run_cluster<test::emu_rdma, comm_t, test::emu_rdma>(base, one_worker_each, body);
-}
-
-std::vector<std::string> violations() {
-  return test::emu::fabric::shared_default()->violations();
+  test::run_cluster<test::emu_rdma, emu_comm_t, test::emu_rdma>(base, one_worker_each, body);
 }
 
 }  // namespace
@@ -45,7 +41,7 @@ TEST_CASE("rdma cluster: every dtype at odd sizes on 1x1, 2x2 and 3x2, exact sum
   CAPTURE(workers, servers);
   const std::size_t sizes[] = {1, 3, 1023, 4097, 20011};
   std::atomic<int> ranks_checked{0};
-  run_rdma_cluster(cluster_config(workers, servers), [&](comm_t& comm) {
+  run_rdma_cluster(cluster_config(workers, servers), [&](emu_comm_t& comm) {
     BPS_EXPECT(comm.size() == workers, "size {}", comm.size());
     const auto context = fmt::format("rdma {}x{}: ", workers, servers);
     for (int round = 0; round < 3; ++round)
@@ -53,25 +49,25 @@ TEST_CASE("rdma cluster: every dtype at odd sizes on 1x1, 2x2 and 3x2, exact sum
     ++ranks_checked;
   });
   CHECK(ranks_checked == workers);  // every rank saw 3 rounds x 7 dtypes x 5 sizes exact
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }
 
 TEST_CASE("rdma cluster: answers cut through in 1 KiB pieces, every dtype, exact sums",
           "[rdma][cluster][cut_through]") {
   const std::size_t sizes[] = {1, 1023, 4097, 20011};
   std::atomic<int> ranks_checked{0};
-  run_rdma_cluster(cluster_config(2, 2, 1024), [&](comm_t& comm) {
+  run_rdma_cluster(cluster_config(2, 2, 1024), [&](emu_comm_t& comm) {
     for (int round = 0; round < 2; ++round)
       test::exact_round_every_dtype(comm, sizes, round, 2, "rdma cut-through: ");
     ++ranks_checked;
   });
   CHECK(ranks_checked == 2);
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }
 
 TEST_CASE("rdma cluster: average and broadcast on 3 workers x 2 servers", "[rdma][cluster]") {
   std::atomic<int> ranks_checked{0};
-  run_rdma_cluster(cluster_config(3, 2), [&](comm_t& comm) {
+  run_rdma_cluster(cluster_config(3, 2), [&](emu_comm_t& comm) {
     const int rank = comm.rank();
     // rank r pushes r + i: the mean over 3 is 1 + i, exact.
     std::vector<double> v(5000);
@@ -93,7 +89,7 @@ TEST_CASE("rdma cluster: average and broadcast on 3 workers x 2 servers", "[rdma
     ++ranks_checked;
   });
   CHECK(ranks_checked == 3);
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }
 
 TEST_CASE("rdma cluster: 2 workers x 2 servers, 64 MiB fp32 twice, exact sums", "[rdma][cluster]") {
@@ -101,7 +97,7 @@ TEST_CASE("rdma cluster: 2 workers x 2 servers, 64 MiB fp32 twice, exact sums", 
   auto cfg = cluster_config(2, 2);
   cfg.partition_bytes = 4u << 20;  // 16 partitions of 4 MiB, 8 on each server
   std::atomic<int> ranks_checked{0};
-  run_rdma_cluster(cfg, [&](comm_t& comm) {
+  run_rdma_cluster(cfg, [&](emu_comm_t& comm) {
     std::vector<float> v(n);
     for (int round = 0; round < 2; ++round) {
       // rank r, round k: r + k + (i mod 1024); the sum over 2 is 1 + 2k + 2 (i mod 1024).
@@ -118,5 +114,5 @@ TEST_CASE("rdma cluster: 2 workers x 2 servers, 64 MiB fp32 twice, exact sums", 
     ++ranks_checked;
   });
   CHECK(ranks_checked == 2);
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }

@@ -12,14 +12,6 @@
 using namespace bps;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::vector<std::string> violations() {
-  return test::emu::fabric::shared_default()->violations();
-}
-
-}  // namespace
-
 TEST_CASE("rdma cluster: local::host on machines of 2 and 1 local ranks, every dtype, exact sums",
           "[rdma][cluster][local]") {
   using host_comm =
@@ -40,7 +32,7 @@ TEST_CASE("rdma cluster: local::host on machines of 2 and 1 local ranks, every d
         ++ranks_checked;
       });
   CHECK(ranks_checked == processes);
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }
 
 TEST_CASE("rdma cluster: a server killed mid-run is replaced by a standby, every sum exact",
@@ -76,5 +68,5 @@ TEST_CASE("rdma cluster: a server killed mid-run is replaced by a standby, every
   });
   CHECK(c.replacements() == 1);
   CHECK(rounds_checked == workers * rounds);
-  CHECK(violations().empty());
+  CHECK(test::shared_fabric_violations().empty());
 }

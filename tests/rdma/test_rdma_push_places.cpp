@@ -17,7 +17,7 @@ using namespace bps::test;
 
 namespace {
 
-using comm_t = Communicator<emu_rdma, local::none, partition::by_bytes, schedule::priority>;
+using places_comm_t = Communicator<emu_rdma, local::none, partition::by_bytes, schedule::priority>;
 
 constexpr int workers = 2, servers = 2;
 constexpr std::size_t part_bytes = 8192;  // announced: more than a 4 KiB slot holds
@@ -34,9 +34,9 @@ void run_rounds(Config base, std::span<const dtype> types, std::size_t parts, in
                 const tallies& t) {
   base.partition_bytes = part_bytes;
   const std::size_t tensor_bytes = parts * part_bytes;
-  run_cluster<emu_rdma, comm_t, emu_rdma>(
+  run_cluster<emu_rdma, places_comm_t, emu_rdma>(
       base, std::vector<int>(workers, 1),
-      [&](comm_t& comm) {
+      [&](places_comm_t& comm) {
         const int w = comm.rank();
         std::vector<std::byte> arena(types.size() * tensor_bytes);
         comm.register_memory(arena);
