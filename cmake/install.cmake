@@ -53,60 +53,40 @@ install(EXPORT byteps-targets
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
-# The cuda, rdma and tls components: each its own export set, loaded by the config only when a
+# The compiled, cuda, rdma and tls components: each its own export set, loaded by the config only when a
 # consumer asks for it (and finds what it needs), so that such a build still serves consumers
 # without CUDA or rdma-core.
 set(_byteps_package_files)
 set(BYTEPS_PACKAGE_COMPONENTS "tcp")
 set(BYTEPS_UNBUILT_COMPONENTS "")
-if(BYTEPS_BUILD_COMPILED)
-  install(TARGETS byteps_compiled EXPORT byteps-compiled-targets
-    ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component}
-    LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component})
-  install(EXPORT byteps-compiled-targets
-    NAMESPACE byteps::
-    FILE byteps-compiled-targets.cmake
-    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
-    COMPONENT ${_byteps_install_component})
-  string(APPEND BYTEPS_PACKAGE_COMPONENTS " compiled")
-else()
-  string(APPEND BYTEPS_UNBUILT_COMPONENTS " compiled")
-endif()
+# _byteps_component(NAME BUILT): installs byteps_NAME in its own export set when BUILT, and
+# lists NAME among the package's built or unbuilt components.
+function(_byteps_component name built)
+  if(built)
+    install(TARGETS byteps_${name} EXPORT byteps-${name}-targets
+      ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component}
+      LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT ${_byteps_install_component})
+    install(EXPORT byteps-${name}-targets
+      NAMESPACE byteps::
+      FILE byteps-${name}-targets.cmake
+      DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
+      COMPONENT ${_byteps_install_component})
+    set(BYTEPS_PACKAGE_COMPONENTS "${BYTEPS_PACKAGE_COMPONENTS} ${name}" PARENT_SCOPE)
+  else()
+    set(BYTEPS_UNBUILT_COMPONENTS "${BYTEPS_UNBUILT_COMPONENTS} ${name}" PARENT_SCOPE)
+  endif()
+endfunction()
+_byteps_component(compiled "${BYTEPS_BUILD_COMPILED}")
+_byteps_component(rdma "${BYTEPS_HAVE_RDMA}")
+_byteps_component(tls "${BYTEPS_HAVE_TLS}")
+_byteps_component(cuda "${BYTEPS_HAVE_CUDA}")
 if(BYTEPS_HAVE_RDMA)
-  install(TARGETS byteps_rdma EXPORT byteps-rdma-targets COMPONENT ${_byteps_install_component})
-  install(EXPORT byteps-rdma-targets
-    NAMESPACE byteps::
-    FILE byteps-rdma-targets.cmake
-    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
-    COMPONENT ${_byteps_install_component})
   list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindRdmaCore.cmake")
-  string(APPEND BYTEPS_PACKAGE_COMPONENTS " rdma")
-else()
-  string(APPEND BYTEPS_UNBUILT_COMPONENTS " rdma")
-endif()
-if(BYTEPS_HAVE_TLS)
-  install(TARGETS byteps_tls EXPORT byteps-tls-targets COMPONENT ${_byteps_install_component})
-  install(EXPORT byteps-tls-targets
-    NAMESPACE byteps::
-    FILE byteps-tls-targets.cmake
-    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
-    COMPONENT ${_byteps_install_component})
-  string(APPEND BYTEPS_PACKAGE_COMPONENTS " tls")
-else()
-  string(APPEND BYTEPS_UNBUILT_COMPONENTS " tls")
 endif()
 if(BYTEPS_HAVE_CUDA)
-  install(TARGETS byteps_cuda EXPORT byteps-cuda-targets COMPONENT ${_byteps_install_component})
-  install(EXPORT byteps-cuda-targets
-    NAMESPACE byteps::
-    FILE byteps-cuda-targets.cmake
-    DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
-    COMPONENT ${_byteps_install_component})
   list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake")
-  string(APPEND BYTEPS_PACKAGE_COMPONENTS " cuda")
   set(BYTEPS_PACKAGE_CUDA_ROOT "${CUDAToolkit_LIBRARY_ROOT}")
 else()
-  string(APPEND BYTEPS_UNBUILT_COMPONENTS " cuda")
   set(BYTEPS_PACKAGE_CUDA_ROOT "")
 endif()
 string(STRIP "${BYTEPS_UNBUILT_COMPONENTS}" BYTEPS_UNBUILT_COMPONENTS)

@@ -1,9 +1,8 @@
 #pragma once
 /// @file
-/// `bps::SchedulerNode<Transport>`: the scheduler role (DMLC_ROLE=scheduler). It waits for every
-/// server and worker to say hello, assigns ranks, hands everyone the server table, runs worker
-/// barriers, tells the servers to exit once every worker said bye, and tells everyone which node
-/// died when one does (rendezvous/scheduler.hpp, `rendezvous::scheduler`, does the work).
+/// `bps::SchedulerNode<Transport>`: the scheduler role (DMLC_ROLE=scheduler), whose work
+/// (rendezvous, barriers, the job's end, failures and failover) rendezvous/scheduler.hpp's
+/// `rendezvous::scheduler` does.
 ///
 /// This header declares it with the transport only named; the bodies are in
 /// rendezvous/impl/scheduler_node.hpp, included here in header-only mode. In compiled mode
