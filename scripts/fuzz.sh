@@ -26,7 +26,7 @@ build_dir=build-fuzz
 jobs=${BUILD_JOBS:-$(nproc)}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DBYTEPS_BUILD_FUZZERS=ON -DBYTEPS_BUILD_TESTS=OFF -DBYTEPS_BUILD_EXAMPLES=OFF \
-  -DBYTEPS_BUILD_TOOLS=OFF
+  -DBYTEPS_BUILD_TOOLS=OFF -DBYTEPS_BUILD_COMPILED=OFF
 cmake --build "$build_dir" -j "$jobs"
 
 # The committed corpus must still pass as it is (a quick regression check) ...
