@@ -4,7 +4,8 @@
 #   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer, into build-asan/
 #   scripts/sanitize.sh tsan   ThreadSanitizer, into build-tsan/
 # Extra arguments go to ctest, e.g. scripts/sanitize.sh tsan -R cluster
-# BUILD_JOBS sets the build's parallelism (default: every core).
+# BUILD_JOBS sets the build's parallelism (default: every core). SANITIZE_STEPS=build or
+# SANITIZE_STEPS=test does only that half (.ci/run runs one preset's suite while the next builds).
 #
 # Every test runs under asan, including the real-process tests (byteps-launch starts sanitized
 # byteps-server and worker binaries; a report makes a process exit non-zero, so the launcher
@@ -32,14 +33,32 @@ case "$preset" in
     ;;
 esac
 
-scripts/install-deps.sh
+steps=${SANITIZE_STEPS:-all}
+case "$steps" in
+  all | build | test) ;;
+  *)
+    echo "$0: SANITIZE_STEPS must be all, build or test, not '$steps'" >&2
+    exit 2
+    ;;
+esac
 jobs=${BUILD_JOBS:-$(nproc)}
 build_dir=build-$preset
 start=$(date +%s)
 
-cmake --preset "$preset"
-cmake --build --preset "$preset" -j "$jobs"
+if [[ $steps != test ]]; then
+  scripts/install-deps.sh
+  cmake --preset "$preset"
+  cmake --build --preset "$preset" -j "$jobs"
+fi
 built=$(date +%s)
+if [[ $steps == build ]]; then
+  echo "sanitize.sh $preset: build $((built - start)) s"
+  exit 0
+fi
+[[ -f $build_dir/CTestTestfile.cmake ]] || {
+  echo "$0: $build_dir is not built: run with SANITIZE_STEPS=build (or all) first" >&2
+  exit 2
+}
 
 # ThreadSanitizer maps its shadow memory at fixed addresses; with full address-space
 # randomisation (vm.mmap_rnd_bits > 28, the default of recent kernels) every program dies with
