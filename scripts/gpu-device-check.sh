@@ -8,7 +8,8 @@
 # shared libraries the GPU machine may lack (fmt, rdma-core, the CUDA runtime). NCCL is the GPU
 # machine's own: the first libnccl.so.2 found under /usr/local/cuda*, /usr/lib*, or a Python
 # package nvidia.nccl. Every step runs even when an earlier one failed; the script exits 1 if any
-# failed, and the summary at the end lists them.
+# failed, and the summary at the end lists them. GPU_CHECK_ONLY=REGEX runs only the steps whose
+# name matches (grep -E), for a short lease on a device.
 set -uo pipefail
 
 stage=${1:?usage: gpu-device-check.sh STAGE OUT}
@@ -22,6 +23,10 @@ failed=()
 step() {  # step NAME TIMEOUT_S CMD...: runs CMD, records a failure (77 is a skip)
   local name=$1 limit=$2
   shift 2
+  if [[ -n ${GPU_CHECK_ONLY:-} ]] && ! grep -qE "$GPU_CHECK_ONLY" <<<"$name"; then
+    echo "==== $name: left out (GPU_CHECK_ONLY)"
+    return 0
+  fi
   echo
   echo "==== $name"
   local t0=$SECONDS rc=0
@@ -74,6 +79,8 @@ step "gpu: train_mlp_cuda on 2 workers x 2 servers" 150 \
 step "cpu: train_mlp --model small on 2 workers x 2 servers (the main job, for the loss)" 90 \
   "$launch" --workers 2 --servers 2 --timeout 80 -- examples/train_mlp --model small
 step "figures: benchmarks/gpu-sweep.sh" 240 benchmarks/gpu-sweep.sh "$stage"
+step "figures: benchmarks/gpu-sweep.sh --workers 1 (no two workers share the GPU)" 240 \
+  benchmarks/gpu-sweep.sh "$stage" --workers 1 --trace-sizes "1M 64M"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if [[ -n $sanitizer ]]; then
   step "gpu: nccl push_pull under compute-sanitizer (memcheck), 2 machines x 1 GPU process" 170 \

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 
@@ -151,6 +152,51 @@ TEST_CASE("host: local ranks that disagree on a tensor's shape get a usage error
   CHECK(one_names_shape);
   CHECK(messages[0].find("push_pull of 'grad'") != std::string::npos);
   CHECK(messages[1].find("push_pull of 'grad'") != std::string::npos);
+}
+
+TEST_CASE("host: one push_pull is one operation record, with one record per partition it "
+          "pushes - 2 local ranks, 1 + 3 local ranks, compressed",
+          "[local]") {
+  // 2 slices of 32 KiB (2 x 2 local ranks) or 3 of ~21 KiB (1 + 3): 4 KiB partitions.
+  const std::size_t count = 16384;
+  auto records = [&](const std::vector<int>& local_sizes, const char* compressor) {
+    auto cfg = test::base_config(static_cast<int>(local_sizes.size()), 2);
+    cfg.partition_bytes = 4096;
+    cluster c(cfg);
+    const int rounds = 3;
+    c.run_local<host_comm_t>(local_sizes, [&](host_comm_t& comm) {
+      push_pull_options opts;
+      if (compressor != nullptr) opts.compressor = compress::by_name(compressor);
+      std::vector<float> v(count);
+      for (int r = 0; r < rounds; ++r) {
+        std::fill(v.begin(), v.end(), 1.0f);
+        comm.push_pull("t", std::span(v), opts).wait();
+        BPS_EXPECT(v[0] == static_cast<float>(comm.size()) &&
+                       v[count - 1] == static_cast<float>(comm.size()),
+                   "round {}: sum {}", r, v[0]);
+      }
+      // This rank's partitions: the 4 KiB pieces of the slices it owns.
+      const int slices = *std::max_element(local_sizes.begin(), local_sizes.end());
+      const auto [first, last] = local::owned_slices(comm.local_rank(), comm.local_size(), slices);
+      std::uint64_t parts = 0;
+      for (int s = first; s < last; ++s) {
+        const auto [b, e] = local::slice_range(count, s, slices);
+        parts += ((e - b) * sizeof(float) + 4095) / 4096;
+      }
+      const auto st = comm.stats();
+      BPS_EXPECT(st.operation_records == static_cast<std::uint64_t>(rounds),
+                 "local rank {} of {}: {} operation records for {} push_pulls", comm.local_rank(),
+                 comm.local_size(), st.operation_records, rounds);
+      BPS_EXPECT(st.partition_records == rounds * parts,
+                 "local rank {} of {}: {} partition records, {} expected", comm.local_rank(),
+                 comm.local_size(), st.partition_records, rounds * parts);
+    });
+  };
+  SECTION("2 x 2 local ranks") { records({2, 2}, nullptr); }
+  SECTION("1 + 3 local ranks: the lone rank owns 3 slices, in one record") {
+    records({1, 3}, nullptr);
+  }
+  SECTION("2 x 2 local ranks, compressed (fp16)") { records({2, 2}, "fp16"); }
 }
 
 TEST_CASE("host: misuse is refused at the call", "[local]") {

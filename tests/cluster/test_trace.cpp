@@ -209,8 +209,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "timeline: 2 machines x 2 local ranks - the local stage's steps nest in their tensor's span "
-    "around its slice's push and pull",
+    "timeline: 2 machines x 2 local ranks - each partition goes local_reduce, queue, push, "
+    "pull, local_gather inside its tensor's span",
     "[cluster][trace][local]") {
   const fs::path dir =
       fs::temp_directory_path() / ("bps-trace-local-" + std::to_string(::getpid()));
@@ -220,7 +220,8 @@ TEST_CASE(
   cfg.trace_start_step = 1;
   cfg.trace_end_step = 3;
   cfg.trace_dir = dir.string();
-  const std::size_t count = 1000, traced_rounds = 2;
+  cfg.partition_bytes = 4096;
+  const std::size_t count = 4096, traced_rounds = 2;  // 2 slices of 2 partitions each
 
   cluster c(cfg);
   c.run_local<test::host_comm_t>({2, 2}, [&](test::host_comm_t& comm) {
@@ -241,38 +242,38 @@ TEST_CASE(
     if (!n.name.starts_with("worker")) continue;
     ++workers;
     INFO(n.path);
-    // Per round: the caller's operation on lane "a" (its span, reduce_scatter, all_gather), and
-    // the slice this local rank owns, "a#slice<local rank>", with its own span and partitions.
-    std::map<std::int64_t, std::map<std::string, span>> outer, slice;
-    std::set<std::string> slice_lanes;
-    for (const auto& s : spans_of(n.doc)) {
+    // Per round: the operation's span on lane "a", and on lane "a part i" each partition of the
+    // whole tensor: the two this local rank owns with every stage, the others gathered only.
+    const auto spans = spans_of(n.doc);
+    std::map<std::int64_t, std::map<std::string, std::map<std::string, span>>> by_round;
+    for (const auto& s : spans) {
       CHECK((s.round == 1 || s.round == 2));
-      if (s.lane == "a") {
-        CHECK_FALSE(outer[s.round].contains(s.name));
-        outer[s.round][s.name] = s;
-      } else if (s.name == s.lane) {
-        slice_lanes.insert(s.lane);
-        slice[s.round]["tensor"] = s;
-      }
+      CHECK_FALSE(by_round[s.round][s.lane].contains(s.name));
+      by_round[s.round][s.lane][s.name] = s;
     }
-    CHECK(slice_lanes.size() == 1);
-    CHECK(((slice_lanes == std::set<std::string>{"a#slice0"}) ||
-           (slice_lanes == std::set<std::string>{"a#slice1"})));
-    REQUIRE(outer.size() == traced_rounds);
-    REQUIRE(slice.size() == traced_rounds);
-    for (const auto& [round, stages] : outer) {
+    REQUIRE(by_round.size() == traced_rounds);
+    for (const auto& [round, lanes] : by_round) {
       INFO("round " << round);
-      CHECK(stages.size() == 3);
-      REQUIRE(stages.contains("a"));
-      REQUIRE(stages.contains("reduce_scatter"));
-      REQUIRE(stages.contains("all_gather"));
-      const auto &t = stages.at("a"), &rs = stages.at("reduce_scatter"),
-                 &ag = stages.at("all_gather"), &net = slice.at(round).at("tensor");
-      CHECK(rs.begin >= t.begin - slack_us);
-      CHECK(rs.end <= net.begin + slack_us);  // the slice is pushed once reduce_scatter is done
-      CHECK(net.end <= ag.begin + slack_us);  // and gathered once its sum is in
-      CHECK(ag.end <= t.end + slack_us);
+      REQUIRE(lanes.contains("a"));
+      CHECK(lanes.size() == 5);
+      const span& whole = lanes.at("a").at("a");
+      std::size_t owned = 0;
+      for (int i = 0; i < 4; ++i) {
+        const auto lane = fmt::format("a part {}", i);
+        REQUIRE(lanes.contains(lane));
+        const auto& stages = lanes.at(lane);
+        REQUIRE(stages.contains("local_gather"));
+        if (stages.size() == 1) continue;
+        ++owned;
+        CHECK(stages.size() == 5);
+        for (const auto& [name, s] : stages) {
+          CHECK(s.begin >= whole.begin - slack_us);
+          CHECK(s.end <= whole.end + slack_us);
+        }
+      }
+      CHECK(owned == 2);
     }
+    check_sequence(spans, {"local_reduce", "queue", "push", "pull", "local_gather"});
   }
   CHECK(workers == 4);
 
@@ -281,7 +282,67 @@ TEST_CASE(
   const auto s = trace_tool::summarize(trace_tool::parse_json(text, "merged"));
   std::map<std::string, std::size_t> stages;
   for (const auto& st : s.stages) stages[st.role + " " + st.stage] = st.spans;
-  CHECK(stages.at("worker reduce_scatter") == workers * traced_rounds);
-  CHECK(stages.at("worker all_gather") == workers * traced_rounds);
+  CHECK(stages.at("worker local_reduce") == workers * traced_rounds * 2);
+  CHECK(stages.at("worker local_gather") == workers * traced_rounds * 4);
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "timeline: 2 machines x 2 local ranks, 16 MiB in 16 partitions - a partition is pushed "
+    "while later ones are reduced, and gathered while later ones are pulled",
+    "[cluster][trace][local]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("bps-trace-overlap-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto cfg = test::base_config(2, 2);
+  cfg.trace_on = true;
+  cfg.trace_start_step = 1;
+  cfg.trace_end_step = 4;
+  cfg.trace_dir = dir.string();
+  cfg.partition_bytes = 1 << 20;
+  const std::size_t count = (16 << 20) / sizeof(float);
+
+  cluster c(cfg);
+  c.run_local<test::host_comm_t>({2, 2}, [&](test::host_comm_t& comm) {
+    std::vector<float> a(count);
+    for (int round = 0; round < 4; ++round) {
+      std::fill(a.begin(), a.end(), static_cast<float>(comm.rank() + round));
+      comm.push_pull("big", std::span(a)).wait();
+      const float want = static_cast<float>(0 + 1 + 2 + 3 + 4 * round);
+      BPS_EXPECT(a[0] == want && a[count / 2] == want && a[count - 1] == want,
+                 "round {}: sum {}, want {}", round, a[0], want);
+    }
+  });
+
+  std::size_t workers = 0;
+  for (const auto& n : trace_tool::read_dir(dir.string())) {
+    if (!n.name.starts_with("worker")) continue;
+    ++workers;
+    INFO(n.path);
+    // By round, by partition (of the whole tensor: 2 slices x 8), the span of each stage.
+    std::map<std::int64_t, std::map<int, std::map<std::string, span>>> parts;
+    for (const auto& s : spans_of(n.doc)) {
+      if (!s.lane.starts_with("big part ")) continue;
+      parts[s.round][std::stoi(s.lane.substr(9))][s.name] = s;
+    }
+    REQUIRE(parts.size() == 3);
+    for (const auto& [round, by_part] : parts) {
+      INFO("round " << round);
+      REQUIRE(by_part.size() == 16);
+      std::vector<int> owned;
+      double last_pull_end = 0;
+      for (const auto& [i, stages] : by_part)
+        if (stages.contains("push")) {
+          owned.push_back(i);
+          last_pull_end = std::max(last_pull_end, stages.at("pull").end);
+        }
+      REQUIRE(owned.size() == 8);
+      const auto& first = by_part.at(owned.front());
+      const auto& last = by_part.at(owned.back());
+      CHECK(first.at("push").begin < last.at("local_reduce").end);
+      CHECK(by_part.at(0).at("local_gather").begin < last_pull_end);
+    }
+  }
+  CHECK(workers == 4);
   fs::remove_all(dir);
 }

@@ -8,14 +8,18 @@
 // GPU).
 #include <byteps/local/nccl.hpp>
 
+#include <unistd.h>
+
 #include "../cluster/cluster.hpp"
 #include "../cluster/values.hpp"
 #include "fake_device.hpp"
+#include "trace/trace_job.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 using namespace bps;
@@ -314,4 +318,87 @@ TEST_CASE("nccl (fake device): two local ranks on one device are refused by NCCL
   CHECK(message.find("ncclCommInitRankConfig failed") != std::string::npos);
   CHECK(message.find("invalid usage") != std::string::npos);
   CHECK(fake_device::live_comms() == 0);
+}
+
+TEST_CASE("nccl (fake device): 16 MiB in 16 partitions - a partition is pushed while later ones "
+          "are copied out, and copied in while later ones are pulled",
+          "[nccl][fake][trace]") {
+  fake_device::set_device_count(4);
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("bps-trace-nccl-overlap-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto cfg = test::base_config(2, 2);
+  cfg.trace_on = true;
+  cfg.trace_start_step = 1;
+  cfg.trace_end_step = 3;
+  cfg.trace_dir = dir.string();
+  cfg.partition_bytes = 1 << 20;
+  const std::size_t count = (16 << 20) / sizeof(float);
+  cluster c(cfg);
+  c.run_local<nccl_comm_t>({1, 1}, [&](nccl_comm_t& comm) {
+    cudaStream_t stream = use_device(comm);
+    device_buffer dev(count * sizeof(float));
+    std::vector<float> host(count);
+    for (int round = 0; round < 3; ++round) {
+      std::fill(host.begin(), host.end(), static_cast<float>(comm.rank() + round));
+      cuda(cudaMemcpyAsync(dev.p, host.data(), count * sizeof(float), cudaMemcpyHostToDevice,
+                           stream),
+           "cudaMemcpyAsync");
+      comm.push_pull("big", dev.p, count, dtype::float32, {.stream = stream}).wait();
+      cuda(cudaMemcpyAsync(host.data(), dev.p, count * sizeof(float), cudaMemcpyDeviceToHost,
+                           stream),
+           "cudaMemcpyAsync");
+      while (cudaStreamQuery(stream) == cudaErrorNotReady) std::this_thread::yield();
+      const float want = static_cast<float>(1 + 2 * round);
+      BPS_EXPECT(host[0] == want && host[count / 2] == want && host[count - 1] == want,
+                 "round {}: sum {}, want {}", round, host[0], want);
+    }
+    cudaStreamDestroy(stream);
+  });
+
+  std::size_t workers = 0;
+  for (const auto& n : trace_tool::read_dir(dir.string())) {
+    if (!n.name.starts_with("worker")) continue;
+    ++workers;
+    INFO(n.path);
+    // By round, by partition, each stage's span [begin, end) in us; and the tensor's own lane.
+    std::map<std::int64_t, std::map<int, std::map<std::string, std::pair<double, double>>>> parts;
+    std::map<std::int64_t, std::map<std::string, int>> whole;
+    std::map<double, std::string> lanes;
+    for (const auto& e : n.doc.find("traceEvents")->items)
+      if (e.string_or("ph", "") == "M" && e.string_or("name", "") == "thread_name")
+        lanes[e.number_or("tid", 0)] = e.find("args")->string_or("name", "");
+    for (const auto& e : n.doc.find("traceEvents")->items) {
+      if (e.string_or("ph", "") != "X") continue;
+      const auto& lane = lanes.at(e.number_or("tid", 0));
+      const auto round = static_cast<std::int64_t>(e.find("args")->number_or("round", -1));
+      const double begin = e.number_or("ts", 0), end = begin + e.number_or("dur", 0);
+      if (lane.starts_with("big part "))
+        parts[round][std::stoi(lane.substr(9))][e.string_or("name", "")] = {begin, end};
+      else if (lane == "big")
+        ++whole[round][e.string_or("name", "")];
+    }
+    REQUIRE(parts.size() == 2);
+    for (const auto& [round, by_part] : parts) {
+      INFO("round " << round);
+      REQUIRE(by_part.size() == 16);
+      double last_pull_end = 0;
+      for (const auto& [i, stages] : by_part) {
+        INFO("partition " << i);
+        CHECK(stages.size() == 5);  // copy_out, queue, push, pull, copy_in
+        for (const char* s : {"copy_out", "queue", "push", "pull", "copy_in"})
+          REQUIRE(stages.contains(s));
+        CHECK(stages.at("copy_out").second <= stages.at("push").first + 0.0015);
+        CHECK(stages.at("pull").second <= stages.at("copy_in").first + 0.0015);
+        last_pull_end = std::max(last_pull_end, stages.at("pull").second);
+      }
+      CHECK(by_part.at(0).at("push").first < by_part.at(15).at("copy_out").second);
+      CHECK(by_part.at(0).at("copy_in").first < last_pull_end);
+      CHECK(whole.at(round).at("local_reduce") == 1);
+      CHECK(whole.at(round).at("local_gather") == 1);
+    }
+  }
+  CHECK(workers == 2);
+  fs::remove_all(dir);
 }

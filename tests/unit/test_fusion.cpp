@@ -28,7 +28,7 @@ held_push held(std::uint64_t key, std::span<const std::byte> payload) {
   p.payload = payload;
   p.member.op = std::make_shared<bps::detail::op_state>();
   p.member.bytes = payload.size();
-  p.member.part = static_cast<std::uint32_t>(key);
+  p.member.id = bps::key_id{key, static_cast<std::uint32_t>(key)};
   return p;
 }
 
@@ -121,7 +121,7 @@ TEST_CASE("fusion: fuse() copies each push and its payload into one push_batch",
   CHECK(batch->bytes.size() == 64 + 3 + 64 + 70000);
   REQUIRE(batch->members.size() == 2);
   CHECK(batch->members[0].op == pushes[0].member.op);
-  CHECK(batch->members[1].part == 6);
+  CHECK(batch->members[1].id.part == 6);
   CHECK(batch->members[1].bytes == 70000);
   const auto records = bps::wire::split_batch(batch->head, batch->bytes);
   REQUIRE(records.size() == 2);

@@ -121,8 +121,8 @@ TEST_CASE("trace: one worker operation becomes nested spans and flow starts in C
   REQUIRE(op.trace != nullptr);
   for (std::uint32_t part = 0; part < 2; ++part) {
     t.dispatched(op, part, static_cast<int>(part));
-    t.sent(op, part);
-    t.answered(op, part);
+    t.sent(op, part, op.key, part);
+    t.answered(op, part, op.key, part);
   }
   op.finish(nullptr);
   t.write({.offset_ns = 1500, .rtt_ns = 300, .samples = 4}, bps::logger(bps::log_level::off, "t"));

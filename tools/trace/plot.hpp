@@ -24,9 +24,11 @@ namespace bps::trace_tool {
 /// The colour of each stage (and of a tensor's whole span), in the legend's order.
 inline const std::vector<std::pair<std::string, unsigned>>& stage_colours() {
   static const std::vector<std::pair<std::string, unsigned>> colours = {
-      {"tensor", 0xb0b0b0}, {"reduce_scatter", 0x8c564b}, {"queue", 0xe6c300},   {"push", 0x1f77b4},
-      {"pull", 0x2ca02c},   {"all_gather", 0xe377c2},     {"receive", 0x17becf}, {"sum", 0xd62728},
-      {"wait", 0xe0e0e0},   {"answer", 0x9467bd}};
+      {"tensor", 0xb0b0b0},       {"local_reduce", 0x8c564b}, {"copy_out", 0xbcbd22},
+      {"encode", 0x7f7f7f},       {"queue", 0xe6c300},        {"push", 0x1f77b4},
+      {"pull", 0x2ca02c},         {"decode", 0xaec7e8},       {"copy_in", 0xdbdb8d},
+      {"local_gather", 0xe377c2}, {"receive", 0x17becf},      {"sum", 0xd62728},
+      {"wait", 0xe0e0e0},         {"answer", 0x9467bd}};
   return colours;
 }
 

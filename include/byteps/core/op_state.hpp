@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// `bps::detail::op_state`: the record of one push_pull or broadcast. Whoever runs the operation
-/// (the communicator, or a local collective for the machine's part) fills and completes it;
-/// every `bps::handle` of the operation waits on it. In core/ because both the local
-/// collectives and the worker make them.
+/// `bps::detail::op_state`: the one record of one push_pull or broadcast, from the call to the
+/// result. The worker makes it (its local stage, when the local collective has one), its
+/// network stage awaits its partitions, and every `bps::handle` of the operation waits on it.
+/// In core/ because the local collectives see it too.
 
 #include <atomic>
 #include <chrono>
@@ -32,6 +32,8 @@ struct op_trace {
   std::uint64_t round = 0;  ///< the tensor's round: the flow ids that join worker and server
   std::uint32_t lane = 0;   ///< the tensor's lane, where the local stage's steps go too
   std::vector<std::atomic<std::int64_t>> dispatched_ns, sent_ns;
+  /// By partition, when a local stage released it to the scheduler (0: with the operation).
+  std::vector<std::atomic<std::int64_t>> queued_ns;
   std::function<void(const op_state&)> on_finish;  ///< records the tensor's span
 };
 
@@ -41,6 +43,8 @@ struct op_state {
 
   // Set at creation, then read-only.
   std::string what;  ///< "push_pull of 'name'", for messages
+  /// What the network stage pushes from and pulls into: the caller's buffer, or with a local
+  /// stage the host memory of this rank's owned partitions (set before the first is queued).
   std::span<std::byte> data;
   dtype type = dtype::float32;
   bool average = false;
@@ -53,6 +57,17 @@ struct op_state {
   std::shared_ptr<void> device_event;
   /// Set when the timeline records this operation; null otherwise (always with tracing off).
   std::shared_ptr<op_trace> trace;
+
+  /// With a local stage (worker/local_stage.hpp), what follows the network stage: called under
+  /// the worker's mutex, so each only flags and wakes the stage thread. `part_answered(i)`: the
+  /// sum of partition i of the local stage's plan (`local::work::parts`) is in `data`;
+  /// `network_done(error)`: the network will not touch `data` again (in place of `finish`).
+  /// Empty without a local stage.
+  struct next_stage {
+    std::function<void(std::size_t)> part_answered;
+    std::function<void(std::exception_ptr)> network_done;
+  };
+  next_stage next;
 
   // Guarded by the communicator's mutex.
   std::size_t unanswered = 0;    ///< partitions whose sum has not arrived

@@ -8,10 +8,12 @@
 /// Hooks (one call each where the work happens):
 /// - worker: `begin` when an operation starts, `dispatched` when a partition is handed to the
 ///   transport, `sent` when the transport is done with it, `answered` when its sum is in; the
-///   tensor's span ends in `op_state::finish`. With several processes per machine the local
-///   stage (worker/local_stage.hpp) `begin`s the caller's operation too (with no partitions: its
-///   slices go through the servers as operations of their own), and `local_step` records its
-///   `reduce_scatter` and `all_gather` on the tensor's lane, inside the tensor's span.
+///   tensor's span ends in `op_state::finish`. Span names are `bps::stage`'s. A partition is
+///   named by its position among the operation's partitions (its lane) and, for the flows that
+///   join worker and server, by its key and index on the wire. With a local stage
+///   (worker/local_stage.hpp) the operation's partitions are those of the whole tensor, and
+///   `local_part` records each one's `local_reduce` and `local_gather` on its lane (or
+///   `local_step` a step the policy runs on the whole tensor, on the tensor's lane).
 /// - server: `pushed` after a traced push was summed, `answered` when its round's sum was sent.
 ///
 /// Timestamps: `detail::steady_ns()`. Spans are at least 2 ns long, so a flow's end can sit
@@ -32,6 +34,7 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/core/op_state.hpp"
+#include "byteps/core/stage.hpp"
 #include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/trace.hpp"
 
@@ -63,42 +66,51 @@ class tracer {
     t->round = round;
     t->dispatched_ns = std::vector<std::atomic<std::int64_t>>(parts);
     t->sent_ns = std::vector<std::atomic<std::int64_t>>(parts);
+    t->queued_ns = std::vector<std::atomic<std::int64_t>>(parts);
     const auto lane = rec_->lane(op.key, -1, -1, [&] { return tensor; });
     t->lane = lane;
     for (std::size_t i = 0; i < parts; ++i)  // lanes of a tensor's partitions follow its own
       rec_->lane(op.key, static_cast<std::int64_t>(i), -1,
                  [&] { return fmt::format("{} part {}", tensor, i); });
-    t->on_finish = [rec = rec_.get(), lane](const op_state& o) {
+    t->on_finish = [rec = rec_.get(), lane, bytes = op.data.size()](const op_state& o) {
       const auto end = span_end(o.trace->begun_ns);
       rec->add({.phase = 'X',
                 .lane = lane,
                 .ts_ns = o.trace->begun_ns,
                 .dur_ns = end - o.trace->begun_ns,
                 .round = static_cast<std::int64_t>(o.trace->round),
-                .bytes = o.data.size(),
+                .bytes = bytes,
                 .failed = o.failure != nullptr});
     };
     op.trace = std::move(t);
   }
 
+  /// A local stage released partition `part` of `op` to the scheduler: its `queue` span
+  /// starts (else it starts with the operation).
+  void queued(op_state& op, std::size_t part) {
+    if (op.trace) op.trace->queued_ns[part] = steady_ns();
+  }
+
   /// Partition `part` of `op` goes to the transport, to server `server`: its `queue` span ends.
-  void dispatched(op_state& op, std::uint32_t part, int server) {
+  void dispatched(op_state& op, std::size_t part, int server) {
     if (!op.trace) return;
-    const auto now = std::max(steady_ns(), op.trace->begun_ns);
+    const std::int64_t queued = op.trace->queued_ns[part],
+                       began = queued != 0 ? queued : op.trace->begun_ns;
+    const auto now = std::max(steady_ns(), began);
     op.trace->dispatched_ns[part] = now;
     rec_->add({.phase = 'X',
                .lane = part_lane(op, part),
-               .name = "queue",
-               .ts_ns = op.trace->begun_ns,
-               .dur_ns = now - op.trace->begun_ns,
+               .name = stage_name(stage::queue),
+               .ts_ns = began,
+               .dur_ns = now - began,
                .round = static_cast<std::int64_t>(op.trace->round),
                .part = static_cast<std::int32_t>(part),
                .peer = server});
   }
 
-  /// The transport is done with partition `part`'s payload: its `push` span ends, and the
-  /// `push` flow to the server starts in it.
-  void sent(op_state& op, std::uint32_t part) {
+  /// The transport is done with partition `part`'s payload (wire key `key`, index `wire_part`):
+  /// its `push` span ends, and the `push` flow to the server starts in it.
+  void sent(op_state& op, std::size_t part, std::uint64_t key, std::uint32_t wire_part) {
     if (!op.trace) return;
     const std::int64_t began = op.trace->dispatched_ns[part], end = span_end(began);
     op.trace->sent_ns[part] = end;
@@ -106,52 +118,68 @@ class tracer {
     const auto round = static_cast<std::int64_t>(op.trace->round);
     rec_->add({.phase = 'X',
                .lane = lane,
-               .name = "push",
+               .name = stage_name(stage::push),
                .ts_ns = began,
                .dur_ns = end - began,
                .round = round,
                .part = static_cast<std::int32_t>(part)});
     rec_->add({.phase = 's',
                .lane = lane,
-               .name = "push",
+               .name = stage_name(stage::push),
                .ts_ns = began + 1,
-               .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, true)});
+               .flow = trace_flow_id(rec_->wire_rank(), key, wire_part, op.trace->round, true)});
   }
 
   /// Partition `part`'s sum is in: its `pull` span (from `sent`) ends, with the `pull` flow
   /// from the server.
-  void answered(op_state& op, std::uint32_t part) {
+  void answered(op_state& op, std::size_t part, std::uint64_t key, std::uint32_t wire_part) {
     if (!op.trace) return;
     const std::int64_t now = steady_ns(), sent = op.trace->sent_ns[part];
     const std::int64_t began = sent != 0 && sent <= now ? sent : now;  // the answer beat on_sent
     const auto lane = part_lane(op, part);
     rec_->add({.phase = 'X',
                .lane = lane,
-               .name = "pull",
+               .name = stage_name(stage::pull),
                .ts_ns = began,
                .dur_ns = now + 2 - began,
                .round = static_cast<std::int64_t>(op.trace->round),
                .part = static_cast<std::int32_t>(part)});
     rec_->add({.phase = 'f',
                .lane = lane,
-               .name = "pull",
+               .name = stage_name(stage::pull),
                .ts_ns = now + 1,
-               .flow = trace_flow_id(rec_->wire_rank(), op.key, part, op.trace->round, false)});
+               .flow = trace_flow_id(rec_->wire_rank(), key, wire_part, op.trace->round, false)});
   }
 
-  /// Step `stage` of the local stage ("reduce_scatter", "all_gather") of traced operation `op`
-  /// ran from `began_ns` (clamped to the operation's begin; 0 for "since it began") until now:
-  /// a span on its tensor's lane, inside the tensor's span.
-  void local_step(op_state& op, const char* stage, std::int64_t began_ns) {
+  /// Stage `s` of the local stage (`local_reduce`, `local_gather`, `copy_out`, `copy_in`) ran on
+  /// the whole tensor of traced operation `op` from `began_ns` (clamped to the operation's
+  /// begin; 0 for "since it began") until now: a span on its tensor's lane, inside its span.
+  void local_step(op_state& op, stage s, std::int64_t began_ns, std::size_t bytes) {
     if (!op.trace) return;
     const auto began = std::max(began_ns, op.trace->begun_ns);
     rec_->add({.phase = 'X',
                .lane = op.trace->lane,
-               .name = stage,
+               .name = stage_name(s),
                .ts_ns = began,
                .dur_ns = span_end(began) - began,
                .round = static_cast<std::int64_t>(op.trace->round),
-               .bytes = op.data.size()});
+               .bytes = bytes});
+  }
+
+  /// Stage `s` of the local stage ran on partition `part` of traced operation `op` (its
+  /// position in the local stage's plan) from `began_ns` until now: a span on its lane.
+  void local_part(op_state& op, stage s, std::size_t part, std::int64_t began_ns,
+                  std::size_t bytes) {
+    if (!op.trace) return;
+    const auto began = std::max(began_ns, op.trace->begun_ns);
+    rec_->add({.phase = 'X',
+               .lane = part_lane(op, part),
+               .name = stage_name(s),
+               .ts_ns = began,
+               .dur_ns = span_end(began) - began,
+               .round = static_cast<std::int64_t>(op.trace->round),
+               .part = static_cast<std::int32_t>(part),
+               .bytes = bytes});
   }
 
   // ---- server ----
@@ -246,8 +274,9 @@ class tracer {
     return std::max(steady_ns(), began_ns + 2);
   }
 
-  std::uint32_t part_lane(const op_state& op, std::uint32_t part) {
-    return rec_->lane(op.key, part, -1, [] { return std::string("?"); });  // made in begin
+  std::uint32_t part_lane(const op_state& op, std::size_t part) {
+    return rec_->lane(op.key, static_cast<std::int64_t>(part), -1,
+                      [] { return std::string("?"); });  // made in begin
   }
   template <class NameFn>
   std::uint32_t server_lane(std::uint64_t key, std::uint32_t part, int worker, NameFn& name) {

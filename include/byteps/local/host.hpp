@@ -1,13 +1,14 @@
 #pragma once
 /// @file
 /// `bps::local::host`: several CPU processes per machine (BYTEPS_LOCAL_SIZE) meet in POSIX
-/// shared memory. The local steps of a push_pull (see local_collective.hpp): in
-/// `reduce_scatter` every local rank copies its tensor into its slot of the tensor's segment,
-/// then sums the slices it owns over all slots into the segment's result; the worker
-/// push_pulls those slices through the servers straight from the segment; in `all_gather`,
-/// once every local rank's slices are back, each copies the whole summed tensor out. The
-/// worker's stage thread runs the steps and sleeps on the machine's futex doorbell, so an idle
-/// job costs no CPU.
+/// shared memory. The local steps of a push_pull go partition by partition
+/// (`PartitionedSteps`, local_collective.hpp): in `reduce_scatter` every local rank copies its
+/// tensor into its slot of the tensor's segment and waits for the others; `reduce_part` sums one
+/// partition it owns over all slots into the segment's result, and the worker pushes it from
+/// there at once while the next is summed; the sum lands back in the result, and `part_back`
+/// stamps the partition there; `gather_part` copies a stamped partition out, whichever local
+/// rank owns it, while the others are still on the network. The worker's stage thread runs the
+/// steps and sleeps on the machine's futex doorbell, so an idle job costs no CPU.
 ///
 /// Segments are unlinked as soon as every local rank mapped them; names that a crash could
 /// leave (a segment some local rank never opened) are listed in the machine's control segment
@@ -101,12 +102,13 @@ class host {
               c.machine, segment_name(c.job_id, c.machine, "*"));
   }
 
-  /// A tensor's segment: a 64-byte block of counters, one slot per local rank, the result.
+  /// A tensor's segment: a 64-byte block of counters, one slot per local rank, the result, and
+  /// a stamp per partition (the round + 1 whose sum is in the result).
   struct tensor_state {
     detail::shm_segment segment;
-    std::atomic<std::uint64_t>* arrived = nullptr;   // contributions, over all rounds
-    std::atomic<std::uint64_t>* finished = nullptr;  // ranks whose slices came back
-    std::atomic<std::uint32_t>* failed = nullptr;    // a rank's slices failed: tensor is done
+    std::atomic<std::uint64_t>* arrived = nullptr;  // contributions, over all rounds
+    std::atomic<std::uint32_t>* failed = nullptr;   // a rank's slices failed: tensor is done
+    std::atomic<std::uint64_t>* stamps = nullptr;   // by partition (`work::parts`)
     std::size_t slot_bytes = 0;
     std::byte* slot(int i) const { return segment.data() + 64 + slot_bytes * i; }
     std::byte* result(int local_size) const { return slot(local_size); }
@@ -114,9 +116,9 @@ class host {
     tensor_state(tensor_state&&) = delete;
     ~tensor_state() { segment.unlink(); }
   };
-  /// Where an operation is: before its copy in, waiting for the other ranks' copies, in the
-  /// network stage, waiting for the other ranks' slices to come back.
-  enum class step_state { arrive, reduce, network, gather };
+  /// Where an operation is: before its copy in, waiting for the other ranks' copies, past
+  /// them (its partitions reduced, on the network, gathered).
+  enum class step_state { arrive, reduce, flowing };
 
   std::atomic<std::uint32_t>* bell_word() const noexcept { return &control_block_->bell; }
 
@@ -140,39 +142,72 @@ class host {
     }
     check_peers(w, t);
     if (t.arrived->load(std::memory_order_acquire) < target(w)) return step_status::waiting;
-    sum_owned(w, t);
-    s = step_state::network;
+    const auto esize = dtype_size(w.type);
+    w.owned = t.result(local_size_) +
+              owned_range(w.count, local_rank_, local_size_, cluster_.slices).first * esize;
+    if (share_ && w.round == 0) w.owned_segment = {t.segment.name(), t.segment.whole()};
+    s = step_state::flowing;
     return step_status::done;
   }
 
-  step_status all_gather(work& w, tensor_state& t, step_state& s) {
+  static constexpr partition_steps partitioned{};
+
+  /// Sums partition `i` (one this rank owns) over every local rank's slot into the result.
+  bool reduce_part(work& w, tensor_state& t, std::size_t i) {
+    const part& p = w.parts[i];
+    const auto esize = dtype_size(w.type);
+    inputs_.clear();
+    for (int l = 0; l < local_size_; ++l) inputs_.push_back(t.slot(l) + p.first * esize);
+    reduce::sum_of(t.result(local_size_) + p.first * esize, inputs_, p.last - p.first, w.type,
+                   scratch_);
+    return true;
+  }
+
+  /// Partition `i`'s sum is in the result: the other local ranks may copy it out.
+  void part_back(work& w, tensor_state& t, std::size_t i) {
+    t.stamps[i].store(w.round + 1, std::memory_order_release);
+    ring();
+  }
+
+  /// Copies partition `i`'s sum into this rank's buffer once it is back; false until then.
+  bool gather_part(work& w, tensor_state& t, std::size_t i) {
+    check_peers(w, t);
+    if (t.stamps[i].load(std::memory_order_acquire) < w.round + 1) return false;
+    const part& p = w.parts[i];
+    const auto esize = dtype_size(w.type);
+    std::memcpy(static_cast<std::byte*>(w.data) + p.first * esize,
+                t.result(local_size_) + p.first * esize, (p.last - p.first) * esize);
+    return true;
+  }
+
+  /// Ends the operation once every partition was gathered (the engine's part), or tells the
+  /// other local ranks that this rank's partitions failed.
+  step_status all_gather(work& w, tensor_state& t, step_state&) {
     if (w.error) {  // this rank's slices failed: the other ranks must not wait for them
       t.failed->store(1);
       ring();
       std::rethrow_exception(w.error);
     }
-    if (s == step_state::network) {
-      t.finished->fetch_add(1, std::memory_order_acq_rel);
-      ring();
-      s = step_state::gather;
-    }
-    check_peers(w, t);
-    if (t.finished->load(std::memory_order_acquire) < target(w)) return step_status::waiting;
-    std::memcpy(w.data, t.result(local_size_), w.count * dtype_size(w.type));
     return step_status::done;
   }
 
   bool progress() { return false; }
 
   std::string waiting_for(const work& w, const tensor_state& t, const step_state& s) const {
-    if (s != step_state::reduce && s != step_state::gather)
-      return "this local rank's stage thread did not get to it";
-    const bool arriving = s == step_state::reduce;
-    const auto have = (arriving ? *t.arrived : *t.finished).load();
-    const auto behind = target(w) - std::min(have, target(w));
-    return fmt::format("{} of the {} local ranks of machine {} {}. Does every local rank call it?",
-                       behind, local_size_, cluster_.machine,
-                       arriving ? "have not called it" : "have not got their slices back");
+    if (s == step_state::arrive) return "this local rank's stage thread did not get to it";
+    if (s == step_state::reduce) {
+      const auto have = t.arrived->load();
+      const auto behind = target(w) - std::min(have, target(w));
+      return fmt::format("{} of the {} local ranks of machine {} have not called it. Does every "
+                         "local rank call it?",
+                         behind, local_size_, cluster_.machine);
+    }
+    std::size_t missing = 0;
+    for (std::size_t i = 0; i < w.parts.size(); ++i)
+      if (t.stamps[i].load() < w.round + 1) ++missing;
+    return fmt::format("{} of its {} partitions have not come back to machine {} from the other "
+                       "local ranks. Does every local rank call it?",
+                       missing, w.parts.size(), cluster_.machine);
   }
 
   void abort(const std::string&) noexcept {}
@@ -266,9 +301,8 @@ class host {
   }
   struct tensor_block {
     std::atomic<std::uint64_t> arrived;
-    std::atomic<std::uint64_t> finished;
     std::atomic<std::uint32_t> failed;
-    std::byte pad[44];
+    std::byte pad[52];
   };
   static_assert(sizeof(tensor_block) == 64);
 
@@ -290,33 +324,20 @@ class host {
 
   void open(tensor_state& t, const work& w) {
     t.slot_bytes = (w.count * dtype_size(w.type) + 63) / 64 * 64;
-    const std::size_t bytes = 64 + t.slot_bytes * static_cast<std::size_t>(local_size_ + 1);
-    const std::uint64_t fingerprint =
-        tensor_key(fmt::format("{} {} {}", w.count, dtype_name(w.type), local_size_));
+    const std::size_t stamp_bytes = w.parts.size() * sizeof(std::uint64_t);
+    const std::size_t bytes =
+        64 + t.slot_bytes * static_cast<std::size_t>(local_size_ + 1) + stamp_bytes;
+    const std::uint64_t fingerprint = tensor_key(fmt::format(
+        "{} {} {} {}", w.count, dtype_name(w.type), local_size_, w.parts.size()));
     const auto index = control_block_->registered.fetch_add(1);
     if (index < control_block::capacity) control_block_->keys[index] = w.key;
     t.segment = detail::shm_segment(tensor_segment(w.key), bytes, fingerprint,
                                     share_ ? 0 : local_size_, w.deadline, w.what);
     auto* block = reinterpret_cast<tensor_block*>(t.segment.data());
     t.arrived = &block->arrived;
-    t.finished = &block->finished;
     t.failed = &block->failed;
-  }
-
-  // Sums this rank's slices over every local rank's slot into the result.
-  void sum_owned(work& w, tensor_state& t) {
-    const auto esize = dtype_size(w.type);
-    const auto [first, last] = owned_slices(local_rank_, local_size_, cluster_.slices);
-    for (int s = first; s < last; ++s) {
-      const auto [begin, end] = slice_range(w.count, s, cluster_.slices);
-      inputs_.clear();
-      for (int l = 0; l < local_size_; ++l) inputs_.push_back(t.slot(l) + begin * esize);
-      reduce::sum_of(t.result(local_size_) + begin * esize, inputs_, end - begin, w.type,
-                     scratch_);
-    }
-    w.owned = t.result(local_size_) +
-              owned_range(w.count, local_rank_, local_size_, cluster_.slices).first * esize;
-    if (share_ && w.round == 0) w.owned_segment = {t.segment.name(), t.segment.whole()};
+    t.stamps = reinterpret_cast<std::atomic<std::uint64_t>*>(
+        t.result(local_size_) + t.slot_bytes);
   }
 
   int local_rank_;
@@ -331,6 +352,6 @@ class host {
   std::vector<std::byte> scratch_;        // stage thread only
 };
 
-static_assert(LocalCollective<host>);
+static_assert(LocalCollective<host> && PartitionedSteps<host>);
 
 }  // namespace bps::local

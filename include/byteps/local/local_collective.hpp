@@ -3,15 +3,19 @@
 /// The `bps::LocalCollective` concept: what the processes of one machine do together before
 /// and after the machine talks to the servers (BytePS's local reduce and local broadcast).
 ///
-/// A push_pull is one pipeline of named stages, run by the worker's engine
-/// (`worker/local_stage.hpp`):
+/// A push_pull is one pipeline of named stages (`bps::stage`), run by the worker's engine
+/// (`worker/local_stage.hpp`) partition by partition:
 ///
-///     reduce_scatter -> push/pull of the owned slices -> all_gather
+///     reduce_scatter -> local_reduce -> push/pull of the owned partitions -> local_gather
+///       -> all_gather
 ///
-/// A local collective supplies only its two local steps. `reduce_scatter` sums the tensor over
-/// the machine's local ranks so that each local rank holds, in host memory, the machine's sum of
-/// the slices it owns (`work::owned`); the engine push_pulls those slices through the servers
-/// in place; `all_gather` brings every rank's summed slices back into every rank's buffer. A
+/// A local collective supplies only its local steps. `reduce_scatter` brings every local rank's
+/// contribution in and says where in host memory this rank's owned elements go
+/// (`work::owned`); a policy with `PartitionedSteps` then sums each owned partition over the
+/// machine's local ranks (`reduce_part`), which the engine pushes and pulls in place at once,
+/// and copies each partition's sum into the caller's buffer as soon as it is back
+/// (`gather_part`); `all_gather` ends the operation. A policy without them sums the whole
+/// owned run in `reduce_scatter` and brings every rank's summed slices back in `all_gather`. A
 /// GPU policy does its copies to and from host memory inside its steps. The network I/O of a
 /// machine is so spread over its local ranks.
 ///
@@ -62,6 +66,7 @@
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/core/push_pull_options.hpp"
+#include "byteps/core/stage.hpp"
 
 namespace bps::local {
 
@@ -82,6 +87,17 @@ struct named_memory {
   std::span<std::byte> mapping;
 };
 
+/// One partition of a tensor as the pipeline moves it: elements [first, last) of the tensor,
+/// which lie in slice `slice` and go to the servers as partition `index` of that slice's key
+/// `key` (`tensor_key(slice_name(name, slice))`). A tensor's partitions are the same on every
+/// local rank and every machine: the engine cuts each slice with the Partitioner.
+struct part {
+  std::size_t first = 0, last = 0;
+  int slice = 0;
+  std::uint32_t index = 0;
+  std::uint64_t key = 0;
+};
+
 /// One push_pull (or broadcast) as the local steps see it. The worker's engine owns it, with the
 /// operation's record (`state`), for the whole life of the operation.
 struct work {
@@ -96,10 +112,15 @@ struct work {
   bool contributes = true;
   std::uint64_t round = 0;  ///< operations on this tensor before this one
   std::chrono::steady_clock::time_point deadline;  ///< BYTEPS_OP_TIMEOUT_MS after the call
+  /// Every partition of the whole tensor, slice by slice (the engine's plan, fixed at the
+  /// tensor's first use). A local rank's own partitions, those of its `owned_slices`, are one
+  /// contiguous run of them.
+  std::span<const part> parts;
   std::shared_ptr<detail::op_state> state;          ///< what the caller's handle waits on
-  /// Host memory holding this rank's owned elements (`owned_range`) summed over the machine,
-  /// set by `reduce_scatter`; the engine push_pulls the owned slices in place, and
-  /// `all_gather` spreads the result.
+  /// Host memory for this rank's owned elements (`owned_range`), set by `reduce_scatter`: it
+  /// holds their sum over the machine once reduced (with `PartitionedSteps`, partition by
+  /// partition), the engine pushes and pulls the owned partitions in place there, and the
+  /// gather spreads the result.
   std::byte* owned = nullptr;
   /// The segment `owned` lies in, set by the tensor's first `reduce_scatter` when the policy
   /// keeps the segment's name for the whole job (`local::host::share_segments`); empty
@@ -183,6 +204,41 @@ std::chrono::nanoseconds poll_window_of(const L& l) {
     return std::chrono::nanoseconds(0);
 }
 }  // namespace local
+
+namespace local {
+/// What a policy's per-partition steps are, for the timeline, and which partitions it gathers
+/// one by one.
+struct partition_steps {
+  stage in = stage::local_reduce;   ///< what `reduce_part` does
+  stage out = stage::local_gather;  ///< what `gather_part` does
+  /// `gather_part` for every partition of the tensor (`local::host`: each local rank copies
+  /// each sum out of shared memory), or only for the owned ones (`local::nccl`: the others
+  /// reach the device in `all_gather`, as one NCCL broadcast).
+  bool every_partition = true;
+  /// `reduce_scatter` and `all_gather` do a `local_reduce` and a `local_gather` of the whole
+  /// tensor of their own (NCCL's), for the timeline.
+  bool whole_steps = false;
+};
+}  // namespace local
+
+/// A local collective whose steps go partition by partition: after `reduce_scatter` (every
+/// local rank's contribution in, and the work on the whole tensor, if any, started), the engine
+/// calls `reduce_part` for the next partition this rank owns until it returns true (the
+/// partition's sum is in host memory at `work::owned`) and pushes it at once; it calls
+/// `part_back` when an owned partition's sum is back, and `gather_part` for each partition
+/// (every one, or the owned ones: `L::partitioned.every_partition`) until it returns true (the
+/// sum is in this rank's buffer), while later partitions are still on the network.
+/// `all_gather` then ends the operation. `i` is the partition's position in `work::parts`; the
+/// calls never block (a `false` waits for the doorbell, as a step's `waiting`).
+template <class L>
+concept PartitionedSteps =
+    LocalSteps<L> &&
+    requires(L& l, local::work& w, typename L::tensor_state& t, std::size_t i) {
+      { l.reduce_part(w, t, i) } -> std::same_as<bool>;
+      l.part_back(w, t, i);
+      { l.gather_part(w, t, i) } -> std::same_as<bool>;
+      { L::partitioned } -> std::convertible_to<local::partition_steps>;
+    };
 
 template <class L>
 concept LocalCollective =

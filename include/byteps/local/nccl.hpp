@@ -4,14 +4,20 @@
 /// BYTEPS_LOCAL_SIZE), exchange device buffers as BytePS does:
 ///
 ///   1. reduce-scatter among the machine's GPUs (NCCL), so that local rank l holds the
-///      machine's sum of the slices it owns (`owned_slices`);
-///   2. copy of that run of slices to pinned host memory;
-///   3. push_pull of each owned slice through the servers (the worker's network stage);
-///   4. copy of the summed slices back into the device buffer;
-///   5. all-gather among the machine's GPUs (NCCL), so that every GPU holds the whole sum.
+///      machine's sum of the slices it owns (`owned_slices`): `local_reduce`;
+///   2. copy of each owned partition to pinned host memory, each with its event: `copy_out`;
+///   3. push and pull of each owned partition as soon as its copy is done (the worker's network
+///      stage);
+///   4. copy of each partition's sum back into the device buffer as soon as it is in:
+///      `copy_in`;
+///   5. all-gather among the machine's GPUs (NCCL), so that every GPU holds the whole sum:
+///      `local_gather`.
 ///
-/// Steps 1-2 are this policy's `reduce_scatter` and 4-5 its `all_gather` (see
-/// local_collective.hpp); the worker's engine runs them on its stage thread. The device itself
+/// Step 1 is this policy's `reduce_scatter` (it queues step 2 behind it), `reduce_part` sees a
+/// partition's copy out done, `part_back` queues its copy in and `gather_part` sees it done,
+/// and step 5 is `all_gather` (`PartitionedSteps`, local_collective.hpp); the worker's engine
+/// runs them on its stage thread, so partition 0 is on the network while partition 1 is
+/// copied. The device itself
 /// lives in `nccl_device` (nccl_device.hpp), the CUDA and NCCL helpers in cuda_helpers.hpp, and
 /// what a local rank announces and issues in the machine's order in impl/nccl_order.hpp.
 ///
@@ -120,13 +126,14 @@ class nccl {
     attached_.store(true, std::memory_order_release);
   }
 
-  /// The tensor's pinned host memory for the slices this rank owns, and the event recorded
-  /// once the reduce and the copy into it ran.
+  /// The tensor's pinned host memory for the slices this rank owns, and by owned partition
+  /// the events recorded once its copy out and its copy in ran.
   struct tensor_state {
     bool open = false;
     std::vector<std::pair<std::size_t, std::size_t>> owners;  // elements of each local rank
     nccl_detail::pinned* host = nullptr;                       // owned by the policy
-    std::shared_ptr<void> reduced;
+    std::size_t owned_first = 0;  // the first owned partition's position in `work::parts`
+    std::vector<std::shared_ptr<void>> copied_out, copied_in;  // by owned partition
   };
   /// Where an operation is (the waits are for local rank 0's order on the board, or the
   /// device), the event on the caller's stream, and the gather's entry flags.
@@ -138,6 +145,9 @@ class nccl {
   };
 
   std::atomic<std::uint32_t>* bell_word() { return device_.board().bell_word(); }
+
+  static constexpr partition_steps partitioned{
+      .in = stage::copy_out, .out = stage::copy_in, .every_partition = false, .whole_steps = true};
 
   /// Caller's thread: checks the buffer, records the caller's stream, makes the event the
   /// handle exposes (an empty tensor's is the caller's stream as it is now).
@@ -166,31 +176,43 @@ class nccl {
         post(w, t, s, order_phase::reduce, 0);
         s.at = stage::wait_reduce;
         return step_status::moved;
-      case stage::reducing: {
-        const cudaError_t e = cudaEventQuery(nccl_detail::event_of(t.reduced));
-        if (e == cudaErrorNotReady) return step_status::waiting;
-        nccl_detail::cuda_check(e, "the device's reduce and copy to host (cudaEventQuery)",
-                                w.what);
+      case stage::reducing:  // the copies out are queued: `reduce_part` sees each done
         w.owned = t.host->data();
         s.at = stage::network;
         return step_status::done;
-      }
       default:
         return step_status::waiting;  // for local rank 0's order (progress issues it)
     }
+  }
+
+  /// Owned partition `i` is in host memory once its copy out ran (queued by the reduce).
+  bool reduce_part(work& w, tensor_state& t, std::size_t i) {
+    return copied(t.copied_out[i - t.owned_first], "the device's copy to host", w);
+  }
+
+  /// Owned partition `i`'s sum is in host memory: its copy into the device buffer is queued.
+  void part_back(work& w, tensor_state& t, std::size_t i) {
+    device_.use_on_this_thread(what_);
+    const auto esize = dtype_size(w.type);
+    const part& p = w.parts[i];
+    const std::size_t at = p.first - t.owners[static_cast<std::size_t>(local_rank_)].first;
+    nccl_detail::cuda_check(
+        cudaMemcpyAsync(static_cast<std::byte*>(w.data) + p.first * esize,
+                        t.host->data() + at * esize, (p.last - p.first) * esize,
+                        cudaMemcpyHostToDevice, device_.stream()),
+        "cudaMemcpyAsync of a partition's sum to the device", w.what);
+    record_and_ring(t.copied_in[i - t.owned_first], w);
+  }
+
+  /// Owned partition `i`'s sum is in the device buffer once its copy in ran.
+  bool gather_part(work& w, tensor_state& t, std::size_t i) {
+    return copied(t.copied_in[i - t.owned_first], "the device's copy from host", w);
   }
 
   step_status all_gather(work& w, tensor_state& t, step_state& s) {
     using stage = step_state::stage;
     switch (s.at) {
       case stage::network: {
-        const auto esize = dtype_size(w.type);
-        const auto [begin, end] = t.owners[static_cast<std::size_t>(local_rank_)];
-        if (!w.error && end > begin)
-          nccl_detail::cuda_check(
-              cudaMemcpyAsync(static_cast<std::byte*>(w.data) + begin * esize, t.host->data(),
-                              (end - begin) * esize, cudaMemcpyHostToDevice, device_.stream()),
-              "cudaMemcpyAsync of the summed slices to the device", w.what);
         post(w, t, s, order_phase::gather, w.error ? entry_failed : 0u);
         s.at = stage::wait_gather;
         return step_status::moved;
@@ -310,8 +332,39 @@ class nccl {
     auto& host = host_[w.key];
     host = nccl_detail::pinned((end - begin) * dtype_size(w.type), w.what);
     t.host = &host;
-    t.reduced = nccl_detail::make_event(w.what);
+    const auto [first, last] = owned_slices(local_rank_, local_size_, cluster_.slices);
+    t.owned_first = w.parts.size();
+    std::size_t owned = 0;
+    for (std::size_t i = 0; i < w.parts.size(); ++i) {
+      if (w.parts[i].slice < first || w.parts[i].slice >= last) continue;
+      if (owned++ == 0) t.owned_first = i;
+    }
+    t.copied_out.clear();
+    t.copied_in.clear();
+    for (std::size_t i = 0; i < owned; ++i) {
+      t.copied_out.push_back(nccl_detail::make_event(w.what));
+      t.copied_in.push_back(nccl_detail::make_event(w.what));
+    }
     t.open = true;
+  }
+
+  // Whether the device work before `event` ran; throws naming `doing` if it failed.
+  bool copied(const std::shared_ptr<void>& event, const char* doing, const work& w) {
+    device_.use_on_this_thread(what_);
+    const cudaError_t e = cudaEventQuery(nccl_detail::event_of(event));
+    if (e == cudaErrorNotReady) return false;
+    nccl_detail::cuda_check(e, fmt::format("{} (cudaEventQuery)", doing), w.what);
+    return true;
+  }
+
+  // Records `event` on the stage stream and rings the doorbell once the device got there.
+  void record_and_ring(const std::shared_ptr<void>& event, const work& w) {
+    cudaStream_t stream = device_.stream();
+    nccl_detail::cuda_check(cudaEventRecord(nccl_detail::event_of(event), stream),
+                            "cudaEventRecord", w.what);
+    nccl_detail::cuda_check(
+        cudaLaunchHostFunc(stream, nccl_detail::ring_bell, device_.board().bell_word()),
+        "cudaLaunchHostFunc", w.what);
   }
 
   int local_rank_;
@@ -329,7 +382,7 @@ class nccl {
   std::unordered_map<std::uint64_t, announced> awaiting_;          // by tensor key
 };
 
-static_assert(LocalCollective<nccl>);
+static_assert(LocalCollective<nccl> && PartitionedSteps<nccl>);
 
 }  // namespace bps::local
 

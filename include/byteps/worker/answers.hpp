@@ -64,7 +64,7 @@ class answers {
     if (node_.failover_) return node_.failover_->answer_destination(h, *p, at, receiving);
     ++p->op->receiving;
     receiving = p->op;
-    if (t == nullptr) return p->op->data.subspan(p->offset + at, n);
+    if (t == nullptr) return p->op->data.subspan(p->data_offset + at, n);
     auto& encoded = t->answers[h.part];  // the decode stage writes the caller's buffer
     encoded.resize(at + n);
     return std::span(encoded).subspan(at);
@@ -99,7 +99,7 @@ class answers {
       std::lock_guard lock(node_.mu_);
       auto* p = node_.ops().awaiting(key_id{h.key, h.part});
       if (p == nullptr || p->op != op || op->failure) return false;
-      dest = op->data.subspan(p->offset, p->bytes);
+      dest = op->data.subspan(p->data_offset, p->bytes);
       server = p->server;
       if (op->compressed) codec = node_.ops().at(h.key).codecs[h.part].get();
     }
@@ -125,7 +125,15 @@ class answers {
   // I/O thread: the answer for `h` (or this piece of it) is in.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
     const bool last = is_last(h);
-    if (last) node_.trace_.answered(*op, h.part);
+    if (last && op->trace) {
+      std::size_t index = h.part;
+      {
+        std::lock_guard lock(node_.mu_);
+        if (auto* p = node_.ops().awaiting(key_id{h.key, h.part}); p != nullptr && p->op == op)
+          index = p->index;
+      }
+      node_.trace_.answered(*op, index, h.key, h.part);
+    }
     if (node_.failover_) return node_.failover_->answered(h, op, payload, last);
     if (op->compressed) {
       if (last) {

@@ -3,19 +3,27 @@
 /// `bps::worker::dispatcher<Partitioner, Scheduler>`: what a worker sends next. It cuts each
 /// operation's tensor into partitions, places each on its server, records what is awaited in the
 /// operation table, and hands partitions to the transport in the scheduler's order as the
-/// scheduler's credit allows.
+/// scheduler's credit allows. An operation's partitions are queued at once, or, for a local
+/// stage, one by one as it releases each (reduced on the machine).
 ///
 /// Not thread-safe: the worker's mutex guards it.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/dtype.hpp"
+#include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/push_pull_options.hpp"
+#include "byteps/local/local_collective.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/partition/placement.hpp"
 #include "byteps/schedule/scheduler.hpp"
@@ -77,24 +85,70 @@ class dispatcher {
   /// active. Throws what `op_table::begin` throws.
   tensor& enqueue(const op_ptr& op, std::string name, std::size_t count, std::size_t servers,
                   const push_pull_options& opts) {
-    // The node resolved the compressor (Config's default, the size threshold); none() is null.
-    const compress::spec* codec = opts.compressor.get();
-    if (codec != nullptr && codec->is_none()) codec = nullptr;
-    tensor& t = ops_.begin(op, std::move(name), count, partitioner_, servers, codec);
+    tensor& t = ops_.begin(op, op->key, std::move(name), count, partitioner_, servers,
+                           codec_of(opts));
     op->compressed = !t.codecs.empty();
     if (t.parts.empty()) return t;
-    t.active = op;
-    t.timing = op_timing{};
-    t.timing.started = op_table::clock::now();
-    op->unanswered = t.parts.size();
     const std::uint64_t order = order_++;
-    for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
-      const auto& range = t.parts[i];
-      const int server = server_for(op->key, i);
-      ops_.await(key_id{op->key, i}, pending_part{op, range.offset, range.bytes, server, t.round});
-      scheduler_.push(send_task{op->key, i, opts.priority, order, range.bytes, nullptr});
-    }
+    await_tensor(op, op->key, t, 0, 0, opts.priority, order);
+    for (std::uint32_t i = 0; i < t.parts.size(); ++i)
+      queue(key_id{op->key, i}, *ops_.awaiting(key_id{op->key, i}));
     return t;
+  }
+
+  /// The partitions of `count` elements of `type` in `slices` slices named after `name`
+  /// (`local::slice_name`), slice by slice: a local stage's plan of its tensor.
+  std::vector<local::part> plan(const std::string& name, std::size_t count, dtype type,
+                                int slices) const {
+    std::vector<local::part> parts;
+    const std::size_t esize = dtype_size(type);
+    for (int s = 0; s < slices; ++s) {
+      const auto [first, last] = local::slice_range(count, s, slices);
+      const std::uint64_t key = tensor_key(local::slice_name(name, s));
+      const auto ranges = partitioner_.split((last - first) * esize, esize);
+      for (std::uint32_t i = 0; i < ranges.size(); ++i) {
+        const std::size_t begin = first + ranges[i].offset / esize;
+        parts.push_back({begin, begin + ranges[i].bytes / esize, s, i, key});
+      }
+    }
+    return parts;
+  }
+
+  /// Makes `op` the operation of the slices that `owned` (a run of a local stage's plan, whose
+  /// bytes lie in `op->data` from `owned.front().first`) covers, awaiting each partition; none
+  /// is queued until `release`d. `first_index` is `owned.front()`'s position in the plan.
+  /// Throws what `op_table::begin` throws, before anything is awaited.
+  void open(const op_ptr& op, const std::string& name, std::span<const local::part> owned,
+            std::size_t first_index, std::size_t servers, const push_pull_options& opts) {
+    const std::size_t esize = dtype_size(op->type);
+    const std::size_t base = owned.front().first;
+    struct slice_run {
+      tensor* t;
+      std::uint64_t key;
+      std::size_t from, data_offset;
+    };
+    std::vector<slice_run> runs;
+    for (std::size_t i = 0; i < owned.size(); ++i) {
+      if (i > 0 && owned[i].slice == owned[i - 1].slice) continue;
+      std::size_t last = i;
+      while (last + 1 < owned.size() && owned[last + 1].slice == owned[i].slice) ++last;
+      const std::size_t count = owned[last].last - owned[i].first;
+      tensor& t = ops_.begin(op, owned[i].key, local::slice_name(name, owned[i].slice), count,
+                             partitioner_, servers, codec_of(opts));
+      if (t.parts.size() != last - i + 1)
+        throw usage_error(fmt::format("{}: slice {} has {} partitions, its plan {}", op->what,
+                                      owned[i].slice, t.parts.size(), last - i + 1));
+      runs.push_back({&t, owned[i].key, first_index + i, (owned[i].first - base) * esize});
+    }
+    op->compressed = !runs.front().t->codecs.empty();
+    const std::uint64_t order = order_++;
+    for (const auto& r : runs)
+      await_tensor(op, r.key, *r.t, r.from, r.data_offset, opts.priority, order);
+  }
+
+  /// Queues partition `id` of a local stage's operation, if it is still awaited.
+  void release(key_id id) {
+    if (auto* p = ops_.awaiting(id); p != nullptr && !p->queued && !p->op->failure) queue(id, *p);
   }
 
   /// Pops what the scheduler lets go. Each partition still awaited is marked dispatched and
@@ -116,7 +170,7 @@ class dispatcher {
       }
       tensor& t = ops_.at(task->key);
       p->dispatched_at = op_table::clock::now();
-      t.timing.queued += stats_recorder::seconds(p->dispatched_at - t.timing.started);
+      t.timing.queued += stats_recorder::seconds(p->dispatched_at - p->queued_at);
       send(t, task->key, task->part, *p);
     }
   }
@@ -127,7 +181,7 @@ class dispatcher {
   /// learning rate if it changed since its last encode.
   std::span<const std::byte> push_payload(tensor& t, std::uint32_t part, const pending_part& p,
                                           bool encode) {
-    auto raw = p.op->data.subspan(p.offset, p.bytes);
+    auto raw = p.op->data.subspan(p.data_offset, p.bytes);
     if (!p.op->compressed) return raw;
     auto& out = t.encoded[part];
     if (encode) {
@@ -155,6 +209,35 @@ class dispatcher {
   void sent(std::size_t bytes) { scheduler_.sent(bytes); }
 
  private:
+  // The node resolved the compressor (Config's default, the size threshold); none() is null.
+  static const compress::spec* codec_of(const push_pull_options& opts) {
+    const compress::spec* codec = opts.compressor.get();
+    return codec != nullptr && codec->is_none() ? nullptr : codec;
+  }
+
+  // `op` runs on tensor `key` (`t`): each of its partitions awaited, the first at position
+  // `first_index` of the operation's and at `data_offset` in `op->data`.
+  void await_tensor(const op_ptr& op, std::uint64_t key, tensor& t, std::size_t first_index,
+                    std::size_t data_offset, int priority, std::uint64_t order) {
+    ops_.activate(op, key, t);
+    op->unanswered += t.parts.size();
+    for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
+      const auto& range = t.parts[i];
+      pending_part p{op, range.offset, range.bytes, server_for(key, i), t.round};
+      p.data_offset = data_offset + range.offset;
+      p.index = first_index + i;
+      p.priority = priority;
+      p.order = order;
+      ops_.await(key_id{key, i}, std::move(p));
+    }
+  }
+
+  void queue(key_id id, pending_part& p) {
+    p.queued = true;
+    p.queued_at = op_table::clock::now();
+    scheduler_.push(send_task{id.key, id.part, p.priority, p.order, p.bytes, nullptr});
+  }
+
   P partitioner_;
   server_placement placement_;
   S scheduler_;

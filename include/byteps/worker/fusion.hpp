@@ -33,7 +33,8 @@ static_assert(wire::batch_writer::record_bytes(Config::max_fusion_bytes) * 3 <=
 struct batch_member {
   op_ptr op;
   std::size_t bytes = 0;  ///< its scheduler credit
-  std::uint32_t part = 0;
+  key_id id;              ///< the partition on the wire
+  std::size_t index = 0;  ///< its position among the operation's partitions
 };
 
 /// A push held for the end of the pass: its frame, its payload (the caller's bytes, alive until

@@ -1,16 +1,20 @@
 #pragma once
 /// @file
 /// The records of the local stage (worker/local_stage.hpp): `local_tensors<L>`, the table of
-/// tensors it remembers between operations (the shape of their first use, whether one is in
-/// flight, whether one failed midway, their round and the policy's per-tensor state), and
-/// `local_operation<L>`, the one record of one operation as it moves through the stages.
+/// tensors it remembers between operations (the shape of their first use and its partitions,
+/// whether one is in flight, whether one failed midway, their round and the policy's per-tensor
+/// state), and `local_operation<L>`, what the local stage keeps of one operation as it moves
+/// through the stages (the operation's record itself is its `op_state`, `work::state`).
 ///
 /// @par Thread Safety
 /// None of its own: the local stage guards the table and the fields marked so with its mutex;
 /// the rest belongs to its stage thread.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +37,10 @@ struct local_tensor {
   std::string broken;              // why an operation failed midway: its local ranks may disagree
   std::uint64_t round = 0;         // written by the stage thread while busy
   typename L::tensor_state local;  // stage thread only
+  /// The whole tensor's partitions (`work::parts`), and this rank's run of them,
+  /// [owned_first, owned_last): fixed at the first use.
+  std::vector<local::part> plan;
+  std::size_t owned_first = 0, owned_last = 0;
 };
 
 template <LocalSteps L>
@@ -72,18 +80,36 @@ class local_tensors {
   std::unordered_map<std::string, local_tensor<L>> tensors_;  // node-based: operations point in
 };
 
-/// Where an operation of the local stage is.
-enum class local_step_at { reduce_scatter, network, all_gather };
+/// What the network stage tells the local stage of one operation, from the links' I/O threads
+/// (`op_state::next`): which partitions' sums are in, and when it let go of the memory.
+struct network_progress {
+  explicit network_progress(std::size_t parts) : answered(parts) {}
+  std::vector<std::atomic<std::uint8_t>> answered;  ///< by position in the plan
+  std::exception_ptr error;                         ///< written before `done`
+  std::atomic<bool> done{false};
+};
 
-/// The one record of one operation of the local stage.
+/// Where an operation of the local stage is: in `reduce_scatter` (every local rank's
+/// contribution in), flowing (its partitions reduced, on the network, gathered, each on its
+/// own), in `all_gather` (the end).
+enum class local_step_at { reduce_scatter, flowing, all_gather };
+
+/// What the local stage keeps of one operation.
 template <LocalSteps L>
 struct local_operation {
   local::work w;
   typename L::step_state step;
   local_tensor<L>* t = nullptr;
   local_step_at at = local_step_at::reduce_scatter;
-  std::vector<handle> slices;            // the network stage: one push_pull per owned slice
-  std::int64_t all_gather_began_ns = 0;  // for the timeline; 0 with tracing off
+  std::shared_ptr<network_progress> net;  ///< set when the network stage opened
+  std::size_t next_reduce = 0;            ///< the next owned partition to reduce and release
+  std::vector<std::int64_t> back;  ///< by plan position: an owned sum handed back (when; odd)
+  std::size_t backs = 0;
+  std::vector<std::uint8_t> gathered;     ///< by plan position
+  std::size_t gathered_count = 0;
+  /// When the current step began (or the last partition was reduced), for the timeline; 0 with
+  /// tracing off.
+  std::int64_t step_began_ns = 0;
 };
 
 }  // namespace bps::worker

@@ -1,25 +1,34 @@
 #pragma once
 /// @file
-/// `bps::worker::local_stage<L>`: the engine that runs a push_pull with several processes per
-/// machine as one pipeline of named stages, for any local collective `L`:
+/// `bps::worker::local_stage<L>`: the engine that runs a push_pull with a local collective `L`
+/// (several processes per machine, or a device) as one pipeline of named stages (`bps::stage`):
 ///
-///     reduce_scatter (L) -> network (push/pull of the owned slices) -> all_gather (L)
+///     local_reduce (L) -> queue -> push -> pull -> local_gather (L)
 ///
-/// The worker owns it. It keeps the one record of each operation and the table of tensors (their
-/// shape, round and the policy's per-tensor state; both in local_records.hpp), the deadline
-/// checks and the failure path;
-/// `L` supplies only its steps. The timeline (`detail::tracer`) gets the operation's span and a
-/// span per local step. One stage thread runs every operation: it sleeps on the
-/// machine's doorbell, which the other local ranks, the device and the network's completions
-/// ring, so an idle job costs no CPU. While an operation is in a local step it first polls for
-/// the policy's `poll_window()` after its last progress, where the policy has one
+/// per partition: with a policy of `PartitionedSteps` (`local::host`) each partition this rank
+/// owns is pushed as soon as it is reduced, and each partition's sum is gathered as soon as it
+/// is back, whichever local rank owns it, while the others are still on the network. A policy
+/// without them (`local::nccl`) reduces the whole tensor first and gathers it once every owned
+/// partition is back.
+///
+/// The operation has one record, its `op_state` (`work::state`): the caller's handle waits on
+/// it, and the worker's network stage awaits its owned partitions in it (`network_port::open`;
+/// no push_pull is nested in another). The engine keeps the table of tensors (shape, round,
+/// partitions, the policy's per-tensor state) and what it knows of each operation
+/// (local_records.hpp), the deadline checks of the local steps and their failure path; `L`
+/// supplies only its steps. The timeline (`detail::tracer`) gets the operation's span and a
+/// span per local step. One stage thread runs every operation: it sleeps on the machine's
+/// doorbell, which the other local ranks, the device and the network's answers ring, so an
+/// idle job costs no CPU. While an operation is in a local step it first polls for the
+/// policy's `poll_window()` after its last progress, where the policy has one
 /// (`local::poll_window_of`): device steps finish sooner than a host function rings the bell.
 ///
 /// Failure: a step that throws `communicator_error`, or an operation past its deadline in a
 /// local step, declares the communicator dead (`die`, the worker's one failure path), which in
 /// turn calls `fail` here: the stage thread then lets `L` abort the machine's collective and
-/// fails every operation, each once the transport let go of its buffer. Any other exception
-/// fails its operation alone and refuses the tensor afterwards.
+/// fails every operation, each once the network let go of its memory. An operation past its
+/// deadline on the network is the network's to name (`network_port::expire`). Any other
+/// exception fails its operation alone and refuses the tensor afterwards.
 ///
 /// @par Thread Safety
 /// `submit` and `fail` may be called from any thread; `stop` once, from the owner.
@@ -45,6 +54,7 @@
 #include "byteps/core/handle.hpp"
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
+#include "byteps/core/stage.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
@@ -52,15 +62,32 @@
 
 namespace bps::worker {
 
+/// What the local stage asks of the worker's network stage (`worker::node` gives it).
+struct network_port {
+  /// The partitions of a tensor named `name` of `count` elements of `type`, slice by slice
+  /// (`work::parts`). Pure: the same on every local rank and machine.
+  std::function<std::vector<local::part>(const std::string& name, std::size_t count, dtype type)>
+      plan;
+  /// Awaits the partitions at positions [first, last) of `w.parts` (this rank's, reduced into
+  /// `w.owned` from the first one's place on) in `w.state`; none is queued until `release`d. Its
+  /// `op_state::next` tells what came back. Throws `usage_error` (a slice's shape or compressor
+  /// differs from its first use, its name is taken) or `communicator_error` (dead).
+  std::function<void(const local::work& w, std::size_t first, std::size_t last)> open;
+  /// Queues partition `w.parts[i]` of an opened operation (its sum in `work::owned` is ready).
+  std::function<void(const local::work& w, std::size_t i)> release;
+  /// Fails the network stage of `state` with `e` (nothing more is queued; `next.network_done`
+  /// follows once the transport let go of its memory).
+  std::function<void(const std::shared_ptr<detail::op_state>& state, std::exception_ptr e)>
+      cancel;
+  /// `state` passed its deadline on the network: the worker names what it still awaits and
+  /// dies.
+  std::function<void(detail::op_state& state)> expire;
+};
+
 template <LocalSteps L>
 class local_stage {
  public:
   using clock = std::chrono::steady_clock;
-  /// Starts the servers' push_pull of `count` elements of host memory at `data` under `name`,
-  /// bounded by `deadline` (the operation's own).
-  using network_fn =
-      std::function<handle(std::string name, std::string what, void* data, std::size_t count,
-                           dtype type, push_pull_options opts, clock::time_point deadline)>;
   /// Declares the communicator dead (it calls `fail` back).
   using die_fn = std::function<void(const std::string& why)>;
   /// Tells the transport that a colocated peer may read `memory` by `name`
@@ -68,7 +95,7 @@ class local_stage {
   /// to tell.
   using share_fn = std::function<void(const std::string& name, std::span<std::byte> memory)>;
 
-  local_stage(L& local, network_fn network, die_fn die, detail::tracer& trace,
+  local_stage(L& local, network_port network, die_fn die, detail::tracer& trace,
               share_fn share = {})
       : local_(local),
         network_(std::move(network)),
@@ -113,10 +140,13 @@ class local_stage {
         state->finish(nullptr);
         return handle(state);
       }
+      if (t.plan.empty()) plan(t, op->w);
       t.busy = true;
       op->t = &t;
       op->w.round = t.round;
-      trace_.begin(*state, op->w.name, t.round, 0);  // before the stage thread can see it
+      op->w.parts = t.plan;
+      op->next_reduce = t.owned_first;
+      trace_.begin(*state, op->w.name, t.round, t.plan.size());  // before the stage thread
       incoming_.push_back(op);
     }
     ring();
@@ -165,7 +195,20 @@ class local_stage {
   using tensor = local_tensor<L>;
   using operation = local_operation<L>;
   using operation_ptr = std::shared_ptr<operation>;
-  using stage = local_step_at;
+  using step_at = local_step_at;
+
+  // Whether the policy's reduce_scatter and all_gather are a local_reduce and a local_gather
+  // of the whole tensor (every step of a policy without PartitionedSteps is).
+  static constexpr bool whole_steps = [] {
+    if constexpr (PartitionedSteps<L>)
+      return L::partitioned.whole_steps;
+    else
+      return true;
+  }();
+
+  static std::size_t tensor_bytes(const operation& op) {
+    return op.w.count * dtype_size(op.w.type);
+  }
 
   void throw_if_closed(const std::string& what) {
     std::lock_guard lock(mu_);
@@ -188,9 +231,13 @@ class local_stage {
 
   void stage_loop();
 
+  // Whether some operation waits for a local step (the other local ranks, or the device: a
+  // step, a partition's copy out, a copy in handed back and not yet seen done).
   static bool in_local_step(const std::vector<operation_ptr>& active) {
-    return std::any_of(active.begin(), active.end(),
-                       [](const operation_ptr& op) { return op->at != stage::network; });
+    return std::any_of(active.begin(), active.end(), [](const operation_ptr& op) {
+      return op->at != step_at::flowing || op->next_reduce < op->t->owned_last ||
+             op->backs > op->gathered_count;
+    });
   }
 
   // One pass over everything; true when anything moved. Throws what kills the communicator:
@@ -200,25 +247,46 @@ class local_stage {
   // Moves `op` as far as it can go now; true if it moved. Sets `done` once it finished.
   bool advance(operation& op, bool& done);
 
-  // The network stage: each owned slice through the servers, in place in the host memory that
-  // reduce_scatter left at `work::owned`.
-  void start_network(operation& op) {
-    const local::work& w = op.w;
-    const auto esize = dtype_size(w.type);
-    const auto base =
-        local::owned_range(w.count, local_.local_rank(), local_.local_size(), cluster_.slices)
-            .first;
+  // The partitions' flow between reduce_scatter and all_gather; true if anything moved.
+  bool flow(operation& op);
+
+  // The tensor's partitions at its first use: the network's plan, and this rank's run of it.
+  void plan(tensor& t, const local::work& w) {
+    t.plan = network_.plan(w.name, w.count, w.type);
     const auto [first, last] =
         local::owned_slices(local_.local_rank(), local_.local_size(), cluster_.slices);
-    for (int s = first; s < last; ++s) {
-      const auto [begin, end] = local::slice_range(w.count, s, cluster_.slices);
-      void* data = end > begin ? w.owned + (begin - base) * esize : nullptr;
-      auto h = network_(local::slice_name(w.name, s),
-                        fmt::format("{} (slice {} of {})", w.what, s, cluster_.slices), data,
-                        end - begin, w.type, w.opts, w.deadline);
-      h.when_done([this] { ring(); });
-      op.slices.push_back(std::move(h));
+    t.owned_first = t.plan.size();
+    t.owned_last = t.plan.size();
+    for (std::size_t i = 0; i < t.plan.size(); ++i) {
+      if (t.plan[i].slice < first || t.plan[i].slice >= last) continue;
+      if (t.owned_first == t.plan.size()) t.owned_first = i;
+      t.owned_last = i + 1;
     }
+  }
+
+  // The network stage of `op`: its owned partitions awaited in its record, none queued yet.
+  // `op_state::next` reports what comes back; a rank that owns no partition is done with the
+  // network at once.
+  void open_network(operation& op) {
+    auto net = std::make_shared<network_progress>(op.w.parts.size());
+    op.back.assign(op.w.parts.size(), 0);
+    op.gathered.assign(op.w.parts.size(), 0);
+    auto& next = op.w.state->next;
+    next.part_answered = [this, net](std::size_t i) {
+      net->answered[i].store(1, std::memory_order_release);
+      ring();
+    };
+    next.network_done = [this, net](std::exception_ptr e) {
+      net->error = std::move(e);
+      net->done.store(true, std::memory_order_release);
+      ring();
+    };
+    op.net = std::move(net);
+    if (op.t->owned_first == op.t->owned_last) {
+      op.net->done.store(true, std::memory_order_release);
+      return;
+    }
+    network_.open(op.w, op.t->owned_first, op.t->owned_last);
   }
 
   // A segment's first operation names it (`work::owned_segment`): shared with the transport
@@ -231,6 +299,7 @@ class local_stage {
 
   // `op` alone failed: a step threw something other than communicator_error.
   void fail_one(operation& op, std::exception_ptr e, const std::string& why) {
+    if (op.net && !op.net->done.load(std::memory_order_acquire)) network_.cancel(op.w.state, e);
     wait_for_network(op);
     local_.abandon(op.w, op.t->local, op.step);
     {
@@ -242,26 +311,26 @@ class local_stage {
 
   void fail_all(std::vector<operation_ptr>& active, const std::string& why) {
     for (auto& op : active) {
+      auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
+      auto e = std::make_exception_ptr(communicator_error(text));
+      if (op->net && !op->net->done.load(std::memory_order_acquire)) network_.cancel(op->w.state, e);
       wait_for_network(*op);
       local_.abandon(op->w, op->t->local, op->step);
-      auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
-      finish(*op, std::make_exception_ptr(communicator_error(text)));
+      finish(*op, e);
     }
     active.clear();
   }
 
-  // The communicator fails the slices of a dead operation; their handles complete once the
-  // transport let go of the memory they point into. A push a colocated server reads by
-  // reference (`share_`) it may still read after that: its tensor is refused from then on, so
-  // nothing writes those bytes again (the network stage's payloads are only ever rewritten by
-  // their answers or by the tensor's next operation, both after the server read them).
+  // A failed operation's network stage ends once the transport let go of the memory it points
+  // into (bounded: links close fast). A push a colocated server reads by reference (`share_`)
+  // it may still read after that: its tensor is refused from then on, so nothing writes those
+  // bytes again (the network stage's payloads are only ever rewritten by their answers or by
+  // the tensor's next operation, both after the server read them).
   static void wait_for_network(operation& op) {
-    for (auto& h : op.slices) {
-      try {
-        h.wait_for(std::chrono::seconds(10));
-      } catch (...) {
-      }
-    }
+    if (!op.net) return;
+    const auto until = clock::now() + std::chrono::seconds(10);
+    while (!op.net->done.load(std::memory_order_acquire) && clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
   void finish(operation& op, std::exception_ptr e) {
@@ -273,7 +342,7 @@ class local_stage {
   }
 
   L& local_;
-  network_fn network_;
+  network_port network_;
   die_fn die_;
   share_fn share_;
   std::vector<std::string> shared_;  // segments shared so far; stage thread, then stop

@@ -6,10 +6,12 @@
 /// one failure path: whatever goes wrong, `die_locked` fails every operation in flight with the
 /// reason and closes the links, once.
 ///
-/// An operation's way: the local stage's reduce-scatter (with several processes per machine),
-/// then `start`: the dispatcher queues its partitions and sends them as the scheduler allows; each
-/// server's answer is read into the caller's buffer by `answers` (with failover, into a kept
-/// copy first); then the local stage's all-gather.
+/// An operation's way: with a local collective, the local stage (worker/local_stage.hpp) runs it
+/// and hands its owned partitions to the network stage here one by one as it reduces them
+/// (`network_port`); without one, `start` queues every partition at once. The dispatcher sends
+/// them as the scheduler allows; each server's answer is read into the operation's memory by
+/// `answers` (with failover, into a kept copy first); the local stage gathers each sum as it
+/// comes.
 ///
 /// @par Thread Safety
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
@@ -74,7 +76,7 @@ class node {
         dispatcher_(cfg),
         trace_(cfg, role::worker),
         stage_(
-            local_, [this](auto&&... a) { return start(std::forward<decltype(a)>(a)...); },
+            local_, network_port_for_stage(),
             [this](const std::string& why) {
               std::lock_guard lock(mu_);
               die_locked(why);
@@ -160,7 +162,10 @@ class node {
   /// Throughput and stage times over the last 10 s, bytes per server, operations in flight.
   comm_stats stats() {
     std::lock_guard lock(mu_);
-    return ops().stats().snapshot(ops().active().size());
+    auto s = ops().stats().snapshot(ops().active().size());
+    s.operation_records = ops().records();
+    s.partition_records = ops().part_records();
+    return s;
   }
 
   void throw_if_failed() const {
@@ -207,6 +212,7 @@ class node {
     global_rank_ = welcome.global_rank;
     global_size_ = welcome.global_size;
     job_id_ = welcome.job_id;
+    slices_ = welcome.slices;
     log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", rank_, local_.local_rank())
                                         : fmt::format("worker {}", rank_));
     trace_.name_node(global_rank_, log_.who(), rank_);
@@ -260,6 +266,37 @@ class node {
     if constexpr (!L::is_identity) stage_.start(machine);
     log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
               global_size_, num_workers_, links_.size());
+  }
+
+  // What the local stage asks of the network stage: its plan of a tensor, and its owned
+  // partitions awaited in the operation's record and released one by one.
+  network_port network_port_for_stage() {
+    network_port port;
+    port.plan = [this](const std::string& name, std::size_t count, dtype type) {
+      return dispatcher_.plan(name, count, type, slices_);
+    };
+    port.open = [this](const local::work& w, std::size_t first, std::size_t last) {
+      const auto& op = w.state;
+      const auto esize = dtype_size(w.type);
+      const auto owned = w.parts.subspan(first, last - first);
+      std::lock_guard lock(mu_);
+      throw_if_dead_locked();
+      op->data = {w.owned, (owned.back().last - owned.front().first) * esize};
+      op->average = w.opts.average && global_size_ > 1;
+      dispatcher_.open(op, w.name, owned, first, links_.size(), w.opts);
+    };
+    port.release = [this](const local::work& w, std::size_t i) {
+      std::lock_guard lock(mu_);
+      trace_.queued(*w.state, i);
+      dispatcher_.release(key_id{w.parts[i].key, w.parts[i].index});
+      dispatch_locked();
+    };
+    port.cancel = [this](const op_ptr& op, std::exception_ptr e) {
+      std::lock_guard lock(mu_);
+      ops().fail(op, std::move(e));
+    };
+    port.expire = [this](detail::op_state& o) { expire(o); };
+    return port;
   }
 
   // What the local stage tells the transport of the segments its slices lie in.
@@ -391,6 +428,7 @@ class node {
   int num_workers_ = 1;
   int global_rank_ = 0;
   int global_size_ = 1;
+  int slices_ = 1;  // slices per tensor: the largest local size in the job
   std::uint64_t job_id_ = 0;
   detail::tracer trace_;                      // timeline: null when BYTEPS_TRACE_ON=0
   local_stage_for<L> stage_;                  // after the members its callbacks use

@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// `bps::worker::op_table`: a worker's bookkeeping: the tensors it has used (name, shape, round,
-/// which servers know the name) and the partitions whose sums it still awaits. An operation is
-/// released (its handle completes) only when nothing will touch the caller's buffer again: no
-/// payload in the transport, no answer being written, and every answer in or the op failed.
+/// `bps::worker::op_table`: a worker's bookkeeping: the tensors the servers know (name, shape,
+/// round, which servers know the name) and the partitions whose sums it still awaits. An
+/// operation's partitions may span several of them (a local stage's owned slices are tensors of
+/// their own on the wire). An operation is released (its handle completes, or its local stage
+/// goes on) only when nothing will touch its buffer again: no payload in the transport, no
+/// answer being written, and every answer in or the op failed.
 ///
 /// Not thread-safe: the worker's mutex guards it.
 
@@ -56,14 +58,19 @@ struct tensor {
 
 struct pending_part {
   op_ptr op;
-  std::size_t offset = 0;
+  std::size_t offset = 0;  ///< in its tensor (the wire's offset)
   std::size_t bytes = 0;
   int server = 0;
   std::uint64_t round = 0;
+  std::size_t data_offset = 0;  ///< where its bytes lie in `op->data`
+  std::size_t index = 0;        ///< its position among the operation's partitions
+  int priority = 0;             ///< for the scheduler, when it is released
+  std::uint64_t order = 0;
+  bool queued = false;  ///< handed to the scheduler (a local stage releases each when reduced)
   bool dispatched = false;  ///< left the scheduler's queue (sent, or held for a replacement)
   bool receiving = false;   ///< failover: its answer is being written into the kept sum
   std::size_t answered_bytes = 0;  ///< cut-through: bytes of the answer's pieces in so far
-  std::chrono::steady_clock::time_point dispatched_at{}, sent_at{};  ///< for `stats()`
+  std::chrono::steady_clock::time_point queued_at{}, dispatched_at{}, sent_at{};  ///< `stats()`
 };
 
 class op_table {
@@ -73,14 +80,15 @@ class op_table {
   /// What finished operations took: `Communicator::stats()`.
   stats_recorder& stats() noexcept { return stats_; }
 
-  /// The tensor `op` runs on, created on first use. Throws `usage_error` when the name's key is
-  /// taken by another name, the shape or compressor differs from the first use, or an op is
-  /// still in flight. `codec` (null for none) makes the tensor's compressors on first use.
+  /// The tensor `key` (named `name`, `count` elements of `op`'s dtype) that `op` runs on, created
+  /// on first use. Throws `usage_error` when the name's key is taken by another name, the shape
+  /// or compressor differs from the first use, or an op is still in flight. `codec` (null for
+  /// none) makes the tensor's compressors on first use.
   template <Partitioner P>
-  tensor& begin(const op_ptr& op, std::string name, std::size_t count, const P& partitioner,
-                std::size_t servers, const compress::spec* codec) {
+  tensor& begin(const op_ptr& op, std::uint64_t key, std::string name, std::size_t count,
+                const P& partitioner, std::size_t servers, const compress::spec* codec) {
     const std::size_t bytes = count * dtype_size(op->type);
-    auto [it, fresh] = tensors_.try_emplace(op->key);
+    auto [it, fresh] = tensors_.try_emplace(key);
     tensor& t = it->second;
     if (fresh) {
       try {
@@ -156,7 +164,20 @@ class op_table {
     return it == tensors_.end() ? nullptr : &it->second;
   }
 
-  void await(key_id id, pending_part p) { pending_[id] = std::move(p); }
+  /// `op` runs on tensor `key` from now until it is released.
+  void activate(const op_ptr& op, std::uint64_t key, tensor& t) {
+    t.active = op;
+    t.timing = op_timing{};
+    t.timing.started = clock::now();
+    auto& keys = tensors_of_[op.get()];
+    if (keys.empty()) ++records_;
+    keys.push_back(key);
+  }
+
+  void await(key_id id, pending_part p) {
+    ++part_records_;
+    pending_[id] = std::move(p);
+  }
 
   /// The partition awaiting this answer, or nullptr (its op failed, or the answer is stale).
   pending_part* awaiting(key_id id) {
@@ -168,6 +189,7 @@ class op_table {
   void answered(key_id id, const op_ptr& op) {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second.op == op) {
+      if (op->next.part_answered) op->next.part_answered(it->second.index);
       if (auto* t = find_tensor(id.key); t != nullptr) {
         // The answer may come before the transport's on_sent for the push (a gathered write
         // completes after the server already answered): the sending then ended by now, and
@@ -198,10 +220,14 @@ class op_table {
 
   std::vector<op_ptr> active() const {
     std::vector<op_ptr> ops;
-    for (const auto& [key, t] : tensors_)
-      if (t.active) ops.push_back(t.active);
+    for (const auto& [op, keys] : tensors_of_) ops.push_back(tensors_.at(keys.front()).active);
     return ops;
   }
+
+  /// Operation records and partition records made since the worker joined (one of each per
+  /// push_pull and partition, whatever the local stage: `comm_stats`).
+  std::uint64_t records() const noexcept { return records_; }
+  std::uint64_t part_records() const noexcept { return part_records_; }
 
   // `op` by value here and below: callers pass `tensor::active`, which release resets.
   void fail(op_ptr op, std::exception_ptr e) {
@@ -215,17 +241,26 @@ class op_table {
     if (op->released || op->in_transport != 0 || op->receiving != 0) return;
     if (op->unanswered != 0 && !op->failure) return;
     op->released = true;
-    if (auto* t = find_tensor(op->key)) {
-      if (!op->failure) stats_.operation(t->name, t->bytes, t->timing);
-      if (t->active == op) t->active = nullptr;
-      ++t->round;
+    if (auto node = tensors_of_.extract(op.get())) {
+      for (const auto key : node.mapped()) {
+        tensor& t = tensors_.at(key);
+        if (!op->failure) stats_.operation(t.name, t.bytes, t.timing);
+        if (t.active == op) t.active = nullptr;
+        ++t.round;
+      }
     }
-    op->finish(op->failure);
+    if (op->next.network_done)
+      op->next.network_done(op->failure);
+    else
+      op->finish(op->failure);
   }
 
  private:
   std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
   std::unordered_map<key_id, pending_part, key_id_hash> pending_;
+  /// The tensors each operation in flight runs on (several for a local stage's owned slices).
+  std::unordered_map<const detail::op_state*, std::vector<std::uint64_t>> tensors_of_;
+  std::uint64_t records_ = 0, part_records_ = 0;
   stats_recorder stats_;
 };
 

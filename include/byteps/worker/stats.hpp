@@ -51,6 +51,10 @@ struct comm_stats {
   std::uint64_t batches = 0, batched_partitions = 0;
   std::uint64_t answer_batches = 0, batched_answers = 0;
   std::size_t in_flight = 0;          ///< operations not yet done, now
+  /// Since joining: the operation records this worker made (one per push_pull or broadcast
+  /// that reached the network, whatever its local stage) and their partition records (one per
+  /// partition this process pushes).
+  std::uint64_t operation_records = 0, partition_records = 0;
   std::vector<tensor_stats> tensors;  ///< most bytes first
 };
 

@@ -61,14 +61,18 @@ inline void nccl::issue(const order_entry& e) {
       return ncclReduce(data + b * esize, data + b * esize, n, type, ncclSum, o, device_.comm(),
                         stream);
     });
-    const auto [begin, end] = t->owners[static_cast<std::size_t>(local_rank_)];
-    if (end > begin)
+    // Each owned partition's copy to host with its own event, so that the engine pushes it
+    // while the next is copied.
+    const std::size_t begin = t->owners[static_cast<std::size_t>(local_rank_)].first;
+    for (std::size_t j = 0; j < t->copied_out.size(); ++j) {
+      const part& p = w->parts[t->owned_first + j];
       nccl_detail::cuda_check(
-          cudaMemcpyAsync(t->host->data(), data + begin * esize, (end - begin) * esize,
-                          cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync of the reduced slices to host memory", what);
-    nccl_detail::cuda_check(cudaEventRecord(nccl_detail::event_of(t->reduced), stream),
-                            "cudaEventRecord", what);
+          cudaMemcpyAsync(t->host->data() + (p.first - begin) * esize, data + p.first * esize,
+                          (p.last - p.first) * esize, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync of a reduced partition to host memory", what);
+      nccl_detail::cuda_check(cudaEventRecord(nccl_detail::event_of(t->copied_out[j]), stream),
+                              "cudaEventRecord", what);
+    }
     s->at = stage::reducing;
   } else {
     s->flags = e.flags;

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// The stage thread of `worker::local_stage` (worker/local_stage.hpp): its loop, one pass over
-/// the operations, and how one operation moves through reduce_scatter, the network and
-/// all_gather. Included at the end of worker/local_stage.hpp.
+/// the operations, and how one operation moves through reduce_scatter, its partitions' flow
+/// (local_reduce, the network, local_gather) and all_gather. Included at the end of
+/// worker/local_stage.hpp.
 
 #include <algorithm>
 #include <chrono>
@@ -110,12 +111,17 @@ bool local_stage<L>::step(std::vector<operation_ptr>& active) {
     ring();
   }
   const auto now = clock::now();
-  for (auto& op : active)
-    if (now > op->w.deadline && op->at != stage::network)  // the network names its servers
-      throw communicator_error(
-          fmt::format("{} did not finish within its deadline "
-                      "(BYTEPS_OP_TIMEOUT_MS): {}",
-                      op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
+  for (auto& op : active) {
+    if (now <= op->w.deadline) continue;
+    if (op->net && !op->net->done.load(std::memory_order_acquire)) {
+      network_.expire(*op->w.state);  // the network names the servers it waits for
+      continue;
+    }
+    throw communicator_error(
+        fmt::format("{} did not finish within its deadline "
+                    "(BYTEPS_OP_TIMEOUT_MS): {}",
+                    op->w.what, local_.waiting_for(op->w, op->t->local, op->step)));
+  }
   return progressed;
 }
 
@@ -123,33 +129,30 @@ bool local_stage<L>::step(std::vector<operation_ptr>& active) {
 template <LocalSteps L>
 bool local_stage<L>::advance(operation& op, bool& done) {
   switch (op.at) {
-    case stage::reduce_scatter: {
+    case step_at::reduce_scatter: {
+      if (op.step_began_ns == 0) op.step_began_ns = trace_.now();
       const auto s = local_.reduce_scatter(op.w, op.t->local, op.step);
       if (s != local::step_status::done) return s == local::step_status::moved;
-      trace_.local_step(*op.w.state, "reduce_scatter", 0);
       share(op.w.owned_segment);
-      start_network(op);
-      op.at = stage::network;
-      return true;
-    }
-    case stage::network: {
-      for (auto& h : op.slices)
-        if (!h.ready()) return false;
-      for (auto& h : op.slices) {
-        try {
-          h.wait();
-        } catch (...) {
-          if (!op.w.error) op.w.error = std::current_exception();
-        }
+      if (whole_steps)
+        trace_.local_step(*op.w.state, stage::local_reduce, op.step_began_ns, tensor_bytes(op));
+      op.at = step_at::flowing;
+      op.step_began_ns = trace_.now();
+      open_network(op);
+      if constexpr (!PartitionedSteps<L>) {
+        for (std::size_t i = op.t->owned_first; i < op.t->owned_last; ++i)
+          network_.release(op.w, i);
+        op.next_reduce = op.t->owned_last;
       }
-      op.at = stage::all_gather;
-      op.all_gather_began_ns = trace_.now();
       return true;
     }
-    case stage::all_gather: {
+    case step_at::flowing:
+      return flow(op);
+    case step_at::all_gather: {
       const auto s = local_.all_gather(op.w, op.t->local, op.step);
       if (s != local::step_status::done) return s == local::step_status::moved;
-      trace_.local_step(*op.w.state, "all_gather", op.all_gather_began_ns);
+      if (whole_steps)
+        trace_.local_step(*op.w.state, stage::local_gather, op.step_began_ns, tensor_bytes(op));
       ++op.t->round;
       finish(op, op.w.error);
       done = true;
@@ -157,6 +160,63 @@ bool local_stage<L>::advance(operation& op, bool& done) {
     }
   }
   return false;
+}
+
+// The partitions of `op` between its reduce_scatter and its all_gather. With
+// `PartitionedSteps`: the next owned partition is reduced and released as soon as it is ready,
+// every owned sum that came back is handed back (`part_back`), and every partition the policy
+// gathers one by one is gathered once its sum is in this rank's reach. Otherwise it waits for
+// the network as a whole. True if anything moved; once the network is done (and every
+// partition gathered, or the network failed), the operation goes on to `all_gather`.
+template <LocalSteps L>
+bool local_stage<L>::flow(operation& op) {
+  network_progress& net = *op.net;
+  const bool network_done = net.done.load(std::memory_order_acquire);
+  const bool failed = network_done && net.error;
+  bool moved = false;
+  if constexpr (PartitionedSteps<L>) {
+    constexpr local::partition_steps steps = L::partitioned;
+    auto bytes_of = [&](std::size_t i) {
+      return (op.w.parts[i].last - op.w.parts[i].first) * dtype_size(op.w.type);
+    };
+    while (!failed && op.next_reduce < op.t->owned_last) {
+      const std::size_t i = op.next_reduce;
+      // A sum on the host takes the call; a device's copy ran since the previous one was seen.
+      const auto began = steps.in == stage::local_reduce ? trace_.now() : op.step_began_ns;
+      if (!local_.reduce_part(op.w, op.t->local, i)) break;
+      trace_.local_part(*op.w.state, steps.in, i, began, bytes_of(i));
+      network_.release(op.w, i);
+      ++op.next_reduce;
+      op.step_began_ns = trace_.now();
+      moved = true;
+      if constexpr (steps.in == stage::local_reduce) break;  // one sum a pass: gathers go on
+    }
+    for (std::size_t i = op.t->owned_first; i < op.t->owned_last; ++i) {
+      if (op.back[i] || !net.answered[i].load(std::memory_order_acquire)) continue;
+      local_.part_back(op.w, op.t->local, i);
+      op.back[i] = trace_.now() | 1;  // when, for the gather's span (odd: never 0)
+      ++op.backs;
+      moved = true;
+    }
+    const std::size_t first = steps.every_partition ? 0 : op.t->owned_first;
+    const std::size_t last = steps.every_partition ? op.w.parts.size() : op.t->owned_last;
+    for (std::size_t i = first; !failed && i < last; ++i) {
+      if (op.gathered[i] || (!steps.every_partition && !op.back[i])) continue;
+      const auto began = steps.every_partition ? trace_.now() : op.back[i];
+      if (!local_.gather_part(op.w, op.t->local, i)) continue;
+      trace_.local_part(*op.w.state, steps.out, i, began, bytes_of(i));
+      op.gathered[i] = 1;
+      ++op.gathered_count;
+      moved = true;
+    }
+    if (!network_done || (!failed && op.gathered_count < last - first)) return moved;
+  } else {
+    if (!network_done) return false;
+  }
+  if (net.error && !op.w.error) op.w.error = net.error;
+  op.at = step_at::all_gather;
+  op.step_began_ns = trace_.now();
+  return true;
 }
 
 }  // namespace bps::worker

@@ -27,10 +27,11 @@ void node<T, L, P, S>::dispatch_locked() {
         [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
           declare_once(t, key, p.server, *links_[p.server].link, rank_);
           ++p.op->in_transport;
-          trace_.dispatched(*p.op, part, p.server);
+          trace_.dispatched(*p.op, p.index, p.server);
           auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
           ops().stats().pushed(p.server, payload.size());
-          held_push push{push_frame(t, key, part, p, rank_), payload, {p.op, p.bytes, part}};
+          held_push push{push_frame(t, key, part, p, rank_), payload,
+                         {p.op, p.bytes, key_id{key, part}, p.index}};
           if (fusion_.joins(t, payload.size()))
             return fusion_.hold(p.server, std::move(push), send);
           fusion_.flush(p.server, send);
@@ -60,12 +61,12 @@ void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) 
 // so the credit a batch returns lets the next partitions go together again.
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::sent(std::span<const batch_member> members) {
-  for (const auto& m : members) trace_.sent(*m.op, m.part);
+  for (const auto& m : members) trace_.sent(*m.op, m.index, m.id.key, m.id.part);
   std::lock_guard lock(mu_);
   for (const auto& m : members) {
-    if (auto* p = ops().awaiting(key_id{m.op->key, m.part}); p != nullptr && p->op == m.op) {
+    if (auto* p = ops().awaiting(m.id); p != nullptr && p->op == m.op) {
       p->sent_at = clock::now();
-      ops().at(m.op->key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
+      ops().at(m.id.key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
     }
     dispatcher_.sent(m.bytes);
     --m.op->in_transport;
