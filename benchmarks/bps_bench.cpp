@@ -3,7 +3,7 @@
 // prints an nccl-tests style table on stdout (see common.hpp); progress goes to stderr. With
 // --model, a real network's gradients per iteration instead of the sweep (model_run.hpp).
 // Every result is compared with the exact reference sum; the exit status is 1 if any was wrong.
-#include <byteps/byteps.hpp>
+#include <byteps/bodies.hpp>  // the TLS communicators are not in byteps::compiled
 #include <byteps/compress/registry.hpp>
 #if BYTEPS_BENCH_TLS
 #include <byteps/transport/tls.hpp>

@@ -230,8 +230,8 @@ void BM_trace_hooks(benchmark::State& state) {
     trace.begin(op, "layer.weight", round++, parts);
     for (std::uint32_t i = 0; i < parts; ++i) {
       trace.dispatched(op, i, static_cast<int>(i % 4));
-      trace.sent(op, i);
-      trace.answered(op, i);
+      trace.sent(op, i, op.key, i);
+      trace.answered(op, i, op.key, i);
     }
     op.finish(nullptr);
     benchmark::DoNotOptimize(op.trace);
