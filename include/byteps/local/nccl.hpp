@@ -42,8 +42,9 @@
 /// checks the buffer and records a CUDA event on the caller's stream
 /// (`push_pull_options::stream`). The steps issue the device work on the stage stream (after
 /// that event); the worker's stage thread sleeps on the machine's futex doorbell, which is rung
-/// by the other local ranks, by the network's handles, and by the device itself (a host
-/// function queued after each step). The NCCL communicator is non-blocking (`ncclConfig_t::blocking =
+/// by the other local ranks, by the network's answers, and by the device itself (a host
+/// function queued after each step; the per-partition copies back are polled instead, see
+/// `part_back`). The NCCL communicator is non-blocking (`ncclConfig_t::blocking =
 /// 0`): initialisation and each fused group are polled with `ncclCommGetAsyncError` until
 /// the operation's deadline. When a local rank fails (its deadline passes, a CUDA or NCCL call
 /// fails, its communicator dies) it records the failure on the board; every local rank then
@@ -112,7 +113,8 @@ class nccl {
   /// The CUDA device this local rank uses (valid after `attach`).
   int device() const noexcept { return device_.device(); }
   /// The local stage polls the device's events this long after the last progress before it
-  /// sleeps on the doorbell (which a host function queued after each step rings later).
+  /// sleeps on the doorbell (which a host function queued after each step rings later), and
+  /// polls for the copies back, for which nothing rings.
   std::chrono::nanoseconds poll_window() const noexcept { return std::chrono::microseconds(200); }
 
   /// Picks the device, meets the machine's other local ranks on the order board, and creates
@@ -201,7 +203,11 @@ class nccl {
                         t.host->data() + at * esize, (p.last - p.first) * esize,
                         cudaMemcpyHostToDevice, device_.stream()),
         "cudaMemcpyAsync of a partition's sum to the device", w.what);
-    record_and_ring(t.copied_in[i - t.owned_first], w);
+    // No host function to ring the bell: each would hold the stream about 20 us, once per
+    // partition. The stage thread polls while a copy in is pending (`awaits_copy_in`).
+    nccl_detail::cuda_check(
+        cudaEventRecord(nccl_detail::event_of(t.copied_in[i - t.owned_first]), device_.stream()),
+        "cudaEventRecord", w.what);
   }
 
   /// Owned partition `i`'s sum is in the device buffer once its copy in ran.
@@ -267,8 +273,9 @@ class nccl {
                            "slices back from the servers",
                            cluster_.machine);
       case stage::reducing:
-        return "still waiting for the device to finish the reduce and the copy to host (is the "
-               "caller's stream stuck, or a local rank's GPU?)";
+      case stage::network:
+        return "still waiting for the device to finish the reduce and the copies to host (is "
+               "the caller's stream stuck, or a local rank's GPU?)";
       case stage::gathering:
         return "still waiting for the device to finish the copy back and the all-gather";
       default:
@@ -357,15 +364,6 @@ class nccl {
     return true;
   }
 
-  // Records `event` on the stage stream and rings the doorbell once the device got there.
-  void record_and_ring(const std::shared_ptr<void>& event, const work& w) {
-    cudaStream_t stream = device_.stream();
-    nccl_detail::cuda_check(cudaEventRecord(nccl_detail::event_of(event), stream),
-                            "cudaEventRecord", w.what);
-    nccl_detail::cuda_check(
-        cudaLaunchHostFunc(stream, nccl_detail::ring_bell, device_.board().bell_word()),
-        "cudaLaunchHostFunc", w.what);
-  }
 
   int local_rank_;
   int local_size_;

@@ -125,14 +125,17 @@ class answers {
   // I/O thread: the answer for `h` (or this piece of it) is in.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload) {
     const bool last = is_last(h);
-    if (last && op->trace) {
-      std::size_t index = h.part;
+    if (last && op->trace) {  // on the partition's lane, while it is still awaited
+      std::size_t index = 0;
+      bool awaited = false;
       {
         std::lock_guard lock(node_.mu_);
-        if (auto* p = node_.ops().awaiting(key_id{h.key, h.part}); p != nullptr && p->op == op)
+        if (auto* p = node_.ops().awaiting(key_id{h.key, h.part}); p != nullptr && p->op == op) {
           index = p->index;
+          awaited = true;
+        }
       }
-      node_.trace_.answered(*op, index, h.key, h.part);
+      if (awaited) node_.trace_.answered(*op, index, h.key, h.part);
     }
     if (node_.failover_) return node_.failover_->answered(h, op, payload, last);
     if (op->compressed) {

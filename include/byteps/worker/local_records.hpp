@@ -107,6 +107,9 @@ struct local_operation {
   std::size_t backs = 0;
   std::vector<std::uint8_t> gathered;     ///< by plan position
   std::size_t gathered_count = 0;
+  /// Why a gather failed (another local rank failed on the tensor): the operation fails with
+  /// it once its network stage is done.
+  std::exception_ptr gather_error;
   /// When the current step began (or the last partition was reduced), for the timeline; 0 with
   /// tracing off.
   std::int64_t step_began_ns = 0;

@@ -5,11 +5,11 @@
 ///
 ///     local_reduce (L) -> queue -> push -> pull -> local_gather (L)
 ///
-/// per partition: with a policy of `PartitionedSteps` (`local::host`) each partition this rank
-/// owns is pushed as soon as it is reduced, and each partition's sum is gathered as soon as it
-/// is back, whichever local rank owns it, while the others are still on the network. A policy
-/// without them (`local::nccl`) reduces the whole tensor first and gathers it once every owned
-/// partition is back.
+/// per partition: with a policy of `PartitionedSteps` each partition this rank owns is pushed as
+/// soon as it is reduced (`local::host`) or copied to host (`local::nccl`), and each partition's
+/// sum is gathered (copied out of shared memory, or back to the device) as soon as it is back,
+/// while the others are still on the network. A policy without them reduces the whole tensor
+/// first and gathers it once every owned partition is back.
 ///
 /// The operation has one record, its `op_state` (`work::state`): the caller's handle waits on
 /// it, and the worker's network stage awaits its owned partitions in it (`network_port::open`;
@@ -232,12 +232,26 @@ class local_stage {
   void stage_loop();
 
   // Whether some operation waits for a local step (the other local ranks, or the device: a
-  // step, a partition's copy out, a copy in handed back and not yet seen done).
+  // step, a partition's copy out).
   static bool in_local_step(const std::vector<operation_ptr>& active) {
     return std::any_of(active.begin(), active.end(), [](const operation_ptr& op) {
-      return op->at != step_at::flowing || op->next_reduce < op->t->owned_last ||
-             op->backs > op->gathered_count;
+      return op->at != step_at::flowing || op->next_reduce < op->t->owned_last;
     });
+  }
+
+  // Whether some operation of a policy that gathers only its owned partitions one by one
+  // (a device's copies in) has a partition handed back and not yet seen gathered: nothing rings
+  // when such a copy is done (a host function per partition would hold the stream about 20 us
+  // each), so the thread polls for it in its poll window and looks again every copy_in_poll.
+  static constexpr auto copy_in_poll = std::chrono::microseconds(100);
+  static bool awaits_copy_in(const std::vector<operation_ptr>& active) {
+    if constexpr (PartitionedSteps<L>) {
+      if constexpr (!L::partitioned.every_partition)
+        return std::any_of(active.begin(), active.end(), [](const operation_ptr& op) {
+          return op->at == step_at::flowing && op->backs > op->gathered_count;
+        });
+    }
+    return false;
   }
 
   // One pass over everything; true when anything moved. Throws what kills the communicator:
@@ -300,7 +314,7 @@ class local_stage {
   // `op` alone failed: a step threw something other than communicator_error.
   void fail_one(operation& op, std::exception_ptr e, const std::string& why) {
     if (op.net && !op.net->done.load(std::memory_order_acquire)) network_.cancel(op.w.state, e);
-    wait_for_network(op);
+    wait_for_network(op, clock::now() + std::chrono::seconds(10));
     local_.abandon(op.w, op.t->local, op.step);
     {
       std::lock_guard lock(mu_);
@@ -310,11 +324,12 @@ class local_stage {
   }
 
   void fail_all(std::vector<operation_ptr>& active, const std::string& why) {
+    const auto until = clock::now() + std::chrono::seconds(10);  // one bound for them all
     for (auto& op : active) {
       auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
       auto e = std::make_exception_ptr(communicator_error(text));
       if (op->net && !op->net->done.load(std::memory_order_acquire)) network_.cancel(op->w.state, e);
-      wait_for_network(*op);
+      wait_for_network(*op, until);
       local_.abandon(op->w, op->t->local, op->step);
       finish(*op, e);
     }
@@ -322,13 +337,12 @@ class local_stage {
   }
 
   // A failed operation's network stage ends once the transport let go of the memory it points
-  // into (bounded: links close fast). A push a colocated server reads by reference (`share_`)
+  // into (bounded by `until`: links close fast). A push a colocated server reads by reference (`share_`)
   // it may still read after that: its tensor is refused from then on, so nothing writes those
   // bytes again (the network stage's payloads are only ever rewritten by their answers or by
   // the tensor's next operation, both after the server read them).
-  static void wait_for_network(operation& op) {
+  static void wait_for_network(operation& op, clock::time_point until) {
     if (!op.net) return;
-    const auto until = clock::now() + std::chrono::seconds(10);
     while (!op.net->done.load(std::memory_order_acquire) && clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

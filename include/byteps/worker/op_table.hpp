@@ -209,12 +209,12 @@ class op_table {
     release_if_done(op);
   }
 
-  /// Partitions of `op` still unanswered, by server.
+  /// Partitions of `op` queued and still unanswered, by server.
   std::vector<std::size_t> unanswered_by_server(const detail::op_state& op,
                                                 std::size_t servers) const {
     std::vector<std::size_t> n(servers, 0);
     for (const auto& [id, p] : pending_)
-      if (p.op.get() == &op) ++n[static_cast<std::size_t>(p.server)];
+      if (p.op.get() == &op && p.queued) ++n[static_cast<std::size_t>(p.server)];
     return n;
   }
 

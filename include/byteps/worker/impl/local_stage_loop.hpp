@@ -69,7 +69,7 @@ void local_stage<L>::stage_loop() {
     }
     // A device step finishes in microseconds; the host function that rings the bell, and the
     // wake-up, take longer. So poll a while (the policy's window) before sleeping.
-    if (clock::now() < poll_until && in_local_step(active)) {
+    if (clock::now() < poll_until && (in_local_step(active) || awaits_copy_in(active))) {
       std::this_thread::yield();
       continue;
     }
@@ -79,6 +79,10 @@ void local_stage<L>::stage_loop() {
     if (next != clock::time_point::max())
       timeout = std::max(std::chrono::nanoseconds(0), next - clock::now()) +
                 std::chrono::milliseconds(1);
+    // Nothing rings for a device's copy in (it may wait behind the caller's stream): look
+    // again every copy_in_poll while one is pending.
+    if (awaits_copy_in(active) && (timeout < std::chrono::nanoseconds(0) || timeout > copy_in_poll))
+      timeout = copy_in_poll;
     bell.wait(seen, timeout);
   }
 }
@@ -113,8 +117,10 @@ bool local_stage<L>::step(std::vector<operation_ptr>& active) {
   const auto now = clock::now();
   for (auto& op : active) {
     if (now <= op->w.deadline) continue;
-    if (op->net && !op->net->done.load(std::memory_order_acquire)) {
-      network_.expire(*op->w.state);  // the network names the servers it waits for
+    // The network names the servers it waits for, once every owned partition was released to it.
+    if (op->net && !op->net->done.load(std::memory_order_acquire) &&
+        op->next_reduce == op->t->owned_last) {
+      network_.expire(*op->w.state);
       continue;
     }
     throw communicator_error(
@@ -200,20 +206,36 @@ bool local_stage<L>::flow(operation& op) {
     }
     const std::size_t first = steps.every_partition ? 0 : op.t->owned_first;
     const std::size_t last = steps.every_partition ? op.w.parts.size() : op.t->owned_last;
-    for (std::size_t i = first; !failed && i < last; ++i) {
+    // A gather that fails (another local rank failed on the tensor) ends the gathering, not the
+    // network: every owned partition is still reduced and pushed, so that the other machines'
+    // rounds complete, and the operation fails once the network is done with it.
+    for (std::size_t i = first; !failed && !op.gather_error && i < last; ++i) {
       if (op.gathered[i] || (!steps.every_partition && !op.back[i])) continue;
       const auto began = steps.every_partition ? trace_.now() : op.back[i];
-      if (!local_.gather_part(op.w, op.t->local, i)) continue;
+      bool gathered = false;
+      try {
+        gathered = local_.gather_part(op.w, op.t->local, i);
+      } catch (const communicator_error&) {
+        throw;
+      } catch (...) {
+        op.gather_error = std::current_exception();
+        moved = true;
+        break;
+      }
+      if (!gathered) continue;
       trace_.local_part(*op.w.state, steps.out, i, began, bytes_of(i));
       op.gathered[i] = 1;
       ++op.gathered_count;
       moved = true;
     }
-    if (!network_done || (!failed && op.gathered_count < last - first)) return moved;
+    if (!network_done ||
+        (!failed && !op.gather_error && op.gathered_count < last - first))
+      return moved;
   } else {
     if (!network_done) return false;
   }
   if (net.error && !op.w.error) op.w.error = net.error;
+  if (op.gather_error && !op.w.error) op.w.error = op.gather_error;
   op.at = step_at::all_gather;
   op.step_began_ns = trace_.now();
   return true;
