@@ -57,6 +57,16 @@ inline Config base_config(int workers, int servers) {
   return c;
 }
 
+/// `base_config` with the timeline on, recording steps [start, end) into `dir`.
+inline Config traced_config(int workers, int servers, const std::string& dir, int start, int end) {
+  Config c = base_config(workers, servers);
+  c.trace_on = true;
+  c.trace_start_step = start;
+  c.trace_end_step = end;
+  c.trace_dir = dir;
+  return c;
+}
+
 /// Runs `worker(comm, rank)` on `workers` threads against `servers` servers, each with request
 /// handler `Handler`. Rethrows the first exception any node threw.
 // The library's own default handler, whatever it is, so these clusters run what byteps-server

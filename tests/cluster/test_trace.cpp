@@ -73,12 +73,8 @@ TEST_CASE(
     "[cluster][trace]") {
   const fs::path dir = fs::temp_directory_path() / ("bps-trace-job-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  auto cfg = test::base_config(2, 2);
+  auto cfg = test::traced_config(2, 2, dir.string(), 1, 3);
   cfg.partition_bytes = 16384;
-  cfg.trace_on = true;
-  cfg.trace_start_step = 1;
-  cfg.trace_end_step = 3;
-  cfg.trace_dir = dir.string();
   cfg.heartbeat_interval = std::chrono::milliseconds(50);  // a few clock probes on heartbeats
   const std::size_t a_count = 1000, b_count = 10000;
   const std::size_t a_parts = partition::by_bytes(cfg).split(a_count * 4, 4).size();
@@ -215,11 +211,7 @@ TEST_CASE(
   const fs::path dir =
       fs::temp_directory_path() / ("bps-trace-local-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  auto cfg = test::base_config(2, 1);
-  cfg.trace_on = true;
-  cfg.trace_start_step = 1;
-  cfg.trace_end_step = 3;
-  cfg.trace_dir = dir.string();
+  auto cfg = test::traced_config(2, 1, dir.string(), 1, 3);
   cfg.partition_bytes = 4096;
   const std::size_t count = 4096, traced_rounds = 2;  // 2 slices of 2 partitions each
 
@@ -294,11 +286,7 @@ TEST_CASE(
   const fs::path dir =
       fs::temp_directory_path() / ("bps-trace-overlap-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  auto cfg = test::base_config(2, 2);
-  cfg.trace_on = true;
-  cfg.trace_start_step = 1;
-  cfg.trace_end_step = 4;
-  cfg.trace_dir = dir.string();
+  auto cfg = test::traced_config(2, 2, dir.string(), 1, 4);
   cfg.partition_bytes = 1 << 20;
   const std::size_t count = (16 << 20) / sizeof(float);
 

@@ -328,11 +328,7 @@ TEST_CASE("nccl (fake device): 16 MiB in 16 partitions - a partition is pushed w
   const fs::path dir =
       fs::temp_directory_path() / ("bps-trace-nccl-overlap-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  auto cfg = test::base_config(2, 2);
-  cfg.trace_on = true;
-  cfg.trace_start_step = 1;
-  cfg.trace_end_step = 3;
-  cfg.trace_dir = dir.string();
+  auto cfg = test::traced_config(2, 2, dir.string(), 1, 3);
   cfg.partition_bytes = 1 << 20;
   const std::size_t count = (16 << 20) / sizeof(float);
   cluster c(cfg);
