@@ -1,9 +1,11 @@
 #pragma once
 /// @file
 /// `bps::detail::op_state`: the one record of one push_pull or broadcast, from the call to the
-/// result. The worker makes it (its local stage, when the local collective has one), its
-/// network stage awaits its partitions, and every `bps::handle` of the operation waits on it.
-/// In core/ because the local collectives see it too.
+/// result. The worker makes it: its local stage (`worker::local_stage`, worker/local_stage.hpp)
+/// when the local collective has steps, else its node (`worker::node`, worker/node.hpp). The
+/// node's network stage awaits its partitions in it, under the node's mutex, and every
+/// `bps::handle` of the operation waits on it. In core/ because the local collectives see it
+/// too (`local::work::state`: a GPU policy records its device event in it).
 
 #include <atomic>
 #include <chrono>
@@ -59,8 +61,9 @@ struct op_state {
   std::shared_ptr<op_trace> trace;
 
   /// With a local stage (worker/local_stage.hpp), what follows the network stage: called under
-  /// the worker's mutex, so each only flags and wakes the stage thread. `part_answered(i)`: the
-  /// sum of partition i of the local stage's plan (`local::work::parts`) is in `data`;
+  /// the node's mutex (worker/node.hpp), so each only flags and wakes the stage thread.
+  /// `part_answered(i)`: the sum of partition i of the local stage's plan (`local::work::parts`)
+  /// is in `data`;
   /// `network_done(error)`: the network will not touch `data` again (in place of `finish`).
   /// Empty without a local stage.
   struct next_stage {
@@ -69,7 +72,7 @@ struct op_state {
   };
   next_stage next;
 
-  // Guarded by the communicator's mutex.
+  // Guarded by the worker node's mutex (worker/node.hpp), not by `mu` below.
   std::size_t unanswered = 0;    ///< partitions whose sum has not arrived
   std::size_t in_transport = 0;  ///< sends whose payload the transport may still read
   std::size_t receiving = 0;     ///< answers being written into `data` right now
@@ -86,7 +89,9 @@ struct op_state {
     cv.notify_all();
   }
 
-  /// Called once, by the communicator, when nothing will touch `data` any more.
+  /// Called once, when nothing will touch `data` any more: by the node when there is no local
+  /// stage; with one, the node calls `next.network_done` instead, and the local stage calls
+  /// this once its steps are done.
   void finish(std::exception_ptr e) {
     if (trace && trace->on_finish) trace->on_finish(*this);  // before any waiter wakes
     std::function<void()> then;
@@ -101,7 +106,7 @@ struct op_state {
   }
 
   /// Runs `f` once the operation is done: now if it is, else on the thread that finishes it
-  /// (which may hold the communicator's lock: `f` must be short and must not call back).
+  /// (which may hold the node's mutex: `f` must be short and must not call back).
   void when_done(std::function<void()> f) {
     {
       std::lock_guard lock(mu);
