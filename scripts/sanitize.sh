@@ -11,7 +11,7 @@
 # byteps-server and worker binaries; a report makes a process exit non-zero, so the launcher
 # fails) and the install test (the consumer is compiled with the same CMAKE_CXX_FLAGS, so it is
 # sanitized too). The tsan preset leaves out the install, deploy and sandbox-fixture tests, which
-# exercise no thread of the library (README says why). halt_on_error is set by the test presets: the first report fails the test.
+# exercise no thread of the library (docs/status.md says why). halt_on_error is set by the test presets: the first report fails the test.
 # No suppression file is used. One ASan option is not about findings: byteps-launch runs each
 # process under `stdbuf -oL`, which works by LD_PRELOADing libstdbuf.so, and ASan refuses to
 # start when any library comes before its runtime ("ASan runtime does not come first in initial
