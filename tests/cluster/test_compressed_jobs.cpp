@@ -167,6 +167,13 @@ TEST_CASE("compressed jobs: with local::host the machine's sum is compressed, af
     const auto s = comm.stats();
     pushed += std::accumulate(s.bytes_per_server.begin(), s.bytes_per_server.end(),
                               std::uint64_t{0});
+    // Each partition this rank pushes is encoded once and its answer decoded once.
+    BPS_EXPECT(s.stages[stage::encode].partitions == s.stages[stage::pull].partitions &&
+                   s.stages[stage::decode].partitions == s.stages[stage::pull].partitions &&
+                   s.stages[stage::pull].partitions > 0,
+               "machine {} local rank {}: {} encoded, {} decoded, {} pulled", m, l,
+               s.stages[stage::encode].partitions, s.stages[stage::decode].partitions,
+               s.stages[stage::pull].partitions);
   });
   // Each machine pushes its half-size sum once per round (plus an 8-byte raw size per partition).
   CHECK(pushed.load() < 2 * 2 * (n * 2 + 8 * 8));

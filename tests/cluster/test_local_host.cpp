@@ -178,12 +178,29 @@ TEST_CASE("host: one push_pull is one operation record, with one record per part
       // This rank's partitions: the 4 KiB pieces of the slices it owns.
       const int slices = *std::max_element(local_sizes.begin(), local_sizes.end());
       const auto [first, last] = local::owned_slices(comm.local_rank(), comm.local_size(), slices);
-      std::uint64_t parts = 0;
-      for (int s = first; s < last; ++s) {
+      std::uint64_t parts = 0, all_parts = 0;
+      for (int s = 0; s < slices; ++s) {
         const auto [b, e] = local::slice_range(count, s, slices);
-        parts += ((e - b) * sizeof(float) + 4095) / 4096;
+        const std::uint64_t n = ((e - b) * sizeof(float) + 4095) / 4096;
+        all_parts += n;
+        if (s >= first && s < last) parts += n;
       }
       const auto st = comm.stats();
+      // comm.stats() by stage: each owned partition reduced once, every partition gathered once.
+      BPS_EXPECT(st.stages[stage::local_reduce].partitions == rounds * parts &&
+                     st.stages[stage::local_gather].partitions == rounds * all_parts &&
+                     st.stages[stage::pull].partitions == rounds * parts,
+                 "local rank {}: {} partitions reduced, {} gathered, {} pulled; {}, {}, {} "
+                 "expected",
+                 comm.local_rank(), st.stages[stage::local_reduce].partitions,
+                 st.stages[stage::local_gather].partitions, st.stages[stage::pull].partitions,
+                 rounds * parts, rounds * all_parts, rounds * parts);
+      BPS_EXPECT(st.mean_seconds(stage::local_reduce) > 0 &&
+                     st.mean_seconds(stage::local_gather) > 0 &&
+                     st.stages[stage::copy_out].partitions == 0,
+                 "local rank {}: local_reduce {} s, local_gather {} s, {} copies out",
+                 comm.local_rank(), st.mean_seconds(stage::local_reduce),
+                 st.mean_seconds(stage::local_gather), st.stages[stage::copy_out].partitions);
       BPS_EXPECT(st.operation_records == static_cast<std::uint64_t>(rounds),
                  "local rank {} of {}: {} operation records for {} push_pulls", comm.local_rank(),
                  comm.local_size(), st.operation_records, rounds);

@@ -89,8 +89,8 @@ TEST_CASE("2 workers x 2 servers: 64 MiB fp32 for 20 rounds (5 under sanitizers)
         BPS_EXPECT(v[i] == static_cast<float>(i % 1024 + 1 + round), "element {} is {}", i, v[i]);
     }
     const auto s = comm.stats();
-    BPS_EXPECT(s.operations > 0 && s.partitions == 32 * s.operations,
-               "{} partitions in {} operations", s.partitions, s.operations);
+    BPS_EXPECT(s.operations > 0 && s.stages[stage::pull].partitions == 32 * s.operations,
+               "{} partitions in {} operations", s.stages[stage::pull].partitions, s.operations);
     BPS_EXPECT(s.bytes_per_server.size() == 2 &&
                    s.bytes_per_server[0] == std::uint64_t{32 << 20} * rounds &&
                    s.bytes_per_server[1] == s.bytes_per_server[0],

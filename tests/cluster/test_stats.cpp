@@ -36,7 +36,13 @@ TEST_CASE("stats: operations and bytes and partitions and bytes per server match
     const std::uint64_t big_bytes = big.size() * 4, small_bytes = small.size() * 4;
     BPS_EXPECT(s.operations == 2 * rounds, "rank {}: {} operations", rank, s.operations);
     BPS_EXPECT(s.bytes == rounds * (big_bytes + small_bytes), "rank {}: {} bytes", rank, s.bytes);
-    BPS_EXPECT(s.partitions == rounds * (10 + 1), "rank {}: {} partitions", rank, s.partitions);
+    for (auto st : {stage::queue, stage::push, stage::pull})
+      BPS_EXPECT(s.stages[st].partitions == rounds * (10 + 1), "rank {}: {} partitions in {}",
+                 rank, s.stages[st].partitions, stage_name(st));
+    for (auto st : {stage::local_reduce, stage::copy_out, stage::encode, stage::decode,
+                    stage::copy_in, stage::local_gather})
+      BPS_EXPECT(s.stages[st].partitions == 0, "rank {}: {} partitions in {} (local::none)", rank,
+                 s.stages[st].partitions, stage_name(st));
     BPS_EXPECT(s.in_flight == 0, "rank {}: {} in flight", rank, s.in_flight);
     BPS_EXPECT(s.busy_seconds > 0 && s.busy_seconds <= s.window_seconds + 1e-3,
                "rank {}: busy {} s of a {} s window", rank, s.busy_seconds, s.window_seconds);
@@ -52,9 +58,10 @@ TEST_CASE("stats: operations and bytes and partitions and bytes per server match
     BPS_EXPECT(s.tensors.size() == 2 && s.tensors[0].name == "big" &&
                    s.tensors[0].bytes == rounds * big_bytes && s.tensors[0].operations == rounds,
                "rank {}: tensors {}", rank, s.tensors.size());
-    BPS_EXPECT(s.queued_seconds >= 0 && s.sending_seconds >= 0 && s.answering_seconds > 0,
-               "rank {}: stage means {} {} {}", rank, s.queued_seconds, s.sending_seconds,
-               s.answering_seconds);
+    BPS_EXPECT(s.mean_seconds(stage::queue) >= 0 && s.mean_seconds(stage::push) >= 0 &&
+                   s.mean_seconds(stage::pull) > 0,
+               "rank {}: stage means {} {} {}", rank, s.mean_seconds(stage::queue),
+               s.mean_seconds(stage::push), s.mean_seconds(stage::pull));
     // A call refused before it starts (another shape) does not count. Operations that fail in
     // flight (op_table::release_if_done) are the next two tests'.
     std::vector<float> wrong(3, 1.0f);
@@ -109,7 +116,7 @@ TEST_CASE("stats: an operation that fails at its deadline adds nothing to the to
   CHECK(after.in_flight == 0);
   CHECK(after.operations == rounds);
   CHECK(after.bytes == rounds * tensor_bytes);
-  CHECK(after.partitions == rounds * 4);
+  CHECK(after.stages[stage::pull].partitions == rounds * 4);
   REQUIRE(after.tensors.size() == 1);
   CHECK(after.tensors[0].name == "ok");
   CHECK(after.tensors[0].operations == rounds);
@@ -151,7 +158,7 @@ TEST_CASE("stats: an operation the server refuses in flight adds nothing and lat
     CHECK(s.in_flight == 0);
     CHECK(s.operations == before + after);
     CHECK(s.bytes == (before + after) * ok_bytes);
-    CHECK(s.partitions == before + after);
+    CHECK(s.stages[stage::pull].partitions == before + after);
     REQUIRE(s.tensors.size() == 1);
     CHECK(s.tensors[0].name == "ok");
     CHECK(s.tensors[0].operations == before + after);

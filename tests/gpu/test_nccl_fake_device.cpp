@@ -351,6 +351,15 @@ TEST_CASE("nccl (fake device): 16 MiB in 16 partitions - a partition is pushed w
                  "round {}: sum {}, want {}", round, host[0], want);
     }
     cudaStreamDestroy(stream);
+    // comm.stats() by stage: each partition copied out and in once a round; the policy's
+    // reduce and gather run on the whole tensor, once a round.
+    const auto s = comm.stats();
+    for (auto st : {stage::copy_out, stage::push, stage::pull, stage::copy_in})
+      BPS_EXPECT(s.stages[st].partitions == 3 * 16, "{}: {} partitions", stage_name(st),
+                 s.stages[st].partitions);
+    for (auto st : {stage::local_reduce, stage::local_gather})
+      BPS_EXPECT(s.stages[st].partitions == 3, "{}: {} steps", stage_name(st),
+                 s.stages[st].partitions);
   });
 
   std::size_t workers = 0;

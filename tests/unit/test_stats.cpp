@@ -31,10 +31,11 @@ TEST_CASE("stats: a snapshot sums operations and bytes per tensor - most bytes f
   const std::string a = "a", b = "b";
   worker::op_timing t;
   t.started = clock_type::now() - milliseconds(20);
-  t.queued = 0.002;
-  t.sending = 0.004;
-  t.answering = 0.006;
-  t.partitions = 2;
+  for (int part = 0; part < 2; ++part) {
+    t.stages.add(stage::queue, 0.001);
+    t.stages.add(stage::push, 0.002);
+    t.stages.add(stage::pull, 0.003);
+  }
   r.operation(a, 1000, t);
   r.operation(b, 5000, t);
   r.operation(a, 1000, t);
@@ -44,10 +45,25 @@ TEST_CASE("stats: a snapshot sums operations and bytes per tensor - most bytes f
   auto s = r.snapshot(3);
   CHECK(s.operations == 3);
   CHECK(s.bytes == 7000);
-  CHECK(s.partitions == 6);
-  CHECK(s.queued_seconds == Approx(0.001));
-  CHECK(s.sending_seconds == Approx(0.002));
-  CHECK(s.answering_seconds == Approx(0.003));
+  CHECK(s.stages[stage::push].partitions == 6);
+  CHECK(s.mean_seconds(stage::queue) == Approx(0.001));
+  CHECK(s.mean_seconds(stage::push) == Approx(0.002));
+  CHECK(s.mean_seconds(stage::pull) == Approx(0.003));
+  CHECK(s.stages[stage::local_reduce].partitions == 0);
+  CHECK(s.mean_seconds(stage::local_reduce) == 0.0);
+  // The local stage's times come on their own, once its operation is done.
+  stage_times local;
+  local.add(stage::local_reduce, 0.004);
+  local.add(stage::local_gather, 0.005);
+  local.add(stage::local_gather, 0.007);
+  r.local_steps(local);
+  s = r.snapshot(3);
+  CHECK(s.stages[stage::local_reduce].partitions == 1);
+  CHECK(s.mean_seconds(stage::local_reduce) == Approx(0.004));
+  CHECK(s.stages[stage::local_gather].partitions == 2);
+  CHECK(s.mean_seconds(stage::local_gather) == Approx(0.006));
+  CHECK(s.operations == 3);  // stage times alone are no operation
+  CHECK(s.mean_seconds(stage::pull) == Approx(0.003));
   CHECK(s.in_flight == 3);
   CHECK(s.bytes_per_server == std::vector<std::uint64_t>{700, 300});
   REQUIRE(s.tensors.size() == 2);
@@ -64,10 +80,16 @@ TEST_CASE("stats: operations older than the window are forgotten", "[stats]") {
   const std::string a = "a";
   worker::op_timing t;
   t.started = clock_type::now();
+  t.stages.add(stage::pull, 0.001);
   r.operation(a, 10, t);
+  stage_times local;
+  local.add(stage::local_reduce, 0.001);
+  r.local_steps(local);
   std::this_thread::sleep_for(milliseconds(120));
   auto s = r.snapshot(0);
   CHECK(s.operations == 0);
+  CHECK(s.stages[stage::pull].partitions == 0);
+  CHECK(s.stages[stage::local_reduce].partitions == 0);
   CHECK(s.bytes == 0);
   CHECK(s.busy_seconds == 0.0);
   CHECK(s.bytes_per_second() == 0.0);

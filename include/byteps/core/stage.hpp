@@ -11,6 +11,7 @@
 /// machine, or a device), `copy_out` and `copy_in` only where a device's memory must reach host
 /// memory, `encode` and `decode` only with a compressor.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace bps {
@@ -26,6 +27,9 @@ enum class stage : std::uint8_t {
   copy_in,       ///< host memory -> device memory
   local_gather,  ///< the sum to every local rank's buffer
 };
+
+/// How many stages there are: arrays indexed by `stage` have this size.
+inline constexpr std::size_t stage_count = static_cast<std::size_t>(stage::local_gather) + 1;
 
 /// The stage's name as written above: in the timeline and in messages.
 constexpr const char* stage_name(stage s) noexcept {

@@ -105,7 +105,12 @@ class answers {
     }
     if (codec != nullptr) {
       try {
+        const auto began = op_table::clock::now();
         codec->decode(in, op->type, dest);
+        const auto took = stats_recorder::seconds(op_table::clock::now() - began);
+        std::lock_guard lock(node_.mu_);
+        if (auto* t = node_.ops().find_tensor(h.key); t != nullptr && t->active == op)
+          t->timing.stages.add(stage::decode, took);
       } catch (const std::exception& e) {  // a malformed answer: this operation fails, no crash
         std::lock_guard lock(node_.mu_);
         node_.ops().fail(op, std::make_exception_ptr(communicator_error(fmt::format(

@@ -170,7 +170,7 @@ class dispatcher {
       }
       tensor& t = ops_.at(task->key);
       p->dispatched_at = op_table::clock::now();
-      t.timing.queued += stats_recorder::seconds(p->dispatched_at - p->queued_at);
+      t.timing.stages.add(stage::queue, stats_recorder::seconds(p->dispatched_at - p->queued_at));
       send(t, task->key, task->part, *p);
     }
   }
@@ -191,9 +191,12 @@ class dispatcher {
         t.rate_seen[part] = rate_version_;
       }
       const std::size_t at = t.server_decoded ? wire::compressed_prefix_bytes : 0;
+      const auto began = op_table::clock::now();
       out.resize(at + codec.max_encoded_bytes(p.bytes, t.type));
       if (t.server_decoded) wire::detail::put_le<std::uint64_t>(out.data(), p.bytes);
       out.resize(at + codec.encode(raw, t.type, std::span(out).subspan(at)));
+      t.timing.stages.add(stage::encode,
+                          stats_recorder::seconds(op_table::clock::now() - began));
     }
     return out;
   }

@@ -25,6 +25,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/core/handle.hpp"
 #include "byteps/local/local_collective.hpp"
+#include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
 
@@ -89,10 +90,11 @@ struct network_progress {
   std::atomic<bool> done{false};
 };
 
-/// Where an operation of the local stage is: in `reduce_scatter` (every local rank's
-/// contribution in), flowing (its partitions reduced, on the network, gathered, each on its
-/// own), in `all_gather` (the end).
-enum class local_step_at { reduce_scatter, flowing, all_gather };
+/// Where an operation of the local stage is: in the policy's whole-tensor `stage::local_reduce`
+/// step (`L::reduce_scatter`: every local rank's contribution in), its partitions in the
+/// pipeline, each in a stage of its own (reduced, on the network, gathered), or in the whole-
+/// tensor `stage::local_gather` step (`L::all_gather`: the end).
+enum class local_phase { local_reduce, per_partition, local_gather };
 
 /// What the local stage keeps of one operation.
 template <LocalSteps L>
@@ -100,7 +102,7 @@ struct local_operation {
   local::work w;
   typename L::step_state step;
   local_tensor<L>* t = nullptr;
-  local_step_at at = local_step_at::reduce_scatter;
+  local_phase at = local_phase::local_reduce;
   std::shared_ptr<network_progress> net;  ///< set when the network stage opened
   std::size_t next_reduce = 0;            ///< the next owned partition to reduce and release
   std::vector<std::int64_t> back;  ///< by plan position: an owned sum handed back (when; odd)
@@ -110,9 +112,10 @@ struct local_operation {
   /// Why a gather failed (another local rank failed on the tensor): the operation fails with
   /// it once its network stage is done.
   std::exception_ptr gather_error;
-  /// When the current step began (or the last partition was reduced), for the timeline; 0 with
-  /// tracing off.
+  /// When the current step began (or the last partition was reduced), `detail::steady_ns()`.
   std::int64_t step_began_ns = 0;
+  /// Its local steps' times so far, for `comm.stats()` once it succeeds.
+  stage_times times;
 };
 
 }  // namespace bps::worker

@@ -55,10 +55,12 @@
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/core/stage.hpp"
+#include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/worker/local_records.hpp"
+#include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
 
@@ -82,6 +84,8 @@ struct network_port {
   /// `state` passed its deadline on the network: the worker names what it still awaits and
   /// dies.
   std::function<void(detail::op_state& state)> expire;
+  /// The local steps' times of an operation that succeeded, for `comm.stats()`.
+  std::function<void(const stage_times& times)> record;
 };
 
 template <LocalSteps L>
@@ -195,7 +199,6 @@ class local_stage {
   using tensor = local_tensor<L>;
   using operation = local_operation<L>;
   using operation_ptr = std::shared_ptr<operation>;
-  using step_at = local_step_at;
 
   // Whether the policy's reduce_scatter and all_gather are a local_reduce and a local_gather
   // of the whole tensor (every step of a policy without PartitionedSteps is).
@@ -208,6 +211,22 @@ class local_stage {
 
   static std::size_t tensor_bytes(const operation& op) {
     return op.w.count * dtype_size(op.w.type);
+  }
+
+  // A whole-tensor local step of `op` that began at `began_ns` ended now: its time for
+  // `comm.stats()` and its span on the timeline.
+  void timed_step(operation& op, stage s, std::int64_t began_ns) {
+    const auto now = detail::steady_ns();
+    op.times.add(s, static_cast<double>(now - began_ns) * 1e-9);
+    trace_.local_step(*op.w.state, s, began_ns, tensor_bytes(op));
+  }
+
+  // The same for partition `i` of `op` (`bytes` long).
+  void timed_part(operation& op, stage s, std::size_t i, std::int64_t began_ns,
+                  std::size_t bytes) {
+    const auto now = detail::steady_ns();
+    op.times.add(s, static_cast<double>(now - began_ns) * 1e-9);
+    trace_.local_part(*op.w.state, s, i, began_ns, bytes);
   }
 
   void throw_if_closed(const std::string& what) {
@@ -235,7 +254,7 @@ class local_stage {
   // step, a partition's copy out).
   static bool in_local_step(const std::vector<operation_ptr>& active) {
     return std::any_of(active.begin(), active.end(), [](const operation_ptr& op) {
-      return op->at != step_at::flowing || op->next_reduce < op->t->owned_last;
+      return op->at != local_phase::per_partition || op->next_reduce < op->t->owned_last;
     });
   }
 
@@ -248,7 +267,7 @@ class local_stage {
     if constexpr (PartitionedSteps<L>) {
       if constexpr (!L::partitioned.every_partition)
         return std::any_of(active.begin(), active.end(), [](const operation_ptr& op) {
-          return op->at == step_at::flowing && op->backs > op->gathered_count;
+          return op->at == local_phase::per_partition && op->backs > op->gathered_count;
         });
     }
     return false;
@@ -352,6 +371,7 @@ class local_stage {
       std::lock_guard lock(mu_);
       op.t->busy = false;
     }
+    if (!e && network_.record) network_.record(op.times);
     op.w.state->finish(std::move(e));
   }
 

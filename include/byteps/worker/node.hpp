@@ -296,6 +296,10 @@ class node {
       ops().fail(op, std::move(e));
     };
     port.expire = [this](detail::op_state& o) { expire(o); };
+    port.record = [this](const stage_times& t) {
+      std::lock_guard lock(mu_);
+      ops().stats().local_steps(t);
+    };
     return port;
   }
 

@@ -197,11 +197,12 @@ class op_table {
         const auto now = clock::now();
         if (it->second.sent_at == clock::time_point{}) {
           if (it->second.dispatched_at != clock::time_point{})
-            t->timing.sending += stats_recorder::seconds(now - it->second.dispatched_at);
+            t->timing.stages.add(stage::push,
+                                 stats_recorder::seconds(now - it->second.dispatched_at));
+          t->timing.stages.add(stage::pull, 0);
         } else {
-          t->timing.answering += stats_recorder::seconds(now - it->second.sent_at);
+          t->timing.stages.add(stage::pull, stats_recorder::seconds(now - it->second.sent_at));
         }
-        ++t->timing.partitions;
       }
       pending_.erase(it);
       --op->unanswered;

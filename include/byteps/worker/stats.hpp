@@ -9,6 +9,7 @@
 /// partition and one record per operation.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +19,40 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/core/stage.hpp"
+
 namespace bps {
+
+/// The time partitions spent in one stage (`bps::stage`).
+struct stage_time {
+  double seconds = 0;            ///< summed over the partitions
+  std::uint64_t partitions = 0;  ///< partitions that passed through it
+  /// Mean seconds a partition spent in the stage; 0 when none passed through it.
+  double mean() const noexcept {
+    return partitions > 0 ? seconds / static_cast<double>(partitions) : 0;
+  }
+};
+
+/// A `stage_time` per stage, indexed by `bps::stage`.
+struct stage_times {
+  std::array<stage_time, stage_count> by_stage{};
+  stage_time& operator[](stage s) noexcept { return by_stage[static_cast<std::size_t>(s)]; }
+  const stage_time& operator[](stage s) const noexcept {
+    return by_stage[static_cast<std::size_t>(s)];
+  }
+  /// One partition (or one whole-tensor step) spent `seconds` in `s`.
+  void add(stage s, double seconds) noexcept {
+    auto& t = (*this)[s];
+    t.seconds += seconds;
+    ++t.partitions;
+  }
+  void add(const stage_times& other) noexcept {
+    for (std::size_t i = 0; i < stage_count; ++i) {
+      by_stage[i].seconds += other.by_stage[i].seconds;
+      by_stage[i].partitions += other.by_stage[i].partitions;
+    }
+  }
+};
 
 /// One tensor's figures over the window.
 struct tensor_stats {
@@ -38,11 +72,15 @@ struct comm_stats {
   /// Bytes per second of in-flight time: the speed of communication itself, whatever the
   /// trainer did between operations.
   double bytes_per_second() const noexcept { return busy_seconds > 0 ? bytes / busy_seconds : 0; }
-  /// Mean time of a partition in each stage: in the scheduler's queue, being sent (handed to
-  /// the transport until it is done with the payload), and waiting for the server's answer
-  /// (the other workers' pushes, the sum, the way back).
-  double queued_seconds = 0, sending_seconds = 0, answering_seconds = 0;
-  std::uint64_t partitions = 0;  ///< partitions the means are over
+  /// The time of the partitions of those operations in each stage of the pipeline, by the
+  /// names of `bps::stage`: `stages[stage::queue]` (the scheduler's queue), `stage::push`
+  /// (handed to the transport until it let go of the payload), `stage::pull` (the other
+  /// workers' pushes, the sum, the way back), and with a local collective `local_reduce` and
+  /// `local_gather` (`copy_out` and `copy_in` with a device). A stage a policy runs on the
+  /// whole tensor counts once per operation.
+  stage_times stages;
+  /// Mean seconds a partition spent in `s`.
+  double mean_seconds(stage s) const noexcept { return stages[s].mean(); }
   /// Bytes pushed to each server since joining (re-sends after a failover included).
   std::vector<std::uint64_t> bytes_per_server;
   /// Tensor fusion (BYTEPS_FUSION_BYTES) since joining: `push_batch` frames sent, and the
@@ -63,8 +101,7 @@ namespace worker {
 /// Stage times of one operation's partitions, summed; reset when the operation starts.
 struct op_timing {
   std::chrono::steady_clock::time_point started;
-  double queued = 0, sending = 0, answering = 0;  ///< seconds, summed over partitions
-  std::uint64_t partitions = 0;
+  stage_times stages;
 };
 
 class stats_recorder {
@@ -100,6 +137,15 @@ class stats_recorder {
     if (records_.size() > max_records) records_.pop_front();
   }
 
+  /// The local stage's times of an operation that finished successfully now (its network
+  /// stages came with `operation`).
+  void local_steps(const stage_times& t) {
+    const auto now = clock::now();
+    local_records_.push_back(local_record{now, t});
+    forget_before(now - window_);
+    if (local_records_.size() > max_records) local_records_.pop_front();
+  }
+
   comm_stats snapshot(std::size_t in_flight) {
     const auto now = clock::now();
     forget_before(now - window_);
@@ -119,21 +165,14 @@ class stats_recorder {
     for (const auto& r : records_) {
       ++s.operations;
       s.bytes += r.bytes;
-      s.queued_seconds += r.timing.queued;
-      s.sending_seconds += r.timing.sending;
-      s.answering_seconds += r.timing.answering;
-      s.partitions += r.timing.partitions;
+      s.stages.add(r.timing.stages);
       all.emplace_back(r.started, r.finished);
       spans[r.tensor].emplace_back(r.started, r.finished);
       auto& t = per_tensor[r.tensor];
       ++t.operations;
       t.bytes += r.bytes;
     }
-    if (s.partitions > 0) {
-      s.queued_seconds /= static_cast<double>(s.partitions);
-      s.sending_seconds /= static_cast<double>(s.partitions);
-      s.answering_seconds /= static_cast<double>(s.partitions);
-    }
+    for (const auto& r : local_records_) s.stages.add(r.stages);
     s.busy_seconds = union_seconds(all);
     for (auto& [name, t] : per_tensor) {
       t.name = *name;
@@ -178,13 +217,21 @@ class stats_recorder {
     op_timing timing;
   };
 
+  struct local_record {
+    clock::time_point finished;
+    stage_times stages;
+  };
+
   void forget_before(clock::time_point t) {
     while (!records_.empty() && records_.front().finished < t) records_.pop_front();
+    while (!local_records_.empty() && local_records_.front().finished < t)
+      local_records_.pop_front();
   }
 
   clock::duration window_;
   clock::time_point since_;
   std::deque<record> records_;
+  std::deque<local_record> local_records_;
   std::vector<std::uint64_t> bytes_per_server_;
   std::uint64_t batches_ = 0, batched_partitions_ = 0;
   std::uint64_t answer_batches_ = 0, batched_answers_ = 0;

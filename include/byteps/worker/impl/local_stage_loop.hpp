@@ -135,15 +135,14 @@ bool local_stage<L>::step(std::vector<operation_ptr>& active) {
 template <LocalSteps L>
 bool local_stage<L>::advance(operation& op, bool& done) {
   switch (op.at) {
-    case step_at::reduce_scatter: {
-      if (op.step_began_ns == 0) op.step_began_ns = trace_.now();
+    case local_phase::local_reduce: {
+      if (op.step_began_ns == 0) op.step_began_ns = detail::steady_ns();
       const auto s = local_.reduce_scatter(op.w, op.t->local, op.step);
       if (s != local::step_status::done) return s == local::step_status::moved;
       share(op.w.owned_segment);
-      if (whole_steps)
-        trace_.local_step(*op.w.state, stage::local_reduce, op.step_began_ns, tensor_bytes(op));
-      op.at = step_at::flowing;
-      op.step_began_ns = trace_.now();
+      if (whole_steps) timed_step(op, stage::local_reduce, op.step_began_ns);
+      op.at = local_phase::per_partition;
+      op.step_began_ns = detail::steady_ns();
       open_network(op);
       if constexpr (!PartitionedSteps<L>) {
         for (std::size_t i = op.t->owned_first; i < op.t->owned_last; ++i)
@@ -152,13 +151,12 @@ bool local_stage<L>::advance(operation& op, bool& done) {
       }
       return true;
     }
-    case step_at::flowing:
+    case local_phase::per_partition:
       return flow(op);
-    case step_at::all_gather: {
+    case local_phase::local_gather: {
       const auto s = local_.all_gather(op.w, op.t->local, op.step);
       if (s != local::step_status::done) return s == local::step_status::moved;
-      if (whole_steps)
-        trace_.local_step(*op.w.state, stage::local_gather, op.step_began_ns, tensor_bytes(op));
+      if (whole_steps) timed_step(op, stage::local_gather, op.step_began_ns);
       ++op.t->round;
       finish(op, op.w.error);
       done = true;
@@ -188,19 +186,19 @@ bool local_stage<L>::flow(operation& op) {
     while (!failed && op.next_reduce < op.t->owned_last) {
       const std::size_t i = op.next_reduce;
       // A sum on the host takes the call; a device's copy ran since the previous one was seen.
-      const auto began = steps.in == stage::local_reduce ? trace_.now() : op.step_began_ns;
+      const auto began = steps.in == stage::local_reduce ? detail::steady_ns() : op.step_began_ns;
       if (!local_.reduce_part(op.w, op.t->local, i)) break;
-      trace_.local_part(*op.w.state, steps.in, i, began, bytes_of(i));
+      timed_part(op, steps.in, i, began, bytes_of(i));
       network_.release(op.w, i);
       ++op.next_reduce;
-      op.step_began_ns = trace_.now();
+      op.step_began_ns = detail::steady_ns();
       moved = true;
       if constexpr (steps.in == stage::local_reduce) break;  // one sum a pass: gathers go on
     }
     for (std::size_t i = op.t->owned_first; i < op.t->owned_last; ++i) {
       if (op.back[i] || !net.answered[i].load(std::memory_order_acquire)) continue;
       local_.part_back(op.w, op.t->local, i);
-      op.back[i] = trace_.now() | 1;  // when, for the gather's span (odd: never 0)
+      op.back[i] = detail::steady_ns() | 1;  // when, for the gather's span (odd: never 0)
       ++op.backs;
       moved = true;
     }
@@ -211,7 +209,7 @@ bool local_stage<L>::flow(operation& op) {
     // rounds complete, and the operation fails once the network is done with it.
     for (std::size_t i = first; !failed && !op.gather_error && i < last; ++i) {
       if (op.gathered[i] || (!steps.every_partition && !op.back[i])) continue;
-      const auto began = steps.every_partition ? trace_.now() : op.back[i];
+      const auto began = steps.every_partition ? detail::steady_ns() : op.back[i];
       bool gathered = false;
       try {
         gathered = local_.gather_part(op.w, op.t->local, i);
@@ -223,7 +221,7 @@ bool local_stage<L>::flow(operation& op) {
         break;
       }
       if (!gathered) continue;
-      trace_.local_part(*op.w.state, steps.out, i, began, bytes_of(i));
+      timed_part(op, steps.out, i, began, bytes_of(i));
       op.gathered[i] = 1;
       ++op.gathered_count;
       moved = true;
@@ -236,8 +234,8 @@ bool local_stage<L>::flow(operation& op) {
   }
   if (net.error && !op.w.error) op.w.error = net.error;
   if (op.gather_error && !op.w.error) op.w.error = op.gather_error;
-  op.at = step_at::all_gather;
-  op.step_began_ns = trace_.now();
+  op.at = local_phase::local_gather;
+  op.step_began_ns = detail::steady_ns();
   return true;
 }
 

@@ -66,7 +66,8 @@ void node<T, L, P, S>::sent(std::span<const batch_member> members) {
   for (const auto& m : members) {
     if (auto* p = ops().awaiting(m.id); p != nullptr && p->op == m.op) {
       p->sent_at = clock::now();
-      ops().at(m.id.key).timing.sending += stats_recorder::seconds(p->sent_at - p->dispatched_at);
+      ops().at(m.id.key).timing.stages.add(
+          stage::push, stats_recorder::seconds(p->sent_at - p->dispatched_at));
     }
     dispatcher_.sent(m.bytes);
     --m.op->in_transport;
