@@ -51,6 +51,27 @@ TEST_CASE("async: final parameters are the initial ones plus every delta pushed,
   }
 }
 
+TEST_CASE("async: one operation record per push_pull and one per partition", "[cluster][async]") {
+  const auto cfg = async_config(2, 2);
+  async_cluster c(cfg);
+  c.run_workers([&](test::comm_t& comm, int rank) {
+    exact_worker(comm, rank, 2);
+    // exact_worker: the initial push_pull of each tensor, `rounds` deltas, one final read.
+    const std::uint64_t ops_per_tensor = test::rounds + 2;
+    const partition::by_bytes p(cfg);
+    const std::uint64_t parts_per_round =
+        p.split(test::big_count * sizeof(std::int32_t), sizeof(std::int32_t)).size() +
+        p.split(test::small_count * sizeof(std::int64_t), sizeof(std::int64_t)).size();
+    const auto st = comm.stats();
+    BPS_EXPECT(st.operation_records == 2 * ops_per_tensor,
+               "rank {}: {} operation records for {} push_pulls", rank, st.operation_records,
+               2 * ops_per_tensor);
+    BPS_EXPECT(st.partition_records == ops_per_tensor * parts_per_round,
+               "rank {}: {} partition records for {} partitions", rank, st.partition_records,
+               ops_per_tensor * parts_per_round);
+  });
+}
+
 TEST_CASE("async: exact under random delays of pushes and answers (faulty transport)",
           "[cluster][async][fault-injection]") {
   for (int workers : {1, 2, 3}) {

@@ -86,8 +86,15 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
   const std::size_t chunk = in_flight ? GENERATE(0u, 512u) : 0u;
   CAPTURE(workers, in_flight, chunk);
   constexpr int rounds = 36, kill_at = 12;
-  failover_cluster<transport::tcp> c(failover_config(workers, 2, chunk), 1);
+  const auto cfg = failover_config(workers, 2, chunk);
+  failover_cluster<transport::tcp> c(cfg, 1);
   using comm_type = failover_cluster<transport::tcp>::comm_type;
+  // A re-sent partition is the same record: one per push_pull and one per partition, however
+  // many times the replacement made a worker send it.
+  std::uint64_t parts_per_round = 0;
+  for (const auto& t : tensors)
+    parts_per_round +=
+        partition::by_bytes(cfg).split(t.count * dtype_size(t.type), dtype_size(t.type)).size();
   c.run_workers([&](comm_type& comm, int rank) {
     for (int r = 0; r < rounds; ++r) {
       std::function<void()> kill;
@@ -99,6 +106,13 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
         exact_round(comm, rank, workers, r, {});
       }
     }
+    const auto st = comm.stats();
+    BPS_EXPECT(st.operation_records == rounds * std::size(tensors),
+               "rank {}: {} operation records for {} push_pulls", rank, st.operation_records,
+               rounds * std::size(tensors));
+    BPS_EXPECT(st.partition_records == rounds * parts_per_round,
+               "rank {}: {} partition records for {} partitions", rank, st.partition_records,
+               rounds * parts_per_round);
   });
   CHECK(c.replacements() == 1);
 }
