@@ -4,7 +4,8 @@
 /// `bps::Server<T, H>`. ps-lite's `KVServer::set_request_handle` is the model: the server owns
 /// the links, the engine threads, who waits for which round, the timeline, stall reports and
 /// failures; the handler owns the per-key state and decides, push by push, who gets what.
-/// Synchronous summation (`server::sync_sum`, the default) is one handler; asynchronous
+/// Synchronous summation (`server::sync_sum`; the default is `server::decoding<sync_sum>`, which
+/// decodes compressed pushes before summing) is one handler; asynchronous
 /// training, which adds each push to stored parameters and answers at once, is another.
 ///
 /// @par Requirements

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// `server::sync_sum`, the default `ServerHandler`: synchronous training, as BytePS does it.
+/// `server::sync_sum`, the `ServerHandler` of synchronous training, as BytePS does it (the
+/// default handler, `server::decoding<sync_sum>`, wraps it to decode compressed pushes first).
 /// Each key's round waits for one push from every worker; the last one releases the sum to all.
 /// fp16 and bf16 accumulate in fp32. The sum of round r lives in buffer r % 2 of the key
 /// (`key_state.hpp`): a worker can only push round r+1 after it received round r, so round r+1's
