@@ -4,8 +4,9 @@
 #   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer, into build-asan/
 #   scripts/sanitize.sh tsan   ThreadSanitizer, into build-tsan/
 # Extra arguments go to ctest, e.g. scripts/sanitize.sh tsan -R cluster
-# BUILD_JOBS sets the build's parallelism (default: every core). SANITIZE_STEPS=build or
-# SANITIZE_STEPS=test does only that half (.ci/run runs one preset's suite while the next builds).
+# BUILD_JOBS sets the build's parallelism and TEST_JOBS the suite's (default for both: every
+# core, as scripts/test.sh runs the plain suite). SANITIZE_STEPS=build or SANITIZE_STEPS=test
+# does only that half (.ci/run builds the ASan tree while the fuzzers run).
 #
 # Every test runs under asan, including the real-process tests (byteps-launch starts sanitized
 # byteps-server and worker binaries; a report makes a process exit non-zero, so the launcher
@@ -70,7 +71,8 @@ if [[ $preset == tsan ]] && command -v setarch >/dev/null; then
 fi
 
 set +e
-"${runner[@]}" ctest --preset "$preset" "$@" 2>&1 | tee "$build_dir/sanitize.log"
+"${runner[@]}" ctest --preset "$preset" -j "${TEST_JOBS:-$(nproc)}" "$@" 2>&1 |
+  tee "$build_dir/sanitize.log"
 status=${PIPESTATUS[0]}
 set -e
 done_at=$(date +%s)
