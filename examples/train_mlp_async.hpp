@@ -110,10 +110,7 @@ int run_async(const bps::Config& cfg, const Args& args) {
   if (rank == 0)
     std::printf("final parameters: digest %016llx\n", static_cast<unsigned long long>(mine));
   checks result;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "loss fell from %.4f (epoch 1) to %.4f (epoch %d)",
-                epoch_loss.front(), epoch_loss.back(), hp.epochs);
-  result.report(epoch_loss.back() < epoch_loss.front(), buf);
+  result.loss_fell(epoch_loss);
   const bool same = static_cast<std::uint64_t>(rank0[0]) == mine;
   result.report(same, same ? "parameters equal the servers' and rank 0's bit for bit"
                     : "parameters differ from rank 0's after the final pull");

@@ -1,24 +1,69 @@
 #!/usr/bin/env bash
-# Installs what byteps needs to build, test and run its main job, from Debian's packages only.
-# Safe to run again: it installs only what is missing.
+# Installs what byteps needs to build, test and run its main job on Debian 12, from Debian's
+# packages only. Safe to run again: it installs only what is missing.
+#
+#   scripts/install-deps.sh                            install what is missing
+#   scripts/install-deps.sh --print-packages [GROUP]...
+#       print the packages of the groups below on one line (default: build test node, what
+#       this script installs) and change nothing. deploy/Dockerfile installs its packages so:
+#       this file is the one list.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make libasio-dev libfmt-dev catch2)
-# The deploy tests (tests/deploy, docs/deploy.md): a real Slurm with munge, run in network
-# namespaces (iproute2).
-packages+=(slurm-wlm munge iproute2)
-# bps::transport::rdma over rdma-core's libibverbs and librdmacm (BYTEPS_WITH_RDMA). No device
-# is needed to build it or to run its tests over the emulated verbs layer (tests/rdma).
-packages+=(libibverbs-dev librdmacm-dev)
+# build: configure and build the library, byteps-server and the examples (OpenSSL's libcrypto
+# is required: rendezvous/auth.hpp; libssl also gives transport::tls). deploy/Dockerfile's
+# build stage installs these.
+build=(cmake ninja-build g++ make libasio-dev libfmt-dev libssl-dev)
+# test: what scripts/test.sh's tests need beyond the build. Without any of them a test, or a
+# part of one, would not run; most would vanish without a word.
+#   catch2                         the unit, cluster, rdma and tls test programs
+#   libibverbs-dev librdmacm-dev   bps::transport::rdma (BYTEPS_WITH_RDMA), tested over the
+#                                  emulated verbs layer (tests/rdma); no device needed
+#   openssl                        the command that makes the tls tests' certificates
+#   python3                        the hostile-client test and the Conan recipe's check
+#   gnuplot-nox                    byteps-trace plot in the timeline test
+#   slurm-wlm munge iproute2       a real Slurm, run in network namespaces (tests/deploy)
+test=(catch2 libibverbs-dev librdmacm-dev openssl python3 gnuplot-nox slurm-wlm munge iproute2)
+# node: the Kubernetes manifests' offline validator (tests/deploy). A node that came from
+# elsewhere (with its own npm) is kept; else Debian's nodejs and npm are installed.
+node=(nodejs npm)
+# runtime: what byteps-server and train_mlp load at run time, by Debian 12's names: the image's
+# final stage (deploy/Dockerfile) installs these. build's -dev packages depend on them, so this
+# script installs no more for them (tests/deploy/dependencies_check.sh checks that they do).
+runtime=(libfmt9 libssl3)
+
+if [[ ${1:-} == --print-packages ]]; then
+  shift
+  (($# > 0)) || set -- build test node
+  out=()
+  for group in "$@"; do
+    case $group in
+      build) out+=("${build[@]}") ;;
+      test) out+=("${test[@]}") ;;
+      node) out+=("${node[@]}") ;;
+      runtime) out+=("${runtime[@]}") ;;
+      *)
+        echo "install-deps: unknown group '$group': expected build, test, node or runtime" >&2
+        exit 2
+        ;;
+    esac
+  done
+  echo "${out[*]}"
+  exit 0
+elif (($# > 0)); then
+  echo "install-deps: unknown argument '$1'; usage: install-deps.sh [--print-packages [GROUP]...]" >&2
+  exit 2
+fi
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+packages=("${build[@]}" "${test[@]}")
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
-# The Kubernetes manifests' offline validator runs on node; a node that came from elsewhere
-# (with its own npm) is kept, else Debian's nodejs and npm are installed.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  for p in nodejs npm; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  for p in "${node[@]}"; do
+    installed "$p" || missing+=("$p")
   done
 fi
 

@@ -12,7 +12,8 @@
 
 namespace config_test {
 
-// Every variable Config::from_env() reads.
+// Every variable Config::from_env() reads (core/impl/config_from_env.hpp);
+// test_config_limits.cpp checks the list against that file.
 inline constexpr const char* all_variables[] = {
     "DMLC_ROLE",
     "DMLC_NUM_WORKER",
@@ -23,10 +24,12 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_SERVER_ID",
     "DMLC_NODE_HOST",
     "BYTEPS_SERVER_PORT",
+    "BYTEPS_JOB_TOKEN",
     "BYTEPS_PARTITION_BYTES",
     "BYTEPS_SCHEDULING_CREDIT",
     "BYTEPS_SERVER_ENGINE_THREAD",
     "BYTEPS_SERVER_CHUNK_BYTES",
+    "BYTEPS_SERVER_LANDING_BYTES",
     "BYTEPS_FUSION_BYTES",
     "BYTEPS_IO_THREADS",
     "BYTEPS_TCP_NOTSENT_LOWAT",
@@ -37,6 +40,13 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_CONNECT_TIMEOUT_MS",
     "BYTEPS_RENDEZVOUS_TIMEOUT_MS",
     "BYTEPS_OP_TIMEOUT_MS",
+    "BYTEPS_HEARTBEAT_INTERVAL_MS",
+    "BYTEPS_HEARTBEAT_TIMEOUT_MS",
+    "BYTEPS_STALL_WARNING_MS",
+    "BYTEPS_HELLO_TIMEOUT_MS",
+    "BYTEPS_MAX_PENDING_CONNECTIONS",
+    "BYTEPS_MAX_NAME_BYTES",
+    "BYTEPS_MAX_TENSORS",
     "BYTEPS_KEY_HASH_FN",
     "BYTEPS_LOG_LEVEL",
     "BYTEPS_FAILOVER_TIMEOUT_MS",
