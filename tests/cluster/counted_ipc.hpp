@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -72,14 +73,15 @@ void run_counted(const Config& cfg, const std::function<void(std::type_identity_
       });
 }
 
-// Every dtype at each of `sizes` bytes for `rounds` rounds, as tensors `<prefix>.<dtype>.<bytes>`:
-// exact sums.
+// Each of `types` (every dtype unless given) at each of `sizes` bytes for `rounds` rounds, as
+// tensors `<prefix>.<dtype>.<bytes>`: exact sums.
 template <class Comm>
 void exact_sums_at(Comm& comm, const std::string& prefix, int rounds,
-                   const std::vector<std::size_t>& sizes) {
+                   const std::vector<std::size_t>& sizes,
+                   std::span<const dtype> types = all_dtypes) {
   for (int round = 0; round < rounds; ++round)
     for (std::size_t bytes : sizes)
-      for (dtype t : all_dtypes) {
+      for (dtype t : types) {
         const std::size_t n = bytes / dtype_size(t);
         auto b = fill(t, n, comm.rank(), round);
         comm.push_pull(fmt::format("{}.{}.{}", prefix, dtype_name(t), bytes), b.data(), n, t)

@@ -6,12 +6,14 @@
 # and after each, nothing of the job is left in /dev/shm;
 #   4. every local rank of a machine SIGKILLs itself mid-run: the names its segments kept (the
 #      colocated servers read its slices in place) stay until the next job on the machine.
-# Usage: local_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [ROUNDS]
-# ROUNDS (default 20, at least 4: a rank is killed at round 3) is 5 in the sanitizer suites.
+# Usage: local_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [ROUNDS [CHECK_ARGS...]]
+# ROUNDS (default 20, at least 4: a rank is killed at round 3) is 5 in the sanitizer suites;
+# CHECK_ARGS go to every push_pull_check (the sanitizer suites pass --max-elements).
 set -uo pipefail
 launch=$1
 check=$2
 rounds=${3:-20}
+check_args=("${@:4}")
 [[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 4)) || { echo "ROUNDS must be a whole number >= 4, got '$rounds'" >&2; exit 2; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -59,20 +61,20 @@ run_case() {
 }
 
 export BYTEPS_PARTITION_BYTES=65536 BYTEPS_LOG_LEVEL=WARNING
-run_case "2 machines x 2 local ranks - every dtype - $rounds rounds" pass --workers 2 --local-size 2 -- "$check" --rounds "$rounds"
-run_case "machines of 1 and 3 local ranks - every dtype - $rounds rounds" pass --local-sizes 1,3 -- "$check" --rounds "$rounds" --local-stage host
+run_case "2 machines x 2 local ranks - every dtype - $rounds rounds" pass --workers 2 --local-size 2 -- "$check" --rounds "$rounds" "${check_args[@]}"
+run_case "machines of 1 and 3 local ranks - every dtype - $rounds rounds" pass --local-sizes 1,3 -- "$check" --rounds "$rounds" "${check_args[@]}" --local-stage host
 # Killed before its first push_pull: the other local rank of its machine created segments that
 # this one never mapped; the survivors remove them when they fail.
 run_case "a local rank killed before its first push_pull: the job fails, shared memory is gone" fail \
-  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 0
+  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" "${check_args[@]}" --kill-rank 1 --kill-at-round 0
 run_case "a local rank killed at round 3: the job fails, shared memory is gone" fail \
-  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" --kill-rank 1 --kill-at-round 3
+  --workers 2 --local-size 2 -- "$check" --rounds "$rounds" "${check_args[@]}" --kill-rank 1 --kill-at-round 3
 # Case 4: nobody of machine 1 is left to unlink its segments, whose names stay while the job
 # runs; the next job that shares segments on the machine removes them (their pids are dead).
 case_machine_killed() {
   local name="every local rank of a machine killed at round 3: the next job removes what it left"
   local rc=0 ok=1 start=$SECONDS first
-  "$launch" --servers 2 --timeout 120 --workers 2 --local-size 2 -- "$check" --rounds "$rounds" \
+  "$launch" --servers 2 --timeout 120 --workers 2 --local-size 2 -- "$check" --rounds "$rounds" "${check_args[@]}" \
     --kill-machine 1 --kill-at-round 3 >"$log" 2>&1 || rc=$?
   first=$(grep -o 'job [0-9a-f]\{16\}' "$log" | awk '{print $2}' | sort -u | head -1)
   if ((rc == 0)) || [[ -z $first ]]; then

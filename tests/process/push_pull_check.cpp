@@ -3,11 +3,13 @@
 // that is not the exact reference sum. With BYTEPS_LOCAL_SIZE > 1 (or --local-stage host) the
 // processes of a machine meet in shared memory first (bps::local::host).
 //
-//   push_pull_check [--rounds N] [--local-stage auto|host|none]
+//   push_pull_check [--rounds N] [--max-elements N] [--local-stage auto|host|none]
 //                   [--kill-rank G | --kill-machine M] [--kill-at-round R]
 //
 // --rounds: the sanitizer suites run 5, where every instrumented byte costs 5-20 times more;
 // each round's values differ, so several rounds still check that no state leaks between them.
+// --max-elements: leaves out the sizes above N; the sanitizer suites stop at 100003 elements,
+// still several partitions at the tests' BYTEPS_PARTITION_BYTES=65536.
 // --kill-rank/--kill-at-round: worker G sends itself SIGKILL at the start of round R (the
 // shared-memory cleanup test); --kill-machine: every local rank of machine M does. Every worker prints "job <id>" so scripts can find its segments.
 // Built with BYTEPS_CHECK_TLS=1 (tests/tls) it runs over transport::tls<tcp> instead of tcp.
@@ -17,11 +19,13 @@
 #endif
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "../cluster/exact_rounds.hpp"
 #include "../cluster/values.hpp"
@@ -31,6 +35,7 @@ namespace {
 struct Args {
   std::string local_stage = "auto";
   int rounds = 20;
+  std::size_t max_elements = SIZE_MAX;
   int kill_rank = -1;
   int kill_machine = -1;
   int kill_at_round = -1;
@@ -43,7 +48,9 @@ int check(const bps::Config& cfg, const Args& args) {
   std::printf("worker %d of %d: job %016llx\n", rank, workers,
               static_cast<unsigned long long>(comm.job_id()));
   std::fflush(stdout);
-  const std::size_t sizes[] = {1, 7, 4097, 100003, 1100007};
+  std::vector<std::size_t> sizes;
+  for (std::size_t n : {1, 7, 4097, 100003, 1100007})
+    if (n <= args.max_elements) sizes.push_back(n);
   std::size_t checked = 0;
   for (int round = 0; round < args.rounds; ++round) {
     if ((rank == args.kill_rank || comm.machine() == args.kill_machine) &&
@@ -89,6 +96,8 @@ int main(int argc, char** argv) {
       args.local_stage = argv[++i];
     } else if (i + 1 < argc && a == "--rounds" && std::atoi(argv[i + 1]) >= 1) {
       args.rounds = std::atoi(argv[++i]);
+    } else if (i + 1 < argc && a == "--max-elements" && std::atoll(argv[i + 1]) >= 1) {
+      args.max_elements = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (i + 1 < argc && a == "--kill-rank") {
       args.kill_rank = std::atoi(argv[++i]);
     } else if (i + 1 < argc && a == "--kill-machine") {
@@ -97,7 +106,8 @@ int main(int argc, char** argv) {
       args.kill_at_round = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: push_pull_check [--rounds N>=1] [--local-stage auto|host|none] "
+                   "usage: push_pull_check [--rounds N>=1] [--max-elements N>=1] "
+                   "[--local-stage auto|host|none] "
                    "[--kill-rank G | --kill-machine M] [--kill-at-round R]\n");
       return 2;
     }

@@ -5,9 +5,11 @@
 # another CA: every handshake fails, and the nodes must say so (naming the listener and
 # OpenSSL's reason) and the launcher must fail, within the connect timeout, not hang.
 #
-#   tls_job.sh BYTEPS_LAUNCH OPENSSL PUSH_PULL_CHECK_TLS
+#   tls_job.sh BYTEPS_LAUNCH OPENSSL PUSH_PULL_CHECK_TLS [CHECK_ARGS...]
+# CHECK_ARGS go to the first job's push_pull_check (the sanitizer suites pass --max-elements).
 set -euo pipefail
 launch=$1 openssl=$2 check=$3
+check_args=("${@:4}")
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tls-job.XXXXXX")
 trap 'rm -rf -- "$dir"' EXIT
 (
@@ -25,7 +27,7 @@ export BYTEPS_TLS_CERT=$dir/node.pem BYTEPS_TLS_KEY=$dir/node.key BYTEPS_LOG_LEV
 export BYTEPS_PARTITION_BYTES=65536
 
 echo "== a job over TLS: 2 workers x 2 servers, every dtype exact"
-BYTEPS_TLS_CA=$dir/ca.pem "$launch" --workers 2 --servers 2 --timeout 240 -- "$check" --rounds 5
+BYTEPS_TLS_CA=$dir/ca.pem "$launch" --workers 2 --servers 2 --timeout 240 -- "$check" --rounds 5 "${check_args[@]}"
 
 echo "== the same job, every node trusting another CA: refused, named, no hang"
 status=0
