@@ -48,10 +48,10 @@ class cast {
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
     const std::size_t n = elements(out.size(), type);
     require_size(name_, "stream", in.size(), n * 2);
-    const auto y = float_target(out, type, scratch_);
-    stream_reader r(name_, in);
-    for (std::size_t i = 0; i < n; ++i) y[i] = to_float(Half{r.get_u16()});
-    write_floats(y, type, out);
+    decode_as_floats(name_, out, type, scratch_, [&](std::span<float> y) {
+      stream_reader r(name_, in);
+      for (float& v : y) v = to_float(Half{r.get_u16()});
+    });
   }
 
  private:

@@ -116,34 +116,34 @@ class dithering {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, out.size(), type);
-    stream_reader r(name_, in);
-    const double norm = r.get_f32();
-    const std::uint32_t bit_count = r.get_u32();
-    require_size(name_, fmt::format("stream of {} bits", bit_count), in.size(),
-                 8 + (std::size_t{bit_count} + 7) / 8);
-    if (bit_count % 8 != 0 &&
-        (std::to_integer<unsigned>(in.back()) & (0xffu >> (bit_count % 8))) != 0)
-      malformed(name_, "padding bits after the bit stream are set");
-    const auto y = float_target(out, type, scratch_);
-    std::fill(y.begin(), y.end(), 0.0f);
-    bit_reader bits(name_, r.rest(), bit_count);
-    const double S = top_level();
-    std::uint64_t next = 0;  // the index a gap of 1 points at
-    while (!bits.done()) {
-      const std::uint64_t gap = get_elias_delta(bits);
-      if (gap > n - next)
-        malformed(name_, fmt::format("an element past the tensor's {} elements", n));
-      const std::uint64_t i = next + gap - 1;
-      const bool negative = bits.get();
-      const std::uint64_t level = get_elias_delta(bits);
-      if (level > top_level())
-        malformed(name_, fmt::format("level {} above the top level {}", level, top_level()));
-      const auto v = static_cast<float>(static_cast<double>(level) * norm / S);
-      y[i] = negative ? -v : v;
-      next = i + 1;
-    }
-    write_floats(y, type, out);
+    decode_as_floats(name_, out, type, scratch_, [&](std::span<float> y) {
+      const std::size_t n = y.size();
+      stream_reader r(name_, in);
+      const double norm = r.get_f32();
+      const std::uint32_t bit_count = r.get_u32();
+      require_size(name_, fmt::format("stream of {} bits", bit_count), in.size(),
+                   8 + (std::size_t{bit_count} + 7) / 8);
+      if (bit_count % 8 != 0 &&
+          (std::to_integer<unsigned>(in.back()) & (0xffu >> (bit_count % 8))) != 0)
+        malformed(name_, "padding bits after the bit stream are set");
+      std::fill(y.begin(), y.end(), 0.0f);
+      bit_reader bits(name_, r.rest(), bit_count);
+      const double S = top_level();
+      std::uint64_t next = 0;  // the index a gap of 1 points at
+      while (!bits.done()) {
+        const std::uint64_t gap = get_elias_delta(bits);
+        if (gap > n - next)
+          malformed(name_, fmt::format("an element past the tensor's {} elements", n));
+        const std::uint64_t i = next + gap - 1;
+        const bool negative = bits.get();
+        const std::uint64_t level = get_elias_delta(bits);
+        if (level > top_level())
+          malformed(name_, fmt::format("level {} above the top level {}", level, top_level()));
+        const auto v = static_cast<float>(static_cast<double>(level) * norm / S);
+        y[i] = negative ? -v : v;
+        next = i + 1;
+      }
+    });
   }
 
  private:

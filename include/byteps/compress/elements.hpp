@@ -132,6 +132,19 @@ inline void write_floats(std::span<const float> values, dtype type, std::span<st
   }
 }
 
+/// Decodes into `out`, a tensor of `type`, through fp32, as every built-in decoder does:
+/// `decode_into(y)` writes the tensor's elements as floats into `y` (`out` itself for aligned
+/// float32, else `scratch`), which are then stored in `out`'s dtype. A dtype or size that is
+/// not a whole floating tensor is a usage error naming `compressor`, before `decode_into` runs.
+template <class DecodeInto>
+void decode_as_floats(std::string_view compressor, std::span<std::byte> out, dtype type,
+                      std::vector<float>& scratch, DecodeInto&& decode_into) {
+  float_elements(compressor, out.size(), type);
+  const std::span<float> y = float_target(out, type, scratch);
+  decode_into(y);
+  write_floats(y, type, out);
+}
+
 /// The bytes of fp32 values, for handing them to a compressor as a float32 tensor.
 inline std::span<const std::byte> float_bytes(std::span<const float> v) noexcept {
   return std::as_bytes(v);

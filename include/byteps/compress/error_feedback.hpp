@@ -33,70 +33,45 @@
 
 #include "byteps/compress/compressor.hpp"
 #include "byteps/compress/elements.hpp"
+#include "byteps/compress/fp32_decorator.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 
 namespace bps::compress {
 
 template <Compressor C>
-class error_feedback {
+class error_feedback : public fp32_decorator<C> {
  public:
-  explicit error_feedback(C inner) : inner_(std::move(inner)), name_("ef(" + inner_.name() + ")") {}
+  explicit error_feedback(C inner) : fp32_decorator<C>(std::move(inner), "ef(", ")") {}
 
-  std::string name() const { return name_; }
-  const C& inner() const noexcept { return inner_; }
   /// The error kept for the next round (empty before the first encode).
   std::span<const float> error() const noexcept { return error_; }
 
   void set_learning_rate(double lr) {
     if (!(lr > 0) || !std::isfinite(lr))
       throw usage_error(fmt::format(
-          "compressor '{}': the learning rate must be positive and finite, got {}", name_, lr));
+          "compressor '{}': the learning rate must be positive and finite, got {}", this->name(),
+          lr));
     lr_ = lr;
-    if constexpr (takes_learning_rate<C>) inner_.set_learning_rate(lr);
-  }
-
-  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return inner_.max_encoded_bytes(float_elements(name_, bytes, type) * 4, dtype::float32);
+    if constexpr (takes_learning_rate<C>) this->inner_.set_learning_rate(lr);
   }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, in.size(), type);
-    const auto x = read_floats(in, type, scratch_);
-    if (error_.size() != n) {
-      if (started_)
-        throw usage_error(fmt::format(
-            "compressor '{}': encoding {} elements after {}; an error feedback compressor "
-            "belongs to one partition",
-            name_, n, error_.size()));
-      error_.assign(n, 0.0f);
-      corrected_.resize(n);
-      decoded_.resize(n);
-    }
-    started_ = true;
+    const auto x = this->partition_floats(in, type, "an error feedback compressor",
+                                          {&error_, &corrected_, &decoded_});
     const float ratio =
         lr_at_last_encode_ > 0 && lr_ > 0 ? static_cast<float>(lr_at_last_encode_ / lr_) : 1.0f;
     lr_at_last_encode_ = lr_;
-    for (std::size_t i = 0; i < n; ++i) corrected_[i] = x[i] + ratio * error_[i];
-    const std::size_t size = inner_.encode(float_bytes(corrected_), dtype::float32, out);
-    inner_.decode(out.first(size), dtype::float32, std::as_writable_bytes(std::span(decoded_)));
-    for (std::size_t i = 0; i < n; ++i) error_[i] = corrected_[i] - decoded_[i];
+    for (std::size_t i = 0; i < x.size(); ++i) corrected_[i] = x[i] + ratio * error_[i];
+    const std::size_t size = this->inner_.encode(float_bytes(corrected_), dtype::float32, out);
+    this->inner_.decode(out.first(size), dtype::float32,
+                        std::as_writable_bytes(std::span(decoded_)));
+    for (std::size_t i = 0; i < x.size(); ++i) error_[i] = corrected_[i] - decoded_[i];
     return size;
   }
 
-  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    float_elements(name_, out.size(), type);
-    const auto y = float_target(out, type, scratch_);
-    inner_.decode(in, dtype::float32, std::as_writable_bytes(y));
-    write_floats(y, type, out);
-  }
-
  private:
-  C inner_;
-  std::string name_;
   std::vector<float> error_, corrected_, decoded_;
-  std::vector<float> scratch_;  // non-float32 or unaligned tensors only
-  bool started_ = false;
   double lr_ = 0;                 // 0: never set
   double lr_at_last_encode_ = 0;  // 0: no encode under a set rate yet
 };

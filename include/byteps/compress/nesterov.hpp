@@ -24,69 +24,43 @@
 
 #include "byteps/compress/compressor.hpp"
 #include "byteps/compress/elements.hpp"
+#include "byteps/compress/fp32_decorator.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 
 namespace bps::compress {
 
 template <Compressor C>
-class nesterov {
+class nesterov : public fp32_decorator<C> {
  public:
-  nesterov(C inner, float mu) : inner_(std::move(inner)), mu_(mu) {
+  nesterov(C inner, float mu)
+      : fp32_decorator<C>(std::move(inner), "nesterov(", fmt::format(",mu={})", mu)), mu_(mu) {
     if (!(mu >= 0) || !std::isfinite(mu))
       throw usage_error(
           fmt::format("compressor 'nesterov': momentum mu must be finite and >= 0, got {}", mu));
-    name_ = fmt::format("nesterov({},mu={})", inner_.name(), mu);
   }
 
-  std::string name() const { return name_; }
-  const C& inner() const noexcept { return inner_; }
   float mu() const noexcept { return mu_; }
   /// The momentum m (empty before the first encode).
   std::span<const float> momentum() const noexcept { return momentum_; }
 
   void set_learning_rate(double lr) {
-    if constexpr (takes_learning_rate<C>) inner_.set_learning_rate(lr);
-  }
-
-  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return inner_.max_encoded_bytes(float_elements(name_, bytes, type) * 4, dtype::float32);
+    if constexpr (takes_learning_rate<C>) this->inner_.set_learning_rate(lr);
   }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, in.size(), type);
-    const auto x = read_floats(in, type, scratch_);
-    if (momentum_.size() != n) {
-      if (started_)
-        throw usage_error(fmt::format(
-            "compressor '{}': encoding {} elements after {}; a momentum compressor belongs to "
-            "one partition",
-            name_, n, momentum_.size()));
-      momentum_.assign(n, 0.0f);
-      update_.resize(n);
-    }
-    started_ = true;
-    for (std::size_t i = 0; i < n; ++i) {
+    const auto x =
+        this->partition_floats(in, type, "a momentum compressor", {&momentum_, &update_});
+    for (std::size_t i = 0; i < x.size(); ++i) {
       momentum_[i] = mu_ * momentum_[i] + x[i];
       update_[i] = x[i] + mu_ * momentum_[i];
     }
-    return inner_.encode(float_bytes(update_), dtype::float32, out);
-  }
-
-  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    float_elements(name_, out.size(), type);
-    const auto y = float_target(out, type, scratch_);
-    inner_.decode(in, dtype::float32, std::as_writable_bytes(y));
-    write_floats(y, type, out);
+    return this->inner_.encode(float_bytes(update_), dtype::float32, out);
   }
 
  private:
-  C inner_;
   float mu_;
-  std::string name_;
   std::vector<float> momentum_, update_;
-  std::vector<float> scratch_;  // non-float32 or unaligned tensors only
-  bool started_ = false;
 };
 
 }  // namespace bps::compress

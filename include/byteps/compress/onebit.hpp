@@ -54,17 +54,17 @@ class onebit {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, out.size(), type);
-    require_size(name_, "stream", in.size(), encoded_bytes(n));
-    stream_reader r(name_, in);
-    const float scale = r.get_f32();
-    const std::byte* bits = r.rest().data();
-    if (n % 8 != 0 && (std::to_integer<unsigned>(bits[n / 8]) >> (n % 8)) != 0)
-      malformed(name_, "padding bits after the last element are set");
-    const auto y = float_target(out, type, scratch_);
-    for (std::size_t i = 0; i < n; ++i)
-      y[i] = (std::to_integer<unsigned>(bits[i / 8]) >> (i % 8)) & 1u ? -scale : scale;
-    write_floats(y, type, out);
+    decode_as_floats(name_, out, type, scratch_, [&](std::span<float> y) {
+      const std::size_t n = y.size();
+      require_size(name_, "stream", in.size(), encoded_bytes(n));
+      stream_reader r(name_, in);
+      const float scale = r.get_f32();
+      const std::byte* bits = r.rest().data();
+      if (n % 8 != 0 && (std::to_integer<unsigned>(bits[n / 8]) >> (n % 8)) != 0)
+        malformed(name_, "padding bits after the last element are set");
+      for (std::size_t i = 0; i < n; ++i)
+        y[i] = (std::to_integer<unsigned>(bits[i / 8]) >> (i % 8)) & 1u ? -scale : scale;
+    });
   }
 
  private:

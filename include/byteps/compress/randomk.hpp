@@ -69,10 +69,8 @@ class randomk {
   }
 
   void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    float_elements(name_, out.size(), type);
-    const auto y = float_target(out, type, scratch_);
-    read_sparse(name_, in, y);
-    write_floats(y, type, out);
+    decode_as_floats(name_, out, type, scratch_,
+                     [&](std::span<float> y) { read_sparse(name_, in, y); });
   }
 
  private:
