@@ -32,6 +32,36 @@ inline const std::vector<std::pair<std::string, unsigned>>& stage_colours() {
   return colours;
 }
 
+/// What `plot` asks gnuplot to draw.
+struct plot_layout {
+  std::string png;   ///< the picture
+  std::string data;  ///< the bars: row, begin and end (ms), colour
+  int width = 1600;
+  int rows = 0;
+  double span_ms = 0;
+  std::string ytics;  ///< gnuplot's ytics list: "label" row, ...
+};
+
+/// The gnuplot script for `layout`. Text is printed as written (`noenhanced`): in gnuplot's
+/// enhanced mode the underscore of "local_reduce" would lower the rest of the name.
+inline std::string gnuplot_script(const plot_layout& layout) {
+  std::string legend;
+  for (const auto& [stage, colour] : stage_colours())
+    legend += fmt::format(", NaN with boxes lc rgb '#{:06x}' title '{}'", colour, stage);
+  const int height = std::max(320, 15 * layout.rows + 140);
+  return fmt::format(
+      "set terminal png noenhanced size {},{} font ',9'\n"
+      "set output '{}'\n"
+      "set title 'byteps timeline: {} lanes, {:.1f} ms on the scheduler clock'\n"
+      "set xlabel 'ms'\nset xrange [0:{:.4f}]\nset yrange [0.4:{}.6]\n"
+      "set ytics ({}) font ',7'\nset grid xtics\nset style fill solid 1.0 noborder\n"
+      "set key outside right top\n"
+      "plot '{}' using (($2+$3)/2):1:(($3-$2)/2):(0.38):4 with boxxyerror lc rgb variable "
+      "notitle{}\n",
+      layout.width, height, layout.png, layout.rows, layout.span_ms, layout.span_ms, layout.rows,
+      layout.ytics, layout.data, legend);
+}
+
 /// Draws `job` into the PNG `png` (gnuplot must be on PATH). Throws `std::runtime_error`
 /// saying what failed.
 inline void plot(const json& job, const std::string& png, int width = 1600) {
@@ -90,23 +120,10 @@ inline void plot(const json& job, const std::string& png, int width = 1600) {
                        (b.end - first) / 1000, b.colour);
     if (!d.flush()) throw std::runtime_error(fmt::format("cannot write {}", data));
   }
-  std::string legend;
-  for (const auto& [stage, colour] : stage_colours())
-    legend += fmt::format(", NaN with boxes lc rgb '#{:06x}' title '{}'", colour, stage);
-  const int height = std::max(320, 15 * static_cast<int>(row.size()) + 140);
   {
     std::ofstream g(script, std::ios::trunc);
-    g << fmt::format(
-        "set terminal png size {},{} font ',9'\n"
-        "set output '{}'\n"
-        "set title 'byteps timeline: {} lanes, {:.1f} ms on the scheduler clock'\n"
-        "set xlabel 'ms'\nset xrange [0:{:.4f}]\nset yrange [0.4:{}.6]\n"
-        "set ytics ({}) font ',7'\nset grid xtics\nset style fill solid 1.0 noborder\n"
-        "set key outside right top\n"
-        "plot '{}' using (($2+$3)/2):1:(($3-$2)/2):(0.38):4 with boxxyerror lc rgb variable "
-        "notitle{}\n",
-        width, height, png, row.size(), (last - first) / 1000, (last - first) / 1000, row.size(),
-        ytics, data, legend);
+    g << gnuplot_script({png, data, width, static_cast<int>(row.size()), (last - first) / 1000,
+                         ytics});
     if (!g.flush()) throw std::runtime_error(fmt::format("cannot write {}", script));
   }
   const int status = std::system(fmt::format("gnuplot '{}' 2>&1", script).c_str());
