@@ -19,7 +19,8 @@
 #     SLURM_CONF set (sinfo, sbatch, srun work there); the cluster is removed when it exits.
 #
 # Needs root, unshare/nsenter, ip (iproute2) and the slurm-wlm and munge packages; without them
-# it exits 77 (a skip to CTest) and says what is missing. Every wait has a deadline.
+# it exits 77 (a skip to CTest) and says what is missing. With them, a set-up that fails (a
+# namespace, the bridge) is a failure, not a skip. Every wait has a deadline.
 set -uo pipefail
 
 usage="usage: slurm_cluster.sh test BYTEPS_SLURM SERVER_BIN TRAIN_MLP [TRAIN_ARGS...] | slurm_cluster.sh shell [NODES]"
@@ -143,7 +144,7 @@ for n in switch "${names[@]}"; do
   until [[ -e $work/ready/$n ]]; do
     ((SECONDS < deadline)) || fail "the namespaces of $n were not ready in 20 s (unshare, hostname or mount failed)"
     for h in "${holders[@]}"; do
-      kill -0 "$h" 2>/dev/null || skip "cannot make namespaces here: $(tail -1 "$work/log/namespaces.log")"
+      kill -0 "$h" 2>/dev/null || fail "a namespace holder died: $(tail -1 "$work/log/namespaces.log")"
     done
     sleep 0.05
   done
@@ -157,7 +158,7 @@ on() {
 }
 in_switch() { nsenter -t "$switch" --net "$@"; }
 
-in_switch ip link add br0 type bridge || skip "cannot make a bridge in a network namespace"
+in_switch ip link add br0 type bridge || fail "cannot make a bridge in the switch's network namespace"
 in_switch ip link set br0 up
 i=0
 for n in "${names[@]}"; do

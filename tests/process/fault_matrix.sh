@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fault matrix: SIGKILL and SIGSTOP of each role (scheduler, server, worker) while the
 # cluster forms, while workers push_pull, and while they are idle. Every other process must
-# report the failure and exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS, and no process
-# may be left behind.
+# exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS with a message that names the node that
+# failed ("scheduler", "server 0", "worker 0"), every worker must have failed in the case's
+# phase (fault_worker says what it was doing), and no process may be left behind.
 #   fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]   (one case, or all 18)
 set -uo pipefail
 
@@ -67,10 +68,18 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
       { echo "FAIL $role $sig $phase: $joined of server0, server1, worker0 joined within 30 s"; return 1; }
   else
     start worker1 worker 1 "$mode"
-    for _ in $(seq 200); do
-      grep -q ready "$work/worker0.out" 2>/dev/null && grep -q ready "$work/worker1.out" 2>/dev/null && break
+    # Both workers ready, and when busy both past their first push_pull: the fault then strikes
+    # in the phase the case names, not while the cluster still forms.
+    local want=ready
+    [[ $mode == busy ]] && want="round 1"
+    local w both=0
+    for _ in $(seq 600); do
+      both=1
+      for w in worker0 worker1; do grep -q "^$want" "$work/$w.out" 2>/dev/null || both=0; done
+      ((both)) && break
       sleep 0.05
     done
+    ((both)) || { echo "FAIL $role $sig $phase: the workers did not both print '$want' within 30 s"; return 1; }
     sleep 0.3
   fi
 
@@ -106,6 +115,25 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
     if compgen -G "/dev/shm/bps-ipc-${pid[$name]}-*" >/dev/null; then
       verdict=FAIL
       detail+=" shared memory of $name left;"
+    fi
+  done
+  # Each survivor's message names the victim; each worker says it failed in this phase.
+  local victim_name doing
+  case $victim in scheduler) victim_name=scheduler ;; server0) victim_name="server 0" ;; worker0) victim_name="worker 0" ;; esac
+  case $phase in rendezvous) doing=joining ;; push_pull) doing="push_pull round" ;; idle) doing=idle ;; esac
+  for name in "${!pid[@]}"; do
+    [[ $name == "$victim" ]] && continue
+    # The text of its errors, without the "[time] ERROR who:" that names the reporter.
+    local said
+    said=$(grep -E '^\[[0-9.]+\] ERROR |^fault_worker: ' "$work/$name.err" |
+             sed -E 's/^\[[0-9.]+\] ERROR [^:]*: //')
+    if ! grep -q "$victim_name" <<<"$said"; then
+      verdict=FAIL
+      detail+=" $name's message does not name $victim_name ($(tail -1 <<<"$said" | cut -c1-200));"
+    fi
+    if [[ $name == worker* ]] && ! grep -q "^fault_worker: $doing" "$work/$name.err"; then
+      verdict=FAIL
+      detail+=" $name did not fail while $doing ($(grep -o '^fault_worker: [^:]*' "$work/$name.err"));"
     fi
   done
   local why

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A stranger on the network, for hostile_job.sh: each attack opens its own connections to a
-byteps listener and checks that the listener closes them. Prints one line per attack, PASS or
-FAIL, and exits 1 if any failed.
+byteps listener and checks that the listener closes them; one control, a peer_hello with the
+job's token, must be accepted. Prints one line per case, PASS or FAIL, and exits 1 if any failed.
 
 Usage: hostile_client.py HOST SCHEDULER_PORT SERVER_PORT TOKEN HELLO_TIMEOUT_MS FLOOD
-TOKEN is the job's: the replay attack proves it for one connection and sends that proof on
-another (a recorded hello), as a sniffer would.
+TOKEN is the job's: the control proves it; the replay attack proves it for one connection and
+sends that proof on another (a recorded hello), as a sniffer would.
 """
 import hashlib
 import hmac
@@ -18,7 +18,7 @@ import time
 host, sched_port, server_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 token, hello_timeout, flood = sys.argv[4].encode(), int(sys.argv[5]) / 1000.0, int(sys.argv[6])
 MAGIC, HEADER = 0x31535042, 64
-HELLO, BARRIER, PEER_HELLO, DECLARE, CHALLENGE = 1, 4, 8, 9, 17
+HELLO, BARRIER, BYE, PEER_HELLO, DECLARE, CHALLENGE = 1, 4, 6, 8, 9, 17
 failures = 0
 
 
@@ -97,6 +97,19 @@ for port, who in ((sched_port, "scheduler"), (server_port, "server")):
     s.close()
     attack("a frame before hello to the %s" % who, port,
            header(BARRIER if who == "scheduler" else DECLARE, 0))
+
+# The control: a peer_hello proving the job's token for this connection's own nonce, as worker
+# machine 1 (local rank 0) sends it, must be accepted: the connection outlives the hello timeout
+# that closes every refused or silent one. So the refusals below refuse a proof of the layout the
+# server accepts, not a drifted one. It says bye before closing: a worker leaving, not one lost.
+s = connect(server_port)
+s.sendall(header(PEER_HELLO, 32, sender=1) + peer_hello_proof(token, read_challenge(s), 1, 0))
+accepted = not closed_within(s, hello_timeout + 1)
+if accepted:
+    s.sendall(header(BYE, 0, sender=1))
+report("a peer_hello with the job's token to the server is accepted (the control)", accepted,
+       "" if accepted else "closed within the hello timeout")
+s.close()
 
 # A replayed hello: a proof made for one connection's nonce, sent on another.
 first = connect(server_port)

@@ -37,7 +37,7 @@ std::vector<float> narrowing_inputs() {
 
 TEST_CASE("F16C conversions give the software conversions' bits", "[reduce][half][f16c]") {
   if (!bps::reduce::f16c::has_f16c()) {
-    WARN("this CPU has no F16C: only the software path runs here");
+    WARN("SKIPPED: this CPU has no F16C: only the software path runs here");
     return;
   }
   namespace f16c = bps::reduce::f16c;

@@ -138,6 +138,24 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
     return write_without_blocking(socket_.native_handle(), f.header, f.payload);
   }
 
+  // ThreadSanitizer only, where it costs a lock per frame received. A frame the caller's thread
+  // wrote (write_now, under mu_) may be answered into the memory it was sent from (a worker's
+  // answer lands where its push came from). The answer came after the frame had gone, through
+  // the network, which TSan cannot see, and its sendmsg interceptor marks the payload as read
+  // only once the real sendmsg returned: without this, TSan reports the answer's read into that
+  // memory racing with the send that caused it. Taking mu_ here, after the sender released it,
+  // is the order TSan can see. A payload changed by another thread while it is being written is
+  // still reported (tests/tsan/payload_race.cpp).
+  void see_caller_writes_before_answers() {
+#if defined(__SANITIZE_THREAD__)
+    std::lock_guard lock(mu_);
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    std::lock_guard lock(mu_);
+#endif
+#endif
+  }
+
   // Runs on the strand: the callbacks of frames the caller's thread wrote whole, in order.
   void run_caller_written() {
     std::vector<sent_callback> ready;
@@ -186,6 +204,7 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
                                 if (!self->failed_) self->read_header();
                               }));
     }
+    see_caller_writes_before_answers();
     std::size_t step = 0;
     try {
       dest = receiver_->payload_destination(current_, reason);

@@ -1,0 +1,36 @@
+# Fails when a test of one CTest run skipped that tests/skips-allowed.txt does not allow (only
+# tests that need hardware a machine may lack may skip; any other skip hides a missing package
+# or a set-up that failed). Prints each skipped test and whether it was allowed.
+#   cmake -DLOG=build/ctest.log [-DALLOWED=tests/skips-allowed.txt] -P scripts/check-skips.cmake
+# LOG is CTest's console output, whose summary lists "  405 - name (Skipped)".
+cmake_minimum_required(VERSION 3.25)
+if(NOT DEFINED LOG)
+  message(FATAL_ERROR "check-skips.cmake: -DLOG=... is required")
+endif()
+if(NOT DEFINED ALLOWED)
+  set(ALLOWED "${CMAKE_CURRENT_LIST_DIR}/../tests/skips-allowed.txt")
+endif()
+file(STRINGS "${ALLOWED}" patterns REGEX "^[^#]")
+file(STRINGS "${LOG}" skipped REGEX "^[ \t]*[0-9]+ - .* \\(Skipped\\)$")
+set(refused 0)
+list(LENGTH skipped total)
+foreach(line IN LISTS skipped)
+  string(REGEX REPLACE "^[ \t]*[0-9]+ - (.*) \\(Skipped\\)$" "\\1" name "${line}")
+  set(allowed OFF)
+  foreach(pattern IN LISTS patterns)
+    if(name MATCHES "${pattern}")
+      set(allowed ON)
+    endif()
+  endforeach()
+  if(allowed)
+    message("  skipped, allowed (needs hardware): ${name}")
+  else()
+    message("  skipped, NOT allowed: ${name}")
+    math(EXPR refused "${refused} + 1")
+  endif()
+endforeach()
+if(refused GREATER 0)
+  message(FATAL_ERROR "${refused} of ${total} skipped tests may not skip "
+                      "(tests/skips-allowed.txt): run the test alone to see why it skipped")
+endif()
+message("skips: ${total}, each of a test that needs hardware this machine lacks")
