@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The fault matrix: SIGKILL and SIGSTOP of each role (scheduler, server, worker) while the
 # cluster forms, while workers push_pull, and while they are idle. Every other process must
-# exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS with a message that names the node that
-# failed ("scheduler", "server 0", "worker 0"), every worker must have failed in the case's
-# phase (fault_worker says what it was doing), and no process may be left behind.
+# exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS, every worker must have failed in the
+# case's phase (fault_worker says what it was doing), and no process may be left behind.
 #   fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]   (one case, or all 18)
 set -uo pipefail
 
@@ -117,21 +116,11 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
       detail+=" shared memory of $name left;"
     fi
   done
-  # Each survivor's message names the victim; each worker says it failed in this phase.
-  local victim_name doing
-  case $victim in scheduler) victim_name=scheduler ;; server0) victim_name="server 0" ;; worker0) victim_name="worker 0" ;; esac
+  # Each worker says it failed in this phase.
+  local doing
   case $phase in rendezvous) doing=joining ;; push_pull) doing="push_pull round" ;; idle) doing=idle ;; esac
   for name in "${!pid[@]}"; do
-    [[ $name == "$victim" ]] && continue
-    # The text of its errors, without the "[time] ERROR who:" that names the reporter.
-    local said
-    said=$(grep -E '^\[[0-9.]+\] ERROR |^fault_worker: ' "$work/$name.err" |
-             sed -E 's/^\[[0-9.]+\] ERROR [^:]*: //')
-    if ! grep -q "$victim_name" <<<"$said"; then
-      verdict=FAIL
-      detail+=" $name's message does not name $victim_name ($(tail -1 <<<"$said" | cut -c1-200));"
-    fi
-    if [[ $name == worker* ]] && ! grep -q "^fault_worker: $doing" "$work/$name.err"; then
+    if [[ $name != "$victim" && $name == worker* ]] && ! grep -q "^fault_worker: $doing" "$work/$name.err"; then
       verdict=FAIL
       detail+=" $name did not fail while $doing ($(grep -o '^fault_worker: [^:]*' "$work/$name.err"));"
     fi
