@@ -12,9 +12,9 @@
 // What must hold, else it aborts:
 // - a connection that has not proved the token changes nothing: no frame is sent anywhere
 //   (bar its challenge), the name table is as it was, and the server is no more dead;
-// - at most BYTEPS_MAX_TENSORS names of at most BYTEPS_MAX_NAME_BYTES are held, and a
-//   connection past BYTEPS_MAX_PENDING_CONNECTIONS strangers is closed unchallenged (the
-//   others are challenged);
+// - at most BYTEPS_MAX_TENSORS names of at most BYTEPS_MAX_NAME_BYTES are held; every new
+//   connection is challenged, and one past BYTEPS_MAX_PENDING_CONNECTIONS strangers closes the
+//   stranger that waited longest, so no more than that many ever wait;
 // - the server sends only challenges, pull responses (alone or in well-formed answer batches)
 //   and errors, and only the challenge to a connection that never proved itself; every error
 //   has a message;
@@ -101,7 +101,7 @@ Config job_config(std::uint8_t setup) {
   c.failover_timeout = std::chrono::milliseconds((setup & 1) != 0 ? 1000 : 0);
   c.max_tensors = fuzzing::max_tensors;
   c.max_name_bytes = fuzzing::max_name_bytes;
-  c.max_pending_connections = 3;  // a fourth silent connection is refused at accept
+  c.max_pending_connections = 3;  // a fourth silent connection closes the first
   c.log = log_level::off;
   c.server_log_interval = std::chrono::milliseconds(0);
   // Nothing may fire on a clock during one input: the fuzzer is its only source of events.
@@ -122,15 +122,18 @@ class harness {
     connection* c = op.conn < conns_.size() ? &conns_[op.conn] : nullptr;
     if (op.kind == fuzzing::op::open) {
       if (conns_.size() >= fuzzing::max_connections) return;
-      // BYTEPS_MAX_PENDING_CONNECTIONS: past it, a connection is closed unchallenged.
-      const auto pending = std::count_if(conns_.begin(), conns_.end(), [](const connection& x) {
-        return x.link->open() && !admitted(x);
-      });
+      // BYTEPS_MAX_PENDING_CONNECTIONS: past it, the stranger that waited longest is closed,
+      // and the newcomer challenged as any other.
+      std::vector<std::size_t> waiting;
+      for (std::size_t i = 0; i < conns_.size(); ++i)
+        if (conns_[i].link->open() && !admitted(conns_[i])) waiting.push_back(i);
       auto& fresh = conns_[open("10.0.0." + std::to_string(conns_.size() + 1) + ":5000")];
-      const bool refused = pending >= cfg_.max_pending_connections;
-      if (refused != !fresh.link->open() || refused != fresh.received.empty())
-        broken("the pending-connection limit was not kept: " + std::to_string(pending) +
-               " connections waited for their hello");
+      if (!fresh.link->open() || fresh.received.empty())
+        broken("a new connection was closed unchallenged");
+      const bool full = waiting.size() >= static_cast<std::size_t>(cfg_.max_pending_connections);
+      if (full && conns_[waiting.front()].link->open())
+        broken("the pending-connection limit was not kept: " + std::to_string(waiting.size()) +
+               " connections waited for their hello, and the oldest was not closed");
       return;
     }
     if (c == nullptr) return;

@@ -5,15 +5,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
 #include "byteps/detail/clock_sync.hpp"
 #include "byteps/detail/periodic.hpp"
+#include "byteps/rendezvous/handshake.hpp"
 #include "byteps/rendezvous/inbox.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
@@ -25,30 +33,14 @@ class client {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// Connects to the scheduler, retrying until `Config::connect_timeout`, and takes its
-  /// challenge (at most `Config::hello_timeout`), which `join` answers with the hello.
-  client(T& transport, const Config& cfg) : cfg_(cfg), inbox_(std::make_shared<inbox>()) {
-    try {
-      link_ = transport.connect(cfg.scheduler_host, cfg.scheduler_port, cfg.connect_timeout);
-    } catch (const communicator_error& e) {
-      throw communicator_error(fmt::format(
-          "cannot reach the scheduler (DMLC_PS_ROOT_URI={}, DMLC_PS_ROOT_PORT={}): {}. Is it "
-          "running? Raise BYTEPS_CONNECT_TIMEOUT_MS if it starts later.",
-          cfg.scheduler_host, cfg.scheduler_port, e.what()));
-    }
-    link_->start(inbox_);
-    std::string why;
-    auto challenge =
-        inbox_->take({wire::msg::challenge}, clock::now() + cfg.hello_timeout, why);
-    if (!challenge || challenge->payload.size() != nonce_bytes) {
-      link_->close();
-      throw communicator_error(fmt::format(
-          "the scheduler at {} sent no challenge within {} ms (BYTEPS_HELLO_TIMEOUT_MS): {}; is "
-          "it a byteps scheduler of this version?",
-          link_->peer(), cfg.hello_timeout.count(),
-          challenge ? fmt::format("its challenge had {} bytes", challenge->payload.size()) : why));
-    }
-    std::copy(challenge->payload.begin(), challenge->payload.end(), nonce_.begin());
+  /// Connects to the scheduler and takes its challenge (at most `Config::hello_timeout`), which
+  /// `join` answers with the hello. The scheduler may close a connection before its challenge
+  /// (BYTEPS_MAX_PENDING_CONNECTIONS full: a flood, a port scan) or send none in time: then
+  /// this node tries again on a fresh connection, pausing as `hello_backoff` says, all of it
+  /// (the connecting included) within `Config::connect_timeout`.
+  client(T& transport, const Config& cfg)
+      : cfg_(cfg), transport_(transport), log_(cfg.log, std::string(role_name(cfg.node_role))) {
+    connect_until(clock::now() + cfg.connect_timeout);
   }
 
   ~client() { heartbeat_.stop(); }
@@ -56,18 +48,21 @@ class client {
   std::string local_host() const { return link_->local_host(); }
   std::string scheduler() const { return link_->peer(); }
   /// This node's clock offset to the scheduler (the timeline's, detail/trace.hpp): measured at
-  /// connect and with every heartbeat when BYTEPS_TRACE_ON=1; `samples` is 0 otherwise.
+  /// connect and with every heartbeat when BYTEPS_TRACE_ON=1; otherwise from the one probe that
+  /// follows the hello (which tells that the scheduler read it).
   detail::clock_offset clock_offset() const { return inbox_->clock_offset(); }
   /// `f` learns, once, why the cluster failed: the scheduler's report of a dead node, or the
   /// loss of the scheduler itself.
   void on_failure(std::function<void(const std::string&)> f) {
-    inbox_->on_failure([f = std::move(f), peer = link_->peer()](const std::string& why) {
+    std::lock_guard lock(relay_->mu);
+    relay_->failure = [f = std::move(f), peer = link_->peer()](const std::string& why) {
       f(why.starts_with("the scheduler") ? why : "lost the scheduler at " + peer + ": " + why);
-    });
+    };
   }
 
   /// Frames of `type` (a notice such as `server_replaced`) go to `f` on the I/O thread.
   void on_notice(wire::msg type, std::function<void(const frame&)> f) {
+    notices_.emplace_back(type, f);
     inbox_->on_notice(type, std::move(f));
   }
 
@@ -142,21 +137,41 @@ class client {
 
  private:
   std::optional<welcome> join_until(const hello& h, clock::time_point deadline) {
-    auto payload = std::make_shared<std::vector<std::byte>>(
-        encode_proved(h, cfg_.job_token, nonce_));
-    wire::header head;
-    head.type = wire::msg::hello;
-    link_->send(head, *payload, [payload] {});
-    // Only now may anything else follow: a scheduler takes nothing before the hello.
-    if (cfg_.trace_on)  // the timeline needs this node's clock offset from its start on
-      for (int i = 0; i < connect_probes; ++i) probe_clock();
+    // The scheduler reads the hello, then the clock probe behind it, which it answers. Until
+    // then a flood may still get this connection closed (the one that waited longest goes for
+    // a newcomer, gate.hpp): a close before the answer, with nothing said, means the hello was
+    // lost, so it goes again on a fresh connection, until BYTEPS_CONNECT_TIMEOUT_MS. The node
+    // hears of no failure meanwhile.
+    const auto hello_deadline = clock::now() + cfg_.connect_timeout;
+    std::optional<frame> f;
+    std::string why;
+    for (;;) {
+      hold_failures(true);
+      send_hello(h);
+      const auto answer_by = clock::now() + cfg_.hello_timeout;
+      // Read; or no answer yet from a slow scheduler: wait for the welcome as ever.
+      if (inbox_->wait_clock_samples(1, answer_by) || clock::now() >= answer_by) break;
+      // Closed before the answer: a refusal, a failure or the end of the job says why;
+      // otherwise the hello was lost.
+      f = inbox_->take(
+          {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
+          clock::now(), why);
+      if (f || clock::now() >= hello_deadline) break;
+      log_.warn(
+          "the scheduler at {} closed this node's connection before reading its hello (try "
+          "{}); saying it again on a fresh connection (until BYTEPS_CONNECT_TIMEOUT_MS={})",
+          link_->peer(), tries_, cfg_.connect_timeout.count());
+      link_->close();
+      connect_until(hello_deadline);
+    }
+    hold_failures(false);
     // Heartbeats both ways: the scheduler learns when this node stops (SIGSTOP, a hung host),
     // and this node learns when the scheduler does.
     heartbeat_.start(cfg_.heartbeat_interval, [this] { beat(); });
-    std::string why;
-    auto f = inbox_->take(
-        {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
-        deadline, why);
+    if (!f)
+      f = inbox_->take(
+          {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
+          deadline, why);
     if (f && f->header.type == wire::msg::shutdown) {
       inbox_->expect_close();
       heartbeat_.stop();
@@ -219,9 +234,108 @@ class client {
     }
   }
 
+  // Connects and takes the scheduler's challenge, on fresh connections while it closes them
+  // first or sends none in time, until `deadline`; each with a fresh inbox (the last one saw its
+  // link close), which gets the node's notices and failure callback.
+  void connect_until(clock::time_point deadline) {
+    hello_backoff backoff;
+    const auto limit = cfg_.connect_timeout.count();
+    for (;;) {
+      ++tries_;
+      const auto left = std::max(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()),
+          std::chrono::milliseconds(1));
+      try {
+        link_ = transport_.connect(cfg_.scheduler_host, cfg_.scheduler_port, left);
+      } catch (const communicator_error& e) {
+        throw communicator_error(fmt::format(
+            "cannot reach the scheduler (DMLC_PS_ROOT_URI={}, DMLC_PS_ROOT_PORT={}){}: {}. Is it "
+            "running? Raise BYTEPS_CONNECT_TIMEOUT_MS if it starts later.",
+            cfg_.scheduler_host, cfg_.scheduler_port,
+            tries_ == 1 ? std::string()
+                        : fmt::format(" again after {} connection(s) it closed", tries_ - 1),
+            e.what()));
+      }
+      inbox_ = std::make_shared<inbox>();
+      inbox_->on_failure([relay = relay_, link = relay_->next()](const std::string& why) {
+        relay->fail(link, why);
+      });
+      for (const auto& [type, f] : notices_) inbox_->on_notice(type, f);
+      link_->start(inbox_);
+      // The first try waits the whole hello timeout; later ones stop at the deadline too.
+      auto challenge_by = clock::now() + cfg_.hello_timeout;
+      if (tries_ > 1) challenge_by = std::min(challenge_by, deadline);
+      std::string why;
+      auto challenge = inbox_->take({wire::msg::challenge}, challenge_by, why);
+      if (challenge && challenge->payload.size() == nonce_bytes) {
+        std::copy(challenge->payload.begin(), challenge->payload.end(), nonce_.begin());
+        return;
+      }
+      link_->close();
+      if (challenge)  // a challenge of another size: no use trying again
+        throw communicator_error(fmt::format(
+            "the scheduler at {} sent a challenge of {} bytes (a nonce is {}); is it a byteps "
+            "scheduler of this version?",
+            link_->peer(), challenge->payload.size(), nonce_bytes));
+      const auto pause = backoff.next();
+      if (clock::now() + pause >= deadline)
+        throw communicator_error(
+            no_challenge_message("the scheduler", link_->peer(), tries_, cfg_.connect_timeout, why));
+      log_.warn("the scheduler at {} sent no challenge on try {} ({}); trying again in {} ms "
+                "(until BYTEPS_CONNECT_TIMEOUT_MS={})",
+                link_->peer(), tries_, why, pause.count(), limit);
+      std::this_thread::sleep_for(pause);
+    }
+  }
+
+  // The hello on the current link, with the clock probes behind it (one, or connect_probes
+  // when the timeline is on): the scheduler answers them only once it read the hello.
+  void send_hello(const hello& h) {
+    auto payload =
+        std::make_shared<std::vector<std::byte>>(encode_proved(h, cfg_.job_token, nonce_));
+    wire::header head;
+    head.type = wire::msg::hello;
+    link_->send(head, *payload, [payload] {});
+    // Only now may anything else follow: a scheduler takes nothing before the hello.
+    for (int i = 0; i < (cfg_.trace_on ? connect_probes : 1); ++i) probe_clock();
+  }
+
+  void hold_failures(bool hold) {
+    std::lock_guard lock(relay_->mu);
+    relay_->held = hold;
+  }
+
+  // The node's failure callback, shared with every inbox this client made: only the current
+  // link's failure reaches it, and none while a hello waits for its answer (a close then is a
+  // lost hello, said again). Unset until the node asks.
+  struct failure_relay {
+    std::mutex mu;
+    std::function<void(const std::string&)> failure;
+    bool held = false;
+    std::uint64_t current = 0;  // the link whose failure counts
+    std::uint64_t next() {
+      std::lock_guard lock(mu);
+      return ++current;
+    }
+    void fail(std::uint64_t link, const std::string& why) {
+      std::function<void(const std::string&)> f;
+      {
+        std::lock_guard lock(mu);
+        if (held || link != current) return;
+        f = failure;
+      }
+      if (f) f(why);
+    }
+  };
+
   static constexpr int connect_probes = 3;  // probes sent right after the hello (trace on)
 
   Config cfg_;
+  T& transport_;
+  logger log_;
+  int tries_ = 0;  // connections to the scheduler so far
+  std::shared_ptr<failure_relay> relay_ = std::make_shared<failure_relay>();
+  std::vector<std::pair<wire::msg, std::function<void(const frame&)>>> notices_;
   std::shared_ptr<inbox> inbox_;
   std::shared_ptr<typename T::link> link_;
   nonce nonce_{};  // the scheduler's challenge

@@ -1,24 +1,31 @@
 #pragma once
 /// @file
 /// `rendezvous::hello_gate`: what a listener (the scheduler, a server) does with connections
-/// that have not proved themselves yet. On accept it refuses the connection when
-/// `Config::max_pending_connections` others are still waiting to say hello, and otherwise hands
-/// out a `pending_hello` with a fresh nonce, which the listener sends in a `challenge` frame
-/// (auth.hpp); `admit_and_challenge` does both for an accepted link, and is what the scheduler and
-/// the servers call. The connection's first frame must then be its hello, proving the job's
-/// token for that nonce. A connection that sends nothing of the kind within `Config::hello_timeout`
-/// (BYTEPS_HELLO_TIMEOUT_MS) is closed. Every refusal is logged at WARNING with the peer's
-/// address and counted (`counts()`).
+/// that have not proved themselves yet. On accept it hands out a `pending_hello` with a fresh
+/// nonce, which the listener sends in a `challenge` frame (auth.hpp); `admit_and_challenge` does
+/// both for an accepted link, and is what the scheduler and the servers call. The connection's
+/// first frame must then be its hello, proving the job's token for that nonce. A connection that
+/// sends nothing of the kind within `Config::hello_timeout` (BYTEPS_HELLO_TIMEOUT_MS) is closed.
+///
+/// At most `Config::max_pending_connections` (BYTEPS_MAX_PENDING_CONNECTIONS) wait for their
+/// hello. When one more comes, the gate closes the one that has waited longest, not the newcomer:
+/// a node of the job answers its challenge at once, while a flood's connections stay silent, so
+/// whoever holds the limit full (a flood, a port scan, from any address, the nodes' own included)
+/// cannot keep a node out; a node turned away before its challenge tries again
+/// (rendezvous/client.hpp, rendezvous/handshake.hpp). Every connection closed here is logged at
+/// WARNING with the peer's address and counted (`counts()`).
 ///
 /// @par Thread Safety
 /// Every member may be called from any thread. The timeouts run on the gate's own timer thread,
-/// which its destructor stops; the `close` functions it was given must stay callable until then.
+/// and an eviction on the thread that admits; `stop` (and the destructor) returns once neither
+/// runs any more, and the `close` functions the gate was given must stay callable until then.
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,12 +58,13 @@ class pending_hello {
   std::atomic<bool> settled_{false};
 };
 
-/// How many connections the gate refused, by reason.
+/// How many connections the gate closed before their hello, by reason.
 struct gate_counts {
-  std::uint64_t too_many_pending = 0;  ///< refused at accept (BYTEPS_MAX_PENDING_CONNECTIONS)
-  std::uint64_t timed_out = 0;         ///< no hello within BYTEPS_HELLO_TIMEOUT_MS
-  std::uint64_t refused = 0;           ///< a bad first frame, a bad proof, a taken rank
-  std::uint64_t closed_early = 0;      ///< closed by the peer before its hello
+  /// the one that waited longest, closed for a newcomer past BYTEPS_MAX_PENDING_CONNECTIONS
+  std::uint64_t evicted = 0;
+  std::uint64_t timed_out = 0;     ///< no hello within BYTEPS_HELLO_TIMEOUT_MS
+  std::uint64_t refused = 0;       ///< a bad first frame, a bad proof, a taken rank
+  std::uint64_t closed_early = 0;  ///< closed by the peer before its hello
 };
 
 class hello_gate {
@@ -67,26 +75,40 @@ class hello_gate {
   hello_gate& operator=(const hello_gate&) = delete;
   ~hello_gate() { stop(); }
 
-  /// Ends the timeouts (they run as cancelled: nothing is closed).
-  void stop() { timer_.stop(); }
-
-  /// A connection from `peer` was accepted: its `pending_hello`, whose nonce the caller sends
-  /// as a `challenge`, and which `close` ends when no hello came in time. Null when too many
-  /// connections wait for their hello already: the caller closes it (logged and counted here).
-  std::shared_ptr<pending_hello> admit(const std::string& peer, std::function<void()> close) {
+  /// Ends the timeouts (they run as cancelled: nothing is closed) and the evictions; returns
+  /// once no `close` function runs any more.
+  void stop() {
     {
       std::lock_guard lock(mu_);
-      if (pending_ >= max_pending_) {
-        ++counts_.too_many_pending;
-        log_.warn(
-            "refusing the connection from {}: {} connections have not said hello yet "
-            "(BYTEPS_MAX_PENDING_CONNECTIONS={})",
-            peer, pending_, max_pending_);
-        return nullptr;
-      }
-      ++pending_;
+      stopped_ = true;
     }
+    timer_.stop();
+    std::lock_guard wait(evicting_);  // an eviction closing a connection now ends first
+  }
+
+  /// A connection from `peer` was accepted: its `pending_hello`, whose nonce the caller sends
+  /// as a `challenge`, and which `close` ends when no hello came in time, or when it has waited
+  /// longest of `Config::max_pending_connections` and one more comes. Null once stopping: the
+  /// caller closes it.
+  std::shared_ptr<pending_hello> admit(const std::string& peer, std::function<void()> close) {
     auto t = std::make_shared<pending_hello>(peer, fresh_nonce());
+    std::lock_guard evicting(evicting_);
+    waiting oldest;
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return nullptr;
+      if (pending_ >= max_pending_) oldest = evict_locked();
+      ++pending_;
+      queue_.push_back({t, close, detail::timer_thread::clock::now(), {}});
+    }
+    if (oldest.close) {
+      log_.warn(
+          "closing the connection from {} after {} ms without a hello, to admit one from {}: "
+          "{} connections have not said hello yet (BYTEPS_MAX_PENDING_CONNECTIONS={}), and a "
+          "node of this job says hello at once; a flood or a port scan fills this limit",
+          oldest.peer, waited_ms(oldest), peer, max_pending_, max_pending_);
+      oldest.close();
+    }
     const bool armed = timer_.post_at(
         detail::timer_thread::clock::now() + timeout_,
         [this, weak = std::weak_ptr<pending_hello>(t), close = std::move(close)](bool cancelled) {
@@ -101,7 +123,7 @@ class hello_gate {
           close();
         });
     if (!armed) {  // stopping: nobody is admitted any more
-      done(nullptr);
+      if (t->settle()) done(nullptr);
       return nullptr;
     }
     return t;
@@ -131,10 +153,11 @@ class hello_gate {
     return counts_;
   }
 
-  /// What a listener (the scheduler, a server) does with each link it accepts: `admit` it,
-  /// closing it at once when too many wait already and later when no hello comes in time; start
-  /// it with the receiver that `make_receiver(ticket)` returns, which keeps the ticket to settle
-  /// it on the link's first frame; then send the ticket's challenge.
+  /// What a listener (the scheduler, a server) does with each link it accepts: `admit` it
+  /// (closed at once when the gate stopped; later when no hello comes in time, or when it waited
+  /// longest and the limit is full); start it with the receiver that `make_receiver(ticket)`
+  /// returns, which keeps the ticket to settle it on the link's first frame; then send the
+  /// ticket's challenge.
   template <class Link, class MakeReceiver>
   void admit_and_challenge(const std::shared_ptr<Link>& l, MakeReceiver&& make_receiver) {
     auto ticket = admit(l->peer(), [weak = std::weak_ptr<Link>(l)] {
@@ -155,17 +178,64 @@ class hello_gate {
   }
 
  private:
+  // One admitted connection, in admission order: the oldest is evicted first.
+  struct waiting {
+    std::weak_ptr<pending_hello> ticket;
+    std::function<void()> close;
+    detail::timer_thread::clock::time_point since;
+    std::string peer;  // filled in for the one evicted, for the log
+  };
+
+  static long long waited_ms(const waiting& w) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               detail::timer_thread::clock::now() - w.since)
+        .count();
+  }
+
+  // The oldest connection still waiting, settled here as evicted (its close not yet called);
+  // empty when none is (cannot happen while pending_ counts one). Settled tickets are dropped
+  // from the queue as they reach its front, and all at once when it grows past twice the limit
+  // (many passed behind an old one), so the queue stays short and each admit cheap.
+  waiting evict_locked() {
+    while (!queue_.empty()) {
+      waiting w = std::move(queue_.front());
+      queue_.pop_front();
+      auto ticket = w.ticket.lock();
+      if (!ticket || !ticket->settle()) continue;
+      --pending_;
+      ++counts_.evicted;
+      w.peer = ticket->peer();
+      return w;
+    }
+    return {};
+  }
+
+  void prune_locked() {
+    while (!queue_.empty() && settled(queue_.front())) queue_.pop_front();
+    if (queue_.size() > 2 * static_cast<std::size_t>(max_pending_) + 16)
+      std::erase_if(queue_, [](const waiting& w) { return settled(w); });
+  }
+
+  static bool settled(const waiting& w) {
+    auto ticket = w.ticket.lock();
+    return !ticket || ticket->settled();
+  }
+
   void done(std::uint64_t gate_counts::*counter) {
     std::lock_guard lock(mu_);
     --pending_;
     if (counter != nullptr) ++(counts_.*counter);
+    prune_locked();
   }
 
   std::chrono::milliseconds timeout_;
   int max_pending_;
   logger log_;
+  std::mutex evicting_;  // held while an eviction closes a connection; stop waits for it
   mutable std::mutex mu_;
   int pending_ = 0;
+  bool stopped_ = false;
+  std::deque<waiting> queue_;  // admission order; settled ones linger until pruned
   gate_counts counts_;
   detail::timer_thread timer_;  // last: stops first
 };

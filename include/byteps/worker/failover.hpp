@@ -222,15 +222,20 @@ class failover {
       if (!node_.links_.wait_closed(lock, server, std::chrono::seconds(5)))
         node_.log_.warn("the old link to server {} did not report its close within 5 s", server);
     }
-    auto fresh = connect(server, where, address, notice);
-    if (!fresh) return;
     // The handshake waits for the replacement's challenge on the link's I/O thread, which takes
     // the node's mutex for anything it reads: so outside it. Nothing is sent on the link before
-    // the hello, and nothing comes back for it until this worker pushes there.
+    // the hello, and nothing comes back for it until this worker pushes there. A replacement
+    // that closes connections before their challenge (its pending limit is full: a flood) is
+    // tried again on fresh ones until BYTEPS_CONNECT_TIMEOUT_MS.
+    typename Node::link_ptr fresh;
     try {
-      node_.start_link(fresh, server, generation + 1);
+      fresh = node_.connect_link(
+          where, server, generation + 1, [](const typename Node::link_ptr&) {},
+          [&] {
+            std::lock_guard lock(node_.mu_);
+            return gone_locked() || node_.links_[server].latest_notice != notice;
+          });
     } catch (const communicator_error& e) {
-      fresh->close();
       std::lock_guard lock(node_.mu_);
       if (gone_locked() || node_.links_[server].latest_notice != notice) return;
       // The replacement may have died too before its challenge, and the scheduler's next notice
@@ -240,6 +245,7 @@ class failover {
           server, fmt::format("its replacement at {} failed during the handshake: {}", address,
                               e.what()));
     }
+    if (!fresh) return;
     std::pair<std::size_t, std::size_t> sent;
     {
       std::lock_guard lock(node_.mu_);
@@ -257,33 +263,6 @@ class failover {
         "server {} replaced by {}: re-sent {} sum(s) this worker had received and "
         "{} partition(s) in flight",
         server, address, sent.first, sent.second);
-  }
-
-  // Connects in short tries, so that a newer notice (this replacement died too) or a shutdown
-  // ends the attempt early; BYTEPS_CONNECT_TIMEOUT_MS bounds them all. Null when given up.
-  typename Node::link_ptr connect(int server, const rendezvous::address& where,
-                                  const std::string& address, std::uint64_t notice) {
-    const auto limit = node_.cfg_.connect_timeout;
-    const auto deadline = clock::now() + limit;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-      try {
-        return node_.transport_.connect(
-            where.host, where.port,
-            std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
-      } catch (const communicator_error& e) {
-        std::lock_guard lock(node_.mu_);
-        if (gone_locked() || node_.links_[server].latest_notice != notice) return nullptr;
-        if (clock::now() >= deadline) {
-          node_.die_locked(
-              fmt::format("cannot reach the replacement of server {} at {}: {} "
-                          "(BYTEPS_CONNECT_TIMEOUT_MS={})",
-                          server, address, e.what(), limit.count()));
-          return nullptr;
-        }
-      }
-    }
   }
 
   // For every partition that `server` owns: the tensor's name, the kept sum, and the pending

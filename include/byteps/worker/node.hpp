@@ -238,21 +238,31 @@ class node {
     });
     if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
     try {
-      links_.connect_all(transport_, welcome.servers, cfg_.connect_timeout,
-                         [this](auto& slot, int i) {
-                           // In the table before its link starts: a link whose hello fails still
-                           // reports its close, which looks it up there.
-                           link_ptr link;
-                           {
-                             std::lock_guard lock(mu_);
-                             links_.add(std::move(slot));
-                             link = links_[i].link;
-                           }
-                           // The hello waits for the server's challenge outside the mutex (as
-                           // failover's does), so a failure the scheduler reports meanwhile
-                           // closes the links at once instead of waiting for the hello timeout.
-                           start_link(link, i, 0);
-                         });
+      for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
+        const int server = static_cast<int>(i);
+        // In the table before its link starts: a link whose hello went out reports its close,
+        // which looks it up there. A retry (the server closed a connection before its
+        // challenge) puts its fresh link in the same place.
+        auto adopt = [&, added = false](const link_ptr& link) mutable {
+          std::lock_guard lock(mu_);
+          if (!added) {
+            server_slot<typename T::link> s;
+            s.address = fmt::format("{}:{}", welcome.servers[i].host, welcome.servers[i].port);
+            s.link = link;
+            links_.add(std::move(s));
+            added = true;
+          }
+          links_[server].link = link;
+        };
+        // The hello waits for the server's challenge outside the mutex (as failover's does), so
+        // a failure the scheduler reports meanwhile closes the links at once instead of waiting
+        // for the hello timeout.
+        if (!connect_link(welcome.servers[i], server, 0, adopt, [this] {
+              std::lock_guard lock(mu_);
+              return closing_ || !dead_.empty();
+            }))
+          throw communicator_error(fmt::format("gave up connecting to server {}", server));
+      }
     } catch (const communicator_error& e) {
       std::lock_guard lock(mu_);
       // The scheduler's word on why the job failed says more than the link that broke for it.
@@ -314,10 +324,24 @@ class node {
     }
   }
 
-  void start_link(const link_ptr& link, int server, std::uint64_t generation) {
-    server_links<T>::hello(
-        link, std::make_shared<server_receiver<answers<node>>>(&answers_, server, generation),
-        rank_, cfg_.local_rank, cfg_.job_token, cfg_.hello_timeout, server);
+  // Connects to `server` at `where` and says peer_hello, on fresh connections while the
+  // server turns them away before its challenge (server_links::connect_and_hello). Null when
+  // `gone()`; throws `communicator_error` at BYTEPS_CONNECT_TIMEOUT_MS.
+  template <class Adopt, class Gone>
+  link_ptr connect_link(const rendezvous::address& where, int server, std::uint64_t generation,
+                        Adopt&& adopt, Gone&& gone) {
+    const typename server_links<T>::hello_terms terms{
+        .machine = rank_,
+        .local_rank = cfg_.local_rank,
+        .job_token = cfg_.job_token,
+        .hello_timeout = cfg_.hello_timeout,
+        .connect_timeout = cfg_.connect_timeout,
+        .log = &log_,
+    };
+    return server_links<T>::connect_and_hello(
+        transport_, where, server,
+        std::make_shared<server_receiver<answers<node>>>(&answers_, server, generation), terms,
+        std::forward<Adopt>(adopt), std::forward<Gone>(gone));
   }
 
   void leave(const std::string& failure) {

@@ -7,6 +7,9 @@
 /// Not thread-safe: the worker's mutex guards it. Sends never block, so they may be made under
 /// that mutex.
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,11 +19,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "byteps/core/error.hpp"
+#include "byteps/core/log.hpp"
 #include "byteps/rendezvous/handshake.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
@@ -55,21 +58,67 @@ class server_links {
 
   void add(slot s) { slots_.push_back(std::move(s)); }
 
-  /// Connects to each of `servers` in rank order, each within `timeout`, and hands the slot to
-  /// `added(slot&, rank)` (which starts its link and `add`s it). Throws `communicator_error`
-  /// naming the server it cannot reach.
-  template <class Added>
-  static void connect_all(T& transport, const std::vector<rendezvous::address>& servers,
-                          std::chrono::milliseconds timeout, Added&& added) {
-    for (std::size_t i = 0; i < servers.size(); ++i) {
-      slot s;
-      s.address = fmt::format("{}:{}", servers[i].host, servers[i].port);
-      try {
-        s.link = transport.connect(servers[i].host, servers[i].port, timeout);
-      } catch (const communicator_error& e) {
-        throw communicator_error(fmt::format("cannot reach server {}: {}", i, e.what()));
-      }
-      added(s, static_cast<int>(i));
+  /// What a worker says in each `peer_hello`, and how long it tries.
+  struct hello_terms {
+    int machine = 0;     ///< this worker's rank (its machine)
+    int local_rank = 0;  ///< its process on that machine
+    std::string job_token;
+    std::chrono::milliseconds hello_timeout{};    ///< each connection's wait for its challenge
+    std::chrono::milliseconds connect_timeout{};  ///< all tries at one server
+    const logger* log = nullptr;                  ///< says each try again (WARNING)
+  };
+
+  /// Connects to server `server` at `where` and says who this worker process is, proving the
+  /// job's token for the server's challenge: servers admit this job's workers only
+  /// (rendezvous/handshake.hpp); `receiver` then reads the link. A server may close a
+  /// connection before its challenge (BYTEPS_MAX_PENDING_CONNECTIONS full: a flood, a port
+  /// scan), or send none within the hello timeout: then the worker tries again on a fresh
+  /// connection, pausing as `rendezvous::hello_backoff` says. `adopt(link)` runs before each
+  /// connection starts, so the caller can find the link when it later closes; a failed try's
+  /// close never reaches `receiver`. Returns the link that said hello; null as soon as `gone()`
+  /// (the worker failed or closes; checked at least every 500 ms); throws `communicator_error`
+  /// naming the server, the tries and the likely causes after `connect_timeout`
+  /// (BYTEPS_CONNECT_TIMEOUT_MS) in all.
+  template <class Adopt, class Gone>
+  static link_ptr connect_and_hello(T& transport, const rendezvous::address& where, int server,
+                                    const std::shared_ptr<transport::receiver>& receiver,
+                                    const hello_terms& terms, Adopt&& adopt, Gone&& gone) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + terms.connect_timeout;
+    const auto who = fmt::format("server {}", server);
+    rendezvous::hello_backoff backoff;
+    for (int attempts = 1;; ++attempts) {
+      auto link = dial(transport, where, deadline, gone, [&](const std::string& e) {
+        const auto limit = terms.connect_timeout.count();
+        return attempts == 1
+                   ? fmt::format("cannot reach {} within {} ms (BYTEPS_CONNECT_TIMEOUT_MS): {}",
+                                 who, limit, e)
+                   : fmt::format(
+                         "cannot reach {} again after {} tries without a challenge, "
+                         "within {} ms (BYTEPS_CONNECT_TIMEOUT_MS): {}",
+                         who, attempts - 1, limit, e);
+      });
+      if (!link) return nullptr;
+      adopt(link);
+      // The first try waits the whole hello timeout; later ones stop at the deadline too.
+      auto challenge_by = clock::now() + terms.hello_timeout;
+      if (attempts > 1) challenge_by = std::min(challenge_by, deadline);
+      const auto failed =
+          rendezvous::try_peer_hello(*link, receiver, terms.machine, terms.local_rank,
+                                     terms.job_token, challenge_by, settle(terms.hello_timeout));
+      if (!failed) return link;
+      link->close();
+      if (gone()) return nullptr;
+      const auto pause = backoff.next();
+      if (clock::now() + pause >= deadline)
+        throw communicator_error(rendezvous::no_challenge_message(who, link->peer(), attempts,
+                                                                  terms.connect_timeout, *failed));
+      if (terms.log != nullptr)
+        terms.log->warn(
+            "{} at {} took no hello on try {} ({}); trying again in {} ms (until "
+            "BYTEPS_CONNECT_TIMEOUT_MS={})",
+            who, link->peer(), attempts, *failed, pause.count(), terms.connect_timeout.count());
+      std::this_thread::sleep_for(pause);
     }
   }
 
@@ -87,17 +136,6 @@ class server_links {
     for (auto& l : links) l->send(bye, {}, one_left);
     bye_scheduler(one_left);
     done->get_future().wait_for(std::chrono::seconds(5));
-  }
-
-  /// Starts reading `link` with `receiver`, takes the server's challenge and says who this
-  /// worker process is (machine, local rank), proving the job's token for that challenge:
-  /// servers admit this job's workers only (rendezvous/handshake.hpp). Blocks until the hello
-  /// left, at most `timeout`; throws `communicator_error` naming server `server` after it.
-  static void hello(const link_ptr& link, std::shared_ptr<transport::receiver> receiver,
-                    int machine, int local_rank, const std::string& job_token,
-                    std::chrono::milliseconds timeout, int server) {
-    rendezvous::say_peer_hello(*link, std::move(receiver), machine, local_rank, job_token,
-                               timeout, fmt::format("server {}", server));
   }
 
   /// The links that are up, for a last `bye`.
@@ -140,6 +178,31 @@ class server_links {
   }
 
  private:
+  // How long a worker watches a link after its hello for a close that means the server never
+  // read it (rendezvous::try_peer_hello): long beside the moments a flood needs to push a
+  // connection out, short beside a job's start (paid once per server).
+  static std::chrono::milliseconds settle(std::chrono::milliseconds hello_timeout) {
+    return std::min(hello_timeout / 10, std::chrono::milliseconds(50));
+  }
+
+  // Connects to `where` in tries of at most 500 ms, so that `gone()` ends the wait early
+  // (null); throws `communicator_error` with `what(last error)` at `deadline`.
+  template <class Gone, class What>
+  static link_ptr dial(T& transport, const rendezvous::address& where,
+                       std::chrono::steady_clock::time_point deadline, Gone& gone, What&& what) {
+    using namespace std::chrono;
+    for (;;) {
+      const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+      try {
+        return transport.connect(where.host, where.port,
+                                 std::clamp(left, milliseconds(1), milliseconds(500)));
+      } catch (const communicator_error& e) {
+        if (gone()) return nullptr;
+        if (steady_clock::now() >= deadline) throw communicator_error(what(e.what()));
+      }
+    }
+  }
+
   std::vector<slot> slots_;
   std::condition_variable closed_cv_;
 };
