@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byteps/compress/byte_stream.hpp"
@@ -33,7 +34,7 @@
 
 namespace bps::compress {
 
-class randomk {
+class randomk : public sparse_compressor {
  public:
   /// BytePS's sparse error feedback seeds its generator with this when given none.
   static constexpr std::uint64_t default_seed = 2020;
@@ -41,36 +42,22 @@ class randomk {
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements; `seed`:
   /// not 0, the same on every node.
   explicit randomk(double k, std::uint64_t seed = default_seed, bool unbiased = false)
-      : k_(k, "randomk"),
-        seed_(seed),
-        unbiased_(unbiased),
-        rng_(seed, "randomk"),
-        name_(fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
-                          unbiased_ ? ",unbiased=true" : "")) {}
+      : sparse_compressor(k, "randomk"), seed_(seed), unbiased_(unbiased), rng_(seed, "randomk") {
+    name_ = fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
+                        unbiased_ ? ",unbiased=true" : "");
+  }
 
-  std::string name() const { return name_; }
-  double k() const noexcept { return k_.value(); }
   std::uint64_t seed() const noexcept { return seed_; }
   bool unbiased() const noexcept { return unbiased_; }
 
-  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
-  }
-
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, in.size(), type);
-    require_u32_indices(name_, n);
-    const std::size_t k = k_.of(n);
-    require_room(name_, out.size(), sparse_bytes(k));
-    const auto x = read_floats(in, type, scratch_);
-    choose(n, k);
-    const float scale = unbiased_ && k > 0 ? static_cast<float>(n) / static_cast<float>(k) : 1.0f;
-    return write_sparse(out, chosen_, x, scale);
-  }
-
-  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    decode_as_floats(name_, out, type, scratch_,
-                     [&](std::span<float> y) { read_sparse(name_, in, y); });
+    return encode_chosen(in, type, out, [this](std::span<const float> x, std::size_t k) {
+      const std::size_t n = x.size();
+      choose(n, k);
+      const float scale =
+          unbiased_ && k > 0 ? static_cast<float>(n) / static_cast<float>(k) : 1.0f;
+      return std::pair{std::span<const std::uint32_t>(chosen_), scale};
+    });
   }
 
  private:
@@ -88,12 +75,9 @@ class randomk {
     std::sort(chosen_.begin(), chosen_.end());
   }
 
-  sparse_k k_;
   std::uint64_t seed_;
   bool unbiased_;
   xorshift128p rng_;
-  std::string name_;
-  std::vector<float> scratch_;  // non-float32 or unaligned tensors only
   std::vector<bool> taken_;
   std::vector<std::uint32_t> chosen_;
 };

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// The (index, value) stream that `topk` and `randomk` share, and their `k`.
+/// The (index, value) stream that `topk` and `randomk` share, their `k`, and what else they
+/// share: `sparse_compressor`, all of a sparse compressor but the choice of indices.
 ///
 /// Encoded format, little-endian:
 ///   [u32 count][count x (u32 index, f32 value)]
@@ -19,8 +20,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "byteps/compress/byte_stream.hpp"
+#include "byteps/compress/elements.hpp"
+#include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 
 namespace bps::compress {
@@ -103,5 +108,46 @@ inline void read_sparse(std::string_view compressor, std::span<const std::byte> 
     next_allowed = std::uint64_t{i} + 1;
   }
 }
+
+/// A compressor that sends k (index, value) pairs: k, the name, the bound, the decode, and an
+/// encode around the one thing topk and randomk do differently, which indices to send.
+class sparse_compressor {
+ public:
+  std::string name() const { return name_; }
+  double k() const noexcept { return k_.value(); }
+
+  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
+    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
+  }
+
+  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
+    decode_as_floats(name_, out, type, scratch_,
+                     [&](std::span<float> y) { read_sparse(name_, in, y); });
+  }
+
+ protected:
+  /// `compressor`: the name in messages about `k`; the derived class then sets `name_`.
+  sparse_compressor(double k, std::string_view compressor) : k_(k, compressor), name_(compressor) {}
+
+  /// Encodes `in` as the pairs `choose(x, k)` picks, x being the elements as fp32 and k how
+  /// many to send: it returns their indices, ascending, and the factor the values are sent with.
+  template <class Choose>
+  std::size_t encode_chosen(std::span<const std::byte> in, dtype type, std::span<std::byte> out,
+                            Choose&& choose) {
+    const std::size_t n = float_elements(name_, in.size(), type);
+    require_u32_indices(name_, n);
+    const std::size_t k = k_.of(n);
+    require_room(name_, out.size(), sparse_bytes(k));
+    const auto x = read_floats(in, type, scratch_);
+    const std::pair<std::span<const std::uint32_t>, float> chosen = choose(x, k);
+    return write_sparse(out, chosen.first, x, chosen.second);
+  }
+
+  sparse_k k_;
+  std::string name_;
+
+ private:
+  std::vector<float> scratch_;  // non-float32 or unaligned tensors only
+};
 
 }  // namespace bps::compress

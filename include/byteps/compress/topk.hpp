@@ -18,6 +18,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byteps/compress/byte_stream.hpp"
@@ -27,48 +28,30 @@
 
 namespace bps::compress {
 
-class topk {
+class topk : public sparse_compressor {
  public:
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements.
-  explicit topk(double k) : k_(k, "topk"), name_("topk(k=" + k_.text() + ")") {}
-
-  std::string name() const { return name_; }
-  double k() const noexcept { return k_.value(); }
-
-  std::size_t max_encoded_bytes(std::size_t bytes, dtype type) const {
-    return sparse_bytes(k_.of(float_elements(name_, bytes, type)));
-  }
+  explicit topk(double k) : sparse_compressor(k, "topk") { name_ = "topk(k=" + k_.text() + ")"; }
 
   std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    const std::size_t n = float_elements(name_, in.size(), type);
-    require_u32_indices(name_, n);
-    const std::size_t k = k_.of(n);
-    require_room(name_, out.size(), sparse_bytes(k));
-    const auto x = read_floats(in, type, scratch_);
-    const auto magnitude = [&](std::uint32_t i) {
-      return std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
-    };
-    order_.resize(n);
-    std::iota(order_.begin(), order_.end(), std::uint32_t{0});
-    const auto before = [&](std::uint32_t a, std::uint32_t b) {
-      const auto ma = magnitude(a), mb = magnitude(b);
-      return ma != mb ? ma > mb : a < b;
-    };
-    std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k), order_.end(),
-                     before);
-    std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k));
-    return write_sparse(out, std::span(order_).first(k), x);
-  }
-
-  void decode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    decode_as_floats(name_, out, type, scratch_,
-                     [&](std::span<float> y) { read_sparse(name_, in, y); });
+    return encode_chosen(in, type, out, [this](std::span<const float> x, std::size_t k) {
+      const auto magnitude = [&](std::uint32_t i) {
+        return std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
+      };
+      order_.resize(x.size());
+      std::iota(order_.begin(), order_.end(), std::uint32_t{0});
+      const auto before = [&](std::uint32_t a, std::uint32_t b) {
+        const auto ma = magnitude(a), mb = magnitude(b);
+        return ma != mb ? ma > mb : a < b;
+      };
+      std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k),
+                       order_.end(), before);
+      std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k));
+      return std::pair{std::span<const std::uint32_t>(order_).first(k), 1.0f};
+    });
   }
 
  private:
-  sparse_k k_;
-  std::string name_;
-  std::vector<float> scratch_;        // non-float32 or unaligned tensors only
   std::vector<std::uint32_t> order_;  // element indices, reused from round to round
 };
 
