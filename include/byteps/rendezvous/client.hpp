@@ -149,14 +149,21 @@ class client {
       hold_failures(true);
       send_hello(h);
       const auto answer_by = clock::now() + cfg_.hello_timeout;
-      // Read; or no answer yet from a slow scheduler: wait for the welcome as ever.
-      if (inbox_->wait_clock_samples(1, answer_by) || clock::now() >= answer_by) break;
-      // Closed before the answer: a refusal, a failure or the end of the job says why;
-      // otherwise the hello was lost.
-      f = inbox_->take(
-          {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
-          clock::now(), why);
-      if (f || clock::now() >= hello_deadline) break;
+      // The answer (read), a word from the scheduler (a welcome, a refusal, a failure, the end
+      // of the job: it read the hello, or says why), or a close, whichever comes first; with
+      // none of them by `answer_by` the scheduler is slow: wait for the welcome as ever.
+      bool closed = false;
+      for (;;) {
+        const auto slice = std::min(answer_by, clock::now() + std::chrono::milliseconds(10));
+        if (inbox_->wait_clock_samples(1, slice)) break;
+        f = inbox_->take(
+            {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
+            clock::now(), why);
+        closed = !f && why != "timed out";  // take times out only while the link is open
+        if (f || closed || clock::now() >= answer_by) break;
+      }
+      // Closed with nothing said: the hello was lost.
+      if (!closed || clock::now() >= hello_deadline) break;
       log_.warn(
           "the scheduler at {} closed this node's connection before reading its hello (try "
           "{}); saying it again on a fresh connection (until BYTEPS_CONNECT_TIMEOUT_MS={})",
