@@ -16,14 +16,7 @@ check=$2
 flood=$3
 shift 3
 check_args=("$@")
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port
 sched_port=$(free_port)
 server0_port=$(free_port)
 server1_port=$(free_port)

@@ -10,14 +10,7 @@ set -uo pipefail
 server_bin=$1
 check=$2
 attacker=$3
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port
 sched_port=$(free_port)
 server_port=$(free_port)
 export DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$sched_port

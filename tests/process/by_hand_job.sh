@@ -1,0 +1,11 @@
+# Sourced by the tests that start a job's processes by hand (hostile_job.sh, flood_job.sh):
+# a work folder `dir`, the started processes' `pids` (each killed on exit, with the folder
+# removed), and `free_port`, a loopback port nobody listens on.
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
