@@ -16,7 +16,7 @@ check=$2
 flood=$3
 shift 3
 check_args=("$@")
-source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port
+source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port, expect_exit_0
 sched_port=$(free_port)
 server0_port=$(free_port)
 server1_port=$(free_port)
@@ -67,16 +67,7 @@ else
   echo "FAIL the cluster did not form under the flood"; failures=$((failures + 1))
 fi
 
-for name in worker0 worker1 server1 standby sched; do
-  pid_var="${name}_pid"
-  wait "${!pid_var}"
-  rc=$?
-  if ((rc != 0)); then
-    echo "FAIL $name exited $rc"; failures=$((failures + 1))
-  else
-    echo "PASS $name exited 0"
-  fi
-done
+expect_exit_0 worker0 worker1 server1 standby sched
 wait "$server0_pid" 2>/dev/null
 kill -TERM "$flood_pid" 2>/dev/null
 wait "$flood_pid"

@@ -10,7 +10,7 @@ set -uo pipefail
 server_bin=$1
 check=$2
 attacker=$3
-source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port
+source "$(dirname "$0")/by_hand_job.sh"  # dir, pids (killed on exit), free_port, expect_exit_0
 sched_port=$(free_port)
 server_port=$(free_port)
 export DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$sched_port
@@ -30,16 +30,7 @@ for w in 0 1; do
   DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 120 "$check" --rounds 5 >"$dir/worker$w.log" 2>&1 &
   pids+=($!); eval "worker${w}_pid=$!"
 done
-for name in worker0 worker1 server sched; do
-  pid_var="${name}_pid"
-  wait "${!pid_var}"
-  rc=$?
-  if ((rc != 0)); then
-    echo "FAIL $name exited $rc"; failures=$((failures + 1))
-  else
-    echo "PASS $name exited 0"
-  fi
-done
+expect_exit_0 worker0 worker1 server sched
 for w in 0 1; do
   if grep -q "elements equal the reference sums" "$dir/worker$w.log"; then
     echo "PASS worker $w: exact sums"
