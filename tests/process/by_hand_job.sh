@@ -1,6 +1,6 @@
 # Sourced by the tests that start a job's processes by hand (hostile_job.sh, flood_job.sh):
 # a work folder `dir`, the started processes' `pids` (each killed on exit, with the folder
-# removed), and `free_port`, a loopback port nobody listens on.
+# removed), `free_port`, a loopback port nobody listens on, and `expect_exit_0`.
 dir=$(mktemp -d)
 pids=()
 cleanup() {
