@@ -126,18 +126,27 @@ inline std::string refused_without_certificate(const certificates& pki, std::uin
 
 /// Connects with plain TCP and sends nothing; returns the seconds until the listener closed it
 /// (-1 when it did not within 15 s).
+/// Seconds until the listener closes `s`, a connection that says nothing, waiting at most
+/// `limit`; -1 if it was not closed by then.
+inline double seconds_until_closed(asio::ip::tcp::socket& s,
+                                   std::chrono::milliseconds limit = std::chrono::seconds(15)) {
+  asio::io_context io;
+  asio::ip::tcp::socket watched(io, asio::ip::tcp::v4(), s.release());
+  const auto start = std::chrono::steady_clock::now();
+  double seconds = -1;
+  std::array<char, 1> byte{};
+  asio::async_read(watched, asio::buffer(byte), [&](std::error_code, std::size_t) {
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  io.run_for(limit);
+  return seconds;
+}
+
 inline double seconds_until_closed_silent(std::uint16_t port) {
   asio::io_context io;
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), port});
-  const auto start = std::chrono::steady_clock::now();
-  double seconds = -1;
-  std::array<char, 1> byte{};
-  asio::async_read(s, asio::buffer(byte), [&](std::error_code, std::size_t) {
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  });
-  io.run_for(std::chrono::seconds(15));
-  return seconds;
+  return seconds_until_closed(s);
 }
 
 }  // namespace bps::test

@@ -12,9 +12,10 @@
 #include <thread>
 #include <vector>
 
-// hello_gate's pending limit (issue 34): past BYTEPS_MAX_PENDING_CONNECTIONS the connection that
-// waited longest is closed, not the newcomer, so a flood cannot keep a node that answers at once
-// out; and the hello timeout still closes the silent ones.
+// hello_gate's pending limit (issue 34): past BYTEPS_MAX_PENDING_CONNECTIONS the silent connection
+// that waited longest is closed, not the newcomer nor one whose hello arrived, so a flood cannot
+// keep a node that answers at once out however slow the listener; and the hello timeout still
+// closes the silent ones.
 
 namespace {
 
@@ -34,6 +35,15 @@ struct gate_probe {
     closes.push_back(closed);
     return gate.admit("127.0.0.1:" + std::to_string(40000 + closes.size()),
                       [closed] { ++*closed; });
+  }
+  // A connection whose link says whether its bytes arrived (`heard`).
+  std::shared_ptr<bps::rendezvous::pending_hello> admit(bps::rendezvous::hello_gate& gate,
+                                                        std::shared_ptr<std::atomic<bool>> heard) {
+    auto closed = std::make_shared<std::atomic<int>>(0);
+    closes.push_back(closed);
+    return gate.admit(
+        "127.0.0.1:" + std::to_string(40000 + closes.size()), [closed] { ++*closed; },
+        [heard] { return heard->load(); });
   }
   int closed(std::size_t i) const { return closes[i]->load(); }
 };
@@ -77,6 +87,43 @@ TEST_CASE("hello_gate: past the pending limit the oldest waiting connection is c
   gate.passed(*e);
   CHECK(e->settled());
   CHECK(probe.closed(4) == 0);
+}
+
+TEST_CASE(
+    "hello_gate: past the pending limit a connection whose bytes arrived is kept, the oldest "
+    "silent one goes - and the oldest of all when none is silent") {
+  gate_probe probe(3, std::chrono::minutes(10));
+  bps::rendezvous::hello_gate gate(probe.cfg, probe.log);
+  // A node's connection first, its hello arrived but not read yet (a listener behind the flood).
+  auto node_heard = std::make_shared<std::atomic<bool>>(true);
+  auto node = probe.admit(gate, node_heard);
+  auto silent1 = probe.admit(gate, std::make_shared<std::atomic<bool>>(false));
+  auto silent2 = probe.admit(gate);  // a link that cannot tell counts as silent
+  auto flood1 = probe.admit(gate, std::make_shared<std::atomic<bool>>(false));
+  REQUIRE(node);
+  REQUIRE(flood1);
+  CHECK(probe.closed(0) == 0);  // the node stays, though it is the oldest
+  CHECK(probe.closed(1) == 1);  // the oldest silent one goes
+  CHECK(probe.closed(2) == 0);
+  auto flood2 = probe.admit(gate, std::make_shared<std::atomic<bool>>(false));
+  CHECK(probe.closed(0) == 0);
+  CHECK(probe.closed(2) == 1);  // the next oldest silent one
+  CHECK(gate.counts().evicted == 2);
+  // The node's hello is read and proved: it passes, never having been closed.
+  gate.passed(*node);
+  CHECK(probe.closed(0) == 0);
+
+  // Every waiting connection has sent something: the oldest goes all the same.
+  gate_probe all_heard(2, std::chrono::minutes(10));
+  bps::rendezvous::hello_gate gate2(all_heard.cfg, all_heard.log);
+  auto yes = std::make_shared<std::atomic<bool>>(true);
+  auto a = all_heard.admit(gate2, yes);
+  auto b = all_heard.admit(gate2, yes);
+  auto c = all_heard.admit(gate2, yes);
+  REQUIRE(c);
+  CHECK(all_heard.closed(0) == 1);
+  CHECK(all_heard.closed(1) == 0);
+  CHECK(gate2.counts().evicted == 1);
 }
 
 TEST_CASE("hello_gate: a flood of silent connections never keeps the newest out") {

@@ -8,12 +8,15 @@
 /// sends nothing of the kind within `Config::hello_timeout` (BYTEPS_HELLO_TIMEOUT_MS) is closed.
 ///
 /// At most `Config::max_pending_connections` (BYTEPS_MAX_PENDING_CONNECTIONS) wait for their
-/// hello. When one more comes, the gate closes the one that has waited longest, not the newcomer:
-/// a node of the job answers its challenge at once, while a flood's connections stay silent, so
-/// whoever holds the limit full (a flood, a port scan, from any address, the nodes' own included)
-/// cannot keep a node out; a node turned away before its challenge tries again
-/// (rendezvous/client.hpp, rendezvous/handshake.hpp). Every connection closed here is logged at
-/// WARNING with the peer's address and counted (`counts()`).
+/// hello. When one more comes, the gate closes the silent one that has waited longest, not the
+/// newcomer: a node of the job answers its challenge at once, while a flood's connections stay
+/// silent, so whoever holds the limit full (a flood, a port scan, from any address, the nodes'
+/// own included) cannot keep a node out. A connection whose bytes have arrived but are not read
+/// yet is not silent (`transport::has_unread_bytes`): a listener slower than the flood (a loaded machine, a
+/// sanitizer) would otherwise close a node whose hello is already waiting in its socket. Only when
+/// every waiting connection has sent something does the oldest go. A node turned away before its
+/// challenge tries again (rendezvous/client.hpp, rendezvous/handshake.hpp). Every connection
+/// closed here is logged at WARNING with the peer's address and counted (`counts()`).
 ///
 /// @par Thread Safety
 /// Every member may be called from any thread. The timeouts run on the gate's own timer thread,
@@ -22,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -32,11 +36,13 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/detail/timer_thread.hpp"
 #include "byteps/rendezvous/auth.hpp"
+#include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::rendezvous {
@@ -87,19 +93,36 @@ class hello_gate {
   }
 
   /// A connection from `peer` was accepted: its `pending_hello`, whose nonce the caller sends
-  /// as a `challenge`, and which `close` ends when no hello came in time, or when it has waited
-  /// longest of `Config::max_pending_connections` and one more comes. Null once stopping: the
-  /// caller closes it.
-  std::shared_ptr<pending_hello> admit(const std::string& peer, std::function<void()> close) {
+  /// as a `challenge`, and which `close` ends when no hello came in time, or when it is the
+  /// silent one (`heard_from` false; no `heard_from`: always silent) that has waited longest of
+  /// `Config::max_pending_connections` and one more comes. Null once stopping: the caller
+  /// closes it.
+  std::shared_ptr<pending_hello> admit(const std::string& peer, std::function<void()> close,
+                                       std::function<bool()> heard_from = {}) {
     auto t = std::make_shared<pending_hello>(peer, fresh_nonce());
-    std::lock_guard evicting(evicting_);
+    std::lock_guard evicting(evicting_);  // one admit at a time: the choice below stays valid
+    std::vector<waiting> full;  // when the limit is full: who waits, oldest first
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return nullptr;
+      if (pending_ >= max_pending_) full = waiting_locked();
+    }
+    // Asked without the lock: asking may drop the last reference to a link.
+    std::shared_ptr<pending_hello> victim;
+    for (const auto& w : full) {
+      if (!w.heard_from || !w.heard_from()) {
+        victim = w.ticket.lock();
+        break;
+      }
+    }
+    full.clear();
     waiting oldest;
     {
       std::lock_guard lock(mu_);
       if (stopped_) return nullptr;
-      if (pending_ >= max_pending_) oldest = evict_locked();
+      if (pending_ >= max_pending_) oldest = evict_locked(victim.get());
       ++pending_;
-      queue_.push_back({t, close, detail::timer_thread::clock::now(), {}});
+      queue_.push_back({t, close, std::move(heard_from), detail::timer_thread::clock::now(), {}});
     }
     if (oldest.close) {
       log_.warn(
@@ -160,9 +183,15 @@ class hello_gate {
   /// ticket's challenge.
   template <class Link, class MakeReceiver>
   void admit_and_challenge(const std::shared_ptr<Link>& l, MakeReceiver&& make_receiver) {
-    auto ticket = admit(l->peer(), [weak = std::weak_ptr<Link>(l)] {
-      if (auto x = weak.lock()) x->close();
-    });
+    auto ticket = admit(
+        l->peer(),
+        [weak = std::weak_ptr<Link>(l)] {
+          if (auto x = weak.lock()) x->close();
+        },
+        [weak = std::weak_ptr<Link>(l)] {
+          auto x = weak.lock();
+          return x && transport::has_unread_bytes(*x);
+        });
     if (!ticket) return l->close();
     l->start(std::forward<MakeReceiver>(make_receiver)(ticket));
     send_challenge(*l, *ticket);
@@ -178,10 +207,11 @@ class hello_gate {
   }
 
  private:
-  // One admitted connection, in admission order: the oldest is evicted first.
+  // One admitted connection, in admission order: the oldest silent one is evicted first.
   struct waiting {
     std::weak_ptr<pending_hello> ticket;
     std::function<void()> close;
+    std::function<bool()> heard_from;  // empty: always silent
     detail::timer_thread::clock::time_point since;
     std::string peer;  // filled in for the one evicted, for the log
   };
@@ -192,22 +222,41 @@ class hello_gate {
         .count();
   }
 
-  // The oldest connection still waiting, settled here as evicted (its close not yet called);
-  // empty when none is (cannot happen while pending_ counts one). Settled tickets are dropped
-  // from the queue as they reach its front, and all at once when it grows past twice the limit
-  // (many passed behind an old one), so the queue stays short and each admit cheap.
-  waiting evict_locked() {
-    while (!queue_.empty()) {
-      waiting w = std::move(queue_.front());
-      queue_.pop_front();
+  // The connections still waiting, oldest first.
+  std::vector<waiting> waiting_locked() const {
+    std::vector<waiting> out;
+    for (const auto& w : queue_)
+      if (!settled(w)) out.push_back(w);
+    return out;
+  }
+
+  // Settles `victim` as evicted, or the oldest connection still waiting when `victim` is null
+  // or settled meanwhile, and takes it from the queue (its close not yet called); empty when
+  // none waits (cannot happen while pending_ counts one). Settled tickets are dropped from the
+  // queue as they reach its front, and all at once when it grows past twice the limit (many
+  // passed behind an old one), so the queue stays short and each admit cheap.
+  waiting evict_locked(const pending_hello* victim) {
+    prune_locked();
+    for (;;) {
+      auto chosen = std::find_if(queue_.begin(), queue_.end(), [&](const waiting& w) {
+        auto ticket = w.ticket.lock();
+        return ticket && ticket.get() == victim;
+      });
+      if (chosen == queue_.end()) {
+        victim = nullptr;
+        chosen = std::find_if(queue_.begin(), queue_.end(),
+                              [](const waiting& w) { return !settled(w); });
+      }
+      if (chosen == queue_.end()) return {};
+      waiting w = std::move(*chosen);
+      queue_.erase(chosen);
       auto ticket = w.ticket.lock();
-      if (!ticket || !ticket->settle()) continue;
+      if (!ticket || !ticket->settle()) continue;  // settled meanwhile: its own path counts it
       --pending_;
       ++counts_.evicted;
       w.peer = ticket->peer();
       return w;
     }
-    return {};
   }
 
   void prune_locked() {

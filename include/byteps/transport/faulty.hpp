@@ -205,6 +205,8 @@ class faulty<Inner>::link : public std::enable_shared_from_this<link> {
   void close() { inner_->close(); }
   std::string peer() const { return std::string(inner_->peer()); }
   std::string local_host() const { return std::string(inner_->local_host()); }
+  /// The inner link's answer (transport::TellsUnreadBytes).
+  bool has_unread_bytes() { return transport::has_unread_bytes(*inner_); }
   const std::shared_ptr<inner_link>& inner() const noexcept { return inner_; }
 
  private:

@@ -30,6 +30,8 @@
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
+#include <sys/ioctl.h>
+
 namespace bps::transport {
 
 /// What a link needs of its stream beyond Asio's stream requirements (`lowest_layer()` is the
@@ -108,6 +110,15 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
 
   const std::string& peer() const noexcept { return peer_; }
   const std::string& local_host() const noexcept { return local_host_; }
+
+  /// Whether the peer's bytes wait in the socket, not read yet: a connection that sent
+  /// something is not silent, however slow the reader (rendezvous/gate.hpp).
+  bool has_unread_bytes() {
+    std::lock_guard lock(mu_);
+    if (closed_) return false;  // fail() closes the descriptor only after setting closed_
+    int bytes = 0;
+    return ::ioctl(socket_.lowest_layer().native_handle(), FIONREAD, &bytes) == 0 && bytes > 0;
+  }
 
   static std::string endpoint_text(const asio::ip::tcp::endpoint& e) {
     return e.address().to_string() + ":" + std::to_string(e.port());

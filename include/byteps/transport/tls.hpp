@@ -91,8 +91,9 @@ class tls {
     asio::strand<asio::io_context::executor_type> strand;
     asio::steady_timer timer;
     std::string peer;
-    bool late = false;  // the deadline passed first
-    bool done = false;  // the handshake ended first
+    bool late = false;     // the deadline passed first
+    bool done = false;     // the handshake ended first
+    bool evicted = false;  // closed for a newcomer (start_handshake)
   };
 
   static asio::ssl::context checked_context(const options& opts) {
@@ -152,18 +153,34 @@ void tls<Inner>::start_handshake(asio::ip::tcp::socket socket,
   const std::string peer = ec ? std::string("unknown peer") : tcp_link::endpoint_text(remote);
   auto hs = std::make_shared<handshake>(std::move(socket), ssl_, asio::make_strand(io_));
   hs->peer = peer;
+  // When the limit is full the oldest handshake goes, not the newcomer: a node of the job
+  // finishes its handshake in a few round trips, a flood's connections never do, so whoever
+  // holds the limit full cannot keep a node out (the node dials again if it was the oldest).
+  std::shared_ptr<handshake> oldest;
+  std::size_t in_progress = 0;
   {
     std::lock_guard lock(mu_);
     if (stopped_) return;
     std::erase_if(handshakes_, [](const std::weak_ptr<handshake>& w) { return w.expired(); });
-    if (static_cast<int>(handshakes_.size()) >= max_handshakes_) {
-      log_.warn(
-          "dropping connection from {}: {} TLS handshakes already in progress "
-          "(BYTEPS_MAX_PENDING_CONNECTIONS)",
-          peer, handshakes_.size());
-      return;  // hs, and the socket with it, closes here
+    while (!oldest && static_cast<int>(handshakes_.size()) >= max_handshakes_) {
+      in_progress = handshakes_.size();
+      oldest = handshakes_.front().lock();
+      handshakes_.erase(handshakes_.begin());
     }
     handshakes_.push_back(hs);
+  }
+  if (oldest) {
+    log_.warn(
+        "closing the TLS handshake from {} to admit a connection from {}: {} handshakes were in "
+        "progress (BYTEPS_MAX_PENDING_CONNECTIONS), and a node of this job finishes its own at "
+        "once; a flood or a port scan fills this limit",
+        oldest->peer, peer, in_progress);
+    asio::post(oldest->strand, [oldest] {
+      if (oldest->done) return;
+      oldest->evicted = true;
+      std::error_code ignored;
+      oldest->stream.lowest_layer().close(ignored);  // the handshake ends with an error
+    });
   }
   asio::post(hs->strand, [this, hs, on_accept] {
     hs->timer.expires_after(handshake_timeout_);
@@ -191,6 +208,7 @@ void tls<Inner>::finish_handshake(const std::shared_ptr<handshake>& hs, std::err
     std::lock_guard lock(mu_);
     if (stopped_) return;  // closed by stop(): nothing to report
   }
+  if (hs->evicted) return;  // said when it was closed
   if (ec || hs->late) {
     const auto why = hs->late ? fmt::format("did not finish within {} ms (BYTEPS_HELLO_TIMEOUT_MS)",
                                             handshake_timeout_.count())

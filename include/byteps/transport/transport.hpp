@@ -176,6 +176,24 @@ concept SharesMemory = requires(T& t, const T& ct, const std::string& name,
   t.share_memory(name, memory);
 };
 
+/// An optional capability of a link: `has_unread_bytes()`, whether the peer's bytes wait in it
+/// not read yet. A listener that must close one of many connections that have not proved
+/// themselves closes a silent one first (rendezvous/gate.hpp): a peer that answered is not
+/// silent, however far behind the reading thread is.
+template <class L>
+concept TellsUnreadBytes = requires(L& l) {
+  { l.has_unread_bytes() } -> std::convertible_to<bool>;
+};
+
+/// `l.has_unread_bytes()`, or false (silent) for a link that cannot tell.
+template <class L>
+bool has_unread_bytes(L& l) {
+  if constexpr (TellsUnreadBytes<L>)
+    return l.has_unread_bytes();
+  else
+    return false;
+}
+
 }  // namespace transport
 
 }  // namespace bps

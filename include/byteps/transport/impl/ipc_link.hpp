@@ -79,6 +79,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
   }
   std::string peer() const { return inner_->peer(); }
   std::string local_host() const { return inner_->local_host(); }
+  /// The inner link's answer (transport::TellsUnreadBytes).
+  bool has_unread_bytes() { return transport::has_unread_bytes(*inner_); }
 
  private:
   // Receives for the node: handles the transport frames, and hands ring payloads over where
