@@ -162,6 +162,25 @@ TEST_CASE("hello_gate: a silent connection is closed at the hello timeout, once"
   CHECK(gate.counts().evicted == 0);
 }
 
+TEST_CASE(
+    "hello_gate: a connection whose bytes wait unread outlives the hello timeout - closed once "
+    "they were read and it is silent") {
+  gate_probe probe(4, std::chrono::milliseconds(50));
+  bps::rendezvous::hello_gate gate(probe.cfg, probe.log);
+  auto unread = std::make_shared<std::atomic<bool>>(true);  // a reader far behind
+  auto ticket = probe.admit(gate, unread);
+  REQUIRE(ticket);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // six timeouts
+  CHECK(probe.closed(0) == 0);
+  CHECK_FALSE(ticket->settled());
+  unread->store(false);  // read: half a hello, then nothing
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (probe.closed(0) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(probe.closed(0) == 1);
+  CHECK(gate.counts().timed_out == 1);
+}
+
 TEST_CASE("hello_gate: once stopped, nothing is admitted and nothing closed") {
   gate_probe probe(1, std::chrono::milliseconds(20));
   bps::rendezvous::hello_gate gate(probe.cfg, probe.log);

@@ -52,12 +52,20 @@ class client {
   /// follows the hello (which tells that the scheduler read it).
   detail::clock_offset clock_offset() const { return inbox_->clock_offset(); }
   /// `f` learns, once, why the cluster failed: the scheduler's report of a dead node, or the
-  /// loss of the scheduler itself.
+  /// loss of the scheduler itself. A failure that came after the join but before this call is
+  /// told now, on this thread: a node still setting up after its welcome must not miss it.
   void on_failure(std::function<void(const std::string&)> f) {
-    std::lock_guard lock(relay_->mu);
-    relay_->failure = [f = std::move(f), peer = link_->peer()](const std::string& why) {
-      f(why.starts_with("the scheduler") ? why : "lost the scheduler at " + peer + ": " + why);
-    };
+    std::function<void(const std::string&)> told;
+    std::optional<std::string> missed;
+    {
+      std::lock_guard lock(relay_->mu);
+      relay_->failure = [f = std::move(f), peer = link_->peer()](const std::string& why) {
+        f(why.starts_with("the scheduler") ? why : "lost the scheduler at " + peer + ": " + why);
+      };
+      told = relay_->failure;
+      missed = std::exchange(relay_->unheard, std::nullopt);
+    }
+    if (missed) told(*missed);
   }
 
   /// Frames of `type` (a notice such as `server_replaced`) go to `f` on the I/O thread.
@@ -138,29 +146,29 @@ class client {
  private:
   std::optional<welcome> join_until(const hello& h, clock::time_point deadline) {
     // The scheduler reads the hello, then the clock probe behind it, which it answers. Until
-    // then a flood may still get this connection closed (the one that waited longest goes for
-    // a newcomer, gate.hpp): a close before the answer, with nothing said, means the hello was
-    // lost, so it goes again on a fresh connection, until BYTEPS_CONNECT_TIMEOUT_MS. The node
-    // hears of no failure meanwhile.
+    // then a flood may still get this connection closed (gate.hpp), and a scheduler too busy to
+    // read it within BYTEPS_HELLO_TIMEOUT_MS closes it: a close before the answer, with nothing
+    // said, means the hello was lost, so it goes again on a fresh connection, until
+    // BYTEPS_CONNECT_TIMEOUT_MS. The node hears of no failure meanwhile, however slow the
+    // scheduler is to answer.
     const auto hello_deadline = clock::now() + cfg_.connect_timeout;
     std::optional<frame> f;
     std::string why;
     for (;;) {
       hold_failures(true);
       send_hello(h);
-      const auto answer_by = clock::now() + cfg_.hello_timeout;
       // The answer (read), a word from the scheduler (a welcome, a refusal, a failure, the end
       // of the job: it read the hello, or says why), or a close, whichever comes first; with
-      // none of them by `answer_by` the scheduler is slow: wait for the welcome as ever.
+      // none of them by the connect deadline, wait for the welcome as ever.
       bool closed = false;
       for (;;) {
-        const auto slice = std::min(answer_by, clock::now() + std::chrono::milliseconds(10));
+        const auto slice = std::min(hello_deadline, clock::now() + std::chrono::milliseconds(10));
         if (inbox_->wait_clock_samples(1, slice)) break;
         f = inbox_->take(
             {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
             clock::now(), why);
         closed = !f && why != "timed out";  // take times out only while the link is open
-        if (f || closed || clock::now() >= answer_by) break;
+        if (f || closed || clock::now() >= hello_deadline) break;
       }
       // Closed with nothing said: the hello was lost.
       if (!closed || clock::now() >= hello_deadline) break;
@@ -307,31 +315,56 @@ class client {
     for (int i = 0; i < (cfg_.trace_on ? connect_probes : 1); ++i) probe_clock();
   }
 
+  // While a hello waits for its answer, failures wait too; released, the current link's
+  // first one (a report the scheduler sent meanwhile, or a close) goes on as any later one.
   void hold_failures(bool hold) {
-    std::lock_guard lock(relay_->mu);
-    relay_->held = hold;
+    std::optional<std::string> waited;
+    {
+      std::lock_guard lock(relay_->mu);
+      relay_->held = hold;
+      if (!hold) waited = std::exchange(relay_->held_failure, std::nullopt);
+    }
+    if (waited) relay_->fail(relay_->current_link(), *waited);
   }
 
   // The node's failure callback, shared with every inbox this client made: only the current
   // link's failure reaches it, and none while a hello waits for its answer (a close then is a
-  // lost hello, said again). Unset until the node asks.
+  // lost hello, said again on a fresh link; a report waits until the hold ends). Unset until the
+  // node asks; a failure before then is kept for it.
   struct failure_relay {
     std::mutex mu;
     std::function<void(const std::string&)> failure;
-    bool held = false;
+    std::optional<std::string> unheard;       // the first failure before the node asked
+    std::optional<std::string> held_failure;  // the current link's first one while held
+    // From the first connection until the hello is answered: a close before then (a flood, a
+    // busy scheduler) loses the hello, which join_until says again on a fresh connection.
+    bool held = true;
     std::uint64_t current = 0;  // the link whose failure counts
     std::uint64_t next() {
       std::lock_guard lock(mu);
+      held_failure.reset();  // the last link's: a lost hello
       return ++current;
+    }
+    std::uint64_t current_link() {
+      std::lock_guard lock(mu);
+      return current;
     }
     void fail(std::uint64_t link, const std::string& why) {
       std::function<void(const std::string&)> f;
       {
         std::lock_guard lock(mu);
-        if (held || link != current) return;
+        if (link != current) return;
+        if (held) {
+          if (!held_failure) held_failure = why;
+          return;
+        }
+        if (!failure) {
+          if (!unheard) unheard = why;
+          return;
+        }
         f = failure;
       }
-      if (f) f(why);
+      f(why);
     }
   };
 

@@ -122,7 +122,7 @@ class hello_gate {
       if (stopped_) return nullptr;
       if (pending_ >= max_pending_) oldest = evict_locked(victim.get());
       ++pending_;
-      queue_.push_back({t, close, std::move(heard_from), detail::timer_thread::clock::now(), {}});
+      queue_.push_back({t, close, heard_from, detail::timer_thread::clock::now(), {}});
     }
     if (oldest.close) {
       log_.warn(
@@ -132,20 +132,8 @@ class hello_gate {
           oldest.peer, waited_ms(oldest), peer, max_pending_, max_pending_);
       oldest.close();
     }
-    const bool armed = timer_.post_at(
-        detail::timer_thread::clock::now() + timeout_,
-        [this, weak = std::weak_ptr<pending_hello>(t), close = std::move(close)](bool cancelled) {
-          auto ticket = weak.lock();
-          if (cancelled || !ticket || !ticket->settle()) return;
-          done(&gate_counts::timed_out);
-          log_.warn(
-              "closing the connection from {}: no hello within {} ms "
-              "(BYTEPS_HELLO_TIMEOUT_MS); a peer of this job says hello "
-              "at once",
-              ticket->peer(), timeout_.count());
-          close();
-        });
-    if (!armed) {  // stopping: nobody is admitted any more
+    if (!arm_timeout(t, std::move(close), std::move(heard_from))) {
+      // stopping: nobody is admitted any more
       if (t->settle()) done(nullptr);
       return nullptr;
     }
@@ -215,6 +203,34 @@ class hello_gate {
     detail::timer_thread::clock::time_point since;
     std::string peer;  // filled in for the one evicted, for the log
   };
+
+  // Closes `t`'s connection when it has said no hello `timeout_` from now. One whose bytes
+  // wait unread then is not silent but queued behind a busy reader (a flood, a sanitizer): it
+  // gets another `timeout_`, as often as that holds; once the reader took its bytes, a partial
+  // hello is silent again. False when stopping.
+  bool arm_timeout(const std::shared_ptr<pending_hello>& t, std::function<void()> close,
+                   std::function<bool()> heard_from) {
+    return timer_.post_at(
+        detail::timer_thread::clock::now() + timeout_,
+        [this, weak = std::weak_ptr<pending_hello>(t), close = std::move(close),
+         heard_from = std::move(heard_from)](bool cancelled) mutable {
+          auto ticket = weak.lock();
+          if (cancelled || !ticket || ticket->settled()) return;
+          if (heard_from && heard_from()) {
+            if (!arm_timeout(ticket, std::move(close), std::move(heard_from)) && ticket->settle())
+              done(nullptr);  // stopping
+            return;
+          }
+          if (!ticket->settle()) return;
+          done(&gate_counts::timed_out);
+          log_.warn(
+              "closing the connection from {}: no hello within {} ms "
+              "(BYTEPS_HELLO_TIMEOUT_MS); a peer of this job says hello "
+              "at once",
+              ticket->peer(), timeout_.count());
+          close();
+        });
+  }
 
   static long long waited_ms(const waiting& w) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -149,11 +149,13 @@ class node {
   void start() {
     cfg_.validate();
     names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
-    control_.on_failure([this](const std::string& why) { fail(why); });
     server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
       engines_.push_back(std::make_unique<engine>(cfg_, *pool_));
+    // After the engines: fail() runs on the control link's thread and walks them, and taking
+    // the failure's lock here orders their creation before it (ThreadSanitizer saw it racing).
+    control_.on_failure([this](const std::string& why) { fail(why); });
     const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
