@@ -66,25 +66,43 @@ emulated_verbs::mr* emulated_verbs::reg_mr(device* d, std::span<std::byte> memor
   auto& s = net_->impl();
   std::lock_guard lock(s.mu);
   if (memory.empty()) s.violate("ibv_reg_mr of an empty range");
+  constexpr unsigned known = verbs::local_write | verbs::remote_write | verbs::remote_read;
+  if (access & ~known)
+    s.violate(fmt::format("ibv_reg_mr on {} with unknown access bits {:#x}", d->name, access & ~known));
+  // As ibv_reg_mr: a NIC may write a remote peer's bytes only where it may write locally.
+  if ((access & verbs::remote_write) && !(access & verbs::local_write))
+    s.violate(fmt::format(
+        "ibv_reg_mr of {} bytes on {} with remote write but without local write: Invalid "
+        "argument (EINVAL); ask for IBV_ACCESS_LOCAL_WRITE with IBV_ACCESS_REMOTE_WRITE",
+        memory.size(), d->name));
   if (s.memlock && s.pinned + memory.size() > *s.memlock)
     throw communicator_error(fmt::format(
         "rdma: ibv_reg_mr of {} bytes on {} failed: Cannot allocate memory (the locked-memory "
         "limit is too low: raise RLIMIT_MEMLOCK, e.g. `ulimit -l unlimited`)",
         memory.size(), d->name));
-  auto* m = new mr{d, memory.data(), memory.size(), access | verbs::local_write, s.next_key++};
-  if (access & verbs::remote_write) m->access |= verbs::local_write;
-  s.regions[m->key] = m;
+  // Exactly the access asked for: nothing added, so a missing flag shows at its first use.
+  auto* m = new mr{d, memory.data(), memory.size(), access, s.next_lkey++, s.next_rkey++, 0};
+  s.lkeys[m->lkey] = m;
+  s.rkeys[m->rkey] = m;
   s.pinned += memory.size();
   ++d->regions;
   ++s.live;
   return m;
 }
-std::uint32_t emulated_verbs::lkey(mr* m) { return m->key; }
-std::uint32_t emulated_verbs::rkey(mr* m) { return m->key; }
+std::uint32_t emulated_verbs::lkey(mr* m) { return m->lkey; }
+std::uint32_t emulated_verbs::rkey(mr* m) { return m->rkey; }
 void emulated_verbs::dereg_mr(mr* m) {
   auto& s = net_->impl();
   std::lock_guard lock(s.mu);
-  s.regions.erase(m->key);
+  // A NIC still reading or writing the region would fault: refuse, as the kernel does (EBUSY).
+  if (m->in_use > 0)
+    s.violate(fmt::format(
+        "ibv_dereg_mr of the {}-byte region (lkey {:#x}, rkey {:#x}) on {} with {} posted work "
+        "request(s) still using it: Device or resource busy (EBUSY); reap their completions or "
+        "destroy the queue pair first",
+        m->length, m->lkey, m->rkey, m->dev->name, m->in_use));
+  s.lkeys.erase(m->lkey);
+  s.rkeys.erase(m->rkey);
   s.pinned -= m->length;
   --m->dev->regions;
   --s.live;
@@ -234,8 +252,15 @@ void emulated_verbs::destroy_qp(cm_id* id) {
   std::lock_guard lock(s.mu);
   auto* qp = id->qp;
   if (!qp) return;
+  // Its work requests are gone with it (as in verbs, without completions): their buffers are
+  // free again, and entries already completed no longer name the pair.
   for (auto& e : qp->cq->entries)
-    if (e.qp == qp) e.qp = nullptr;
+    if (e.qp == qp) {
+      e.qp = nullptr;
+      s.release(e.hold);
+    }
+  for (auto& p : qp->sends) s.release(p.hold);
+  for (auto& r : qp->recvs) s.release(r.second);
   --qp->cq->qps;
   s.qps.erase(qp);
   id->qp = nullptr;

@@ -1,10 +1,12 @@
-// The emulation's data path: work requests carried out when posted, completions, the queue
-// pair's error state, and the faults (emulated_verbs.hpp says what is modelled).
+// The emulation's data path: work requests checked when posted and carried out later by the
+// fabric's progress thread (the NIC), completions, the queue pair's error state, and the faults
+// (emulated_verbs.hpp says what is modelled).
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -43,25 +45,77 @@ void state::notify(ev::cq* q) {
   signal_fd(q->channel->efd);
 }
 
-void state::push_completion(queue_pair* qp, verbs::work_completion wc, bool is_send) {
+std::uint64_t checksum(const std::byte* p, std::size_t n) {
+  // FNV-1a over 8-byte words: cheap enough to run over every send twice, and each step is a
+  // bijection of the word, so any one changed word changes the sum.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; ++i) h = (h ^ std::to_integer<std::uint64_t>(p[i])) * 0x100000001b3ull;
+  return h ^ n;
+}
+
+void state::release(buffer_hold& h) {
+  if (h.region) --h.region->in_use;
+  h.region = nullptr;
+}
+
+// The NIC's own write into bytes a send still holds is not the caller's doing. Once the NIC
+// has read the send (its entry is in a queue), the new bytes are its new baseline: the emulation
+// has no retransmission that would read them again. Before that, the send would carry them:
+// the check at the NIC's read reports it, naming the peer's write.
+void state::landed(const std::byte* p, std::size_t n) {
+  auto overlaps = [&](const buffer_hold& h) {
+    return h.region && h.checked && p < h.addr + h.length && h.addr < p + n;
+  };
+  for (auto* q : cqs)
+    for (auto& e : q->entries)
+      if (overlaps(e.hold)) e.hold.sum = checksum(e.hold.addr, e.hold.length);
+  for (auto* qp : qps)
+    for (auto& w : qp->sends)
+      if (overlaps(w.hold)) w.hold.peer_wrote = true;
+}
+
+void state::push_completion(queue_pair* qp, verbs::work_completion wc, bool is_send,
+                            buffer_hold hold) {
   auto* q = qp->cq;
-  if (q->entries.size() >= q->capacity)
-    violate(fmt::format("completion queue overrun ({} entries) on the {}", q->capacity,
-                        describe(qp->id)));
+  if (q->entries.size() >= q->capacity) {
+    // Found by the NIC, not at a call: recorded, and the pair fails as on a CQ error.
+    violations.push_back(fmt::format(
+        "completion queue overrun ({} entries) on the {}: size the queue for every work "
+        "request that can be outstanding on it",
+        q->capacity, describe(qp->id)));
+    release(hold);
+    to_error(qp);
+    return;
+  }
   auto visible = clock::now();
   for (const auto& s : slows)
     if (matches(s.e, qp->id)) visible += s.delay;
-  q->entries.push_back({wc, visible, qp, is_send});
+  q->entries.push_back({wc, visible, qp, is_send, hold});
   if (q->armed && visible <= clock::now()) notify(q);
 }
 
 void state::to_error(queue_pair* qp) {
   if (qp->st == queue_pair::qp_state::error) return;
   qp->st = queue_pair::qp_state::error;
+  // Sends not yet carried out flush in order; their buffers stay the NIC's until reaped.
+  while (!qp->sends.empty()) {
+    auto p = std::move(qp->sends.front());
+    qp->sends.pop_front();
+    const auto op = p.wr.opcode == verbs::send_opcode::write_with_imm ? verbs::wc_opcode::write
+                                                                      : verbs::wc_opcode::send;
+    push_completion(qp, {p.wr.wr_id, verbs::wc_status::flushed, op, 0, 0}, true, p.hold);
+  }
   while (!qp->recvs.empty()) {
-    auto r = qp->recvs.front();
+    auto [r, hold] = qp->recvs.front();
     qp->recvs.pop_front();
-    push_completion(qp, {r.wr_id, verbs::wc_status::flushed, verbs::wc_opcode::recv, 0, 0}, false);
+    push_completion(qp, {r.wr_id, verbs::wc_status::flushed, verbs::wc_opcode::recv, 0, 0},
+                    false, hold);
   }
 }
 
@@ -76,29 +130,51 @@ void state::tear_down(ev::cm_id* id) {
   }
 }
 
-void state::start_ticker() {
-  if (ticker.joinable()) return;
-  ticker = std::thread([this] {
-    std::unique_lock lock(mu);
-    while (!stopping) {
-      ticker_cv.wait_for(lock, std::chrono::milliseconds(1));
-      const auto now = clock::now();
-      for (auto* q : cqs)
-        if (q->armed && !q->entries.empty() && q->entries.front().visible <= now) notify(q);
+void state::run_engine() {
+  std::unique_lock lock(mu);
+  std::vector<queue_pair*> due;
+  while (!stopping) {
+    const auto now = clock::now();
+    // Bounded: a slow peer's completions and `stopping` are looked at even when nobody posts.
+    auto wake = now + std::chrono::milliseconds(20);
+    due.clear();
+    for (auto* qp : qps) {
+      if (qp->sends.empty()) continue;
+      if (qp->sends.front().due <= now)
+        due.push_back(qp);
+      else
+        wake = std::min(wake, qp->sends.front().due);
     }
-  });
+    for (auto* q : cqs) {
+      if (!q->armed || q->entries.empty()) continue;
+      if (q->entries.front().visible <= now)
+        notify(q);
+      else
+        wake = std::min(wake, q->entries.front().visible);
+    }
+    if (due.empty()) {
+      engine_cv.wait_until(lock, wake);
+      continue;
+    }
+    // Queue pairs overtake one another; each runs its own requests in order, one a round.
+    std::shuffle(due.begin(), due.end(), random);
+    for (auto* qp : due)
+      if (!qp->sends.empty()) carry_out(qp);  // the lock is held: no pair goes meanwhile
+  }
 }
 
 // ---- fabric ----
 
-fabric::fabric() : state_(std::make_unique<state>()) {}
+fabric::fabric() : state_(std::make_unique<state>()) {
+  state_->engine = std::thread([s = state_.get()] { s->run_engine(); });
+}
 fabric::~fabric() {
   {
     std::lock_guard lock(state_->mu);
     state_->stopping = true;
   }
-  state_->ticker_cv.notify_all();
-  if (state_->ticker.joinable()) state_->ticker.join();
+  state_->engine_cv.notify_all();
+  if (state_->engine.joinable()) state_->engine.join();
 }
 
 std::shared_ptr<fabric> fabric::shared_default() {
@@ -142,7 +218,13 @@ void fabric::disconnect_after(end e, int sends) {
 void fabric::slow(end e, std::chrono::milliseconds delay) {
   std::lock_guard lock(state_->mu);
   state_->slows.push_back({e, delay});
-  state_->start_ticker();
+  state_->engine_cv.notify_all();
+}
+void fabric::set_timing(timing t) {
+  std::lock_guard lock(state_->mu);
+  if (t.max < t.min) t.max = t.min;
+  state_->timing = t;
+  state_->random.seed(t.seed);
 }
 
 std::vector<std::string> fabric::violations() const {
@@ -167,28 +249,64 @@ std::uint64_t fabric::writes_posted(end e) const {
   auto it = state_->counts.find({e.port, static_cast<int>(e.which)});
   return it == state_->counts.end() ? 0 : it->second.second;
 }
+std::size_t fabric::work_in_flight() const {
+  std::lock_guard lock(state_->mu);
+  std::size_t n = 0;
+  for (auto* qp : state_->qps) n += qp->sends.size();
+  return n;
+}
+std::vector<fabric::region_info> fabric::regions() const {
+  std::lock_guard lock(state_->mu);
+  std::vector<region_info> out;
+  for (const auto& [key, m] : state_->lkeys) out.push_back({m->addr, m->length, m->access, m->lkey, m->rkey});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  return out;
+}
 
 // ---- the data path ----
 
 namespace {
 
-// The region `key` names, checked to cover [addr, addr + length) with `access`; or a violation.
-ev::mr* region_for(state& s, std::uint32_t key, const std::byte* addr, std::size_t length,
-                   unsigned access, const char* what, const ev::cm_id* id) {
-  auto it = s.regions.find(key);
-  if (it == s.regions.end())
-    s.violate(fmt::format("{} with key {:#x}, which names no registered region ({})", what, key,
-                          s.describe(id)));
+const char* access_name(unsigned access) {
+  return access & verbs::remote_write ? "remote write" : "local write";
+}
+
+// Why key (an lkey when `remote` is false, else an rkey) does not cover [addr, addr + length)
+// with `access`, or "" when it does (then *out is its region).
+std::string check_region(state& s, bool remote, std::uint32_t key, const std::byte* addr,
+                         std::size_t length, unsigned access, const char* what,
+                         const ev::cm_id* id, ev::mr** out) {
+  const auto& table = remote ? s.rkeys : s.lkeys;
+  const auto& other = remote ? s.lkeys : s.rkeys;
+  auto it = table.find(key);
+  if (it == table.end())
+    return fmt::format("{} with {} {:#x}, which names no registered region{} ({})", what,
+                       remote ? "rkey" : "lkey", key,
+                       other.count(key) ? fmt::format(" (it is an {}: the wrong key of the region)",
+                                                      remote ? "lkey" : "rkey")
+                                        : "",
+                       s.describe(id));
   auto* m = it->second;
   if (addr < m->addr || addr + length > m->addr + m->length)
-    s.violate(fmt::format("{} of {} bytes at offset {} of a {}-byte region (key {:#x}): outside it "
-                          "({})",
-                          what, length, addr - m->addr, m->length, key, s.describe(id)));
+    return fmt::format("{} of {} bytes at offset {} of a {}-byte region ({} {:#x}): outside it ({})",
+                       what, length, addr - m->addr, m->length, remote ? "rkey" : "lkey", key,
+                       s.describe(id));
   if ((m->access & access) != access)
-    s.violate(fmt::format("{} into a region without {} access (key {:#x}, {})", what,
-                          access & verbs::remote_write ? "remote write" : "local write", key,
-                          s.describe(id)));
-  return m;
+    return fmt::format("{} into a region without {} access ({} {:#x}, registered with access "
+                       "{:#x}; register it with the access it is used for) ({})",
+                       what, access_name(access), remote ? "rkey" : "lkey", key, m->access,
+                       s.describe(id));
+  if (out) *out = m;
+  return {};
+}
+
+std::string changed_buffer(const state& s, const buffer_hold& h, std::uint64_t wr_id,
+                           const char* when, const ev::cm_id* id) {
+  return fmt::format("the send buffer of work request {:#x} ({} bytes at offset {} of the region "
+                     "with lkey {:#x}) changed between ibv_post_send and {} ({}): it belongs to "
+                     "the NIC until its completion is reaped",
+                     wr_id, h.length, h.addr - h.region->addr, h.region->lkey, when,
+                     s.describe(id));
 }
 
 }  // namespace
@@ -201,14 +319,21 @@ void emulated_verbs::post_recv(cm_id* id, const verbs::recv_wr& wr) {
   if (qp->recvs.size() >= qp->caps.recv_depth)
     s.violate(fmt::format("ibv_post_recv past the receive queue's depth {} ({})",
                           qp->caps.recv_depth, s.describe(id)));
-  region_for(s, wr.local.lkey, wr.local.addr, wr.local.length, verbs::local_write,
-             "a receive buffer", id);
+  ev::mr* m = nullptr;
+  if (auto why = check_region(s, false, wr.local.lkey, wr.local.addr, wr.local.length,
+                              verbs::local_write, "a receive buffer", id, &m);
+      !why.empty())
+    s.violate(why);
+  // The NIC owns it now: whoever reads it before its completion reads poison, not old bytes.
+  if (wr.local.length) std::memset(wr.local.addr, 0xa5, wr.local.length);
+  ++m->in_use;
+  buffer_hold hold{m, wr.local.addr, wr.local.length, 0, false};
   if (qp->st == queue_pair::qp_state::error) {
     s.push_completion(qp, {wr.wr_id, verbs::wc_status::flushed, verbs::wc_opcode::recv, 0, 0},
-                      false);
+                      false, hold);
     return;
   }
-  qp->recvs.push_back(wr);
+  qp->recvs.emplace_back(wr, hold);
 }
 
 void emulated_verbs::post_send(cm_id* id, const verbs::send_wr& wr) {
@@ -224,60 +349,138 @@ void emulated_verbs::post_send(cm_id* id, const verbs::send_wr& wr) {
                           s.describe(id)));
   const bool is_write = wr.opcode == verbs::send_opcode::write_with_imm;
   const auto done_op = is_write ? verbs::wc_opcode::write : verbs::wc_opcode::send;
+  ev::mr* local = nullptr;
   if (wr.local.length > 0)
-    region_for(s, wr.local.lkey, wr.local.addr, wr.local.length, 0, "a send's local buffer", id);
+    if (auto why = check_region(s, false, wr.local.lkey, wr.local.addr, wr.local.length, 0,
+                                "a send's local buffer", id, &local);
+        !why.empty())
+      s.violate(why);
+
+  // What the peer will make of it, checked now so the caller's call throws: each request ahead
+  // of it on this pair consumes one of the peer's receives first. (With credits, as in the
+  // transport, a receive is posted before the sender may count on it, so this is exact.)
+  auto* peer = id->peer ? id->peer->qp : nullptr;
+  if (qp->st == queue_pair::qp_state::rts && peer && peer->st == queue_pair::qp_state::rts &&
+      id->connected) {
+    const auto ahead = qp->sends.size();
+    if (peer->recvs.size() <= ahead)
+      s.violate(fmt::format("{} with no receive posted at the peer (receiver not ready; credits "
+                            "should have prevented it) ({})",
+                            is_write ? "a WRITE WITH IMMEDIATE" : "a SEND", s.describe(id)));
+    const auto& r = peer->recvs[ahead].first;
+    if (!is_write && wr.local.length > r.local.length)
+      s.violate(fmt::format("a SEND of {} bytes into a receive of {} ({})", wr.local.length,
+                            r.local.length, s.describe(id)));
+    if (is_write) {
+      ev::mr* m = nullptr;
+      if (auto why = check_region(s, true, wr.rkey, reinterpret_cast<const std::byte*>(wr.remote_addr),
+                                  wr.local.length, verbs::remote_write, "a WRITE WITH IMMEDIATE",
+                                  id, &m);
+          !why.empty())
+        s.violate(why);
+      if (m->dev != peer->dev)
+        s.violate(fmt::format("a WRITE with an rkey of another device ({})", s.describe(id)));
+    }
+  }
+
+  buffer_hold hold;
+  if (local) {
+    hold = {local, wr.local.addr, wr.local.length, checksum(wr.local.addr, wr.local.length), true};
+    ++local->in_use;
+  }
   ++qp->sq_used;
   auto& count = s.counts[{id->where.port, static_cast<int>(id->where.which)}];
   ++(is_write ? count.second : count.first);
   if (qp->st == queue_pair::qp_state::error)
-    return s.push_completion(qp, {wr.wr_id, verbs::wc_status::flushed, done_op, 0, 0}, true);
+    return s.push_completion(qp, {wr.wr_id, verbs::wc_status::flushed, done_op, 0, 0}, true, hold);
 
-  for (auto it = s.send_faults.begin(); it != s.send_faults.end(); ++it) {
-    if (!state::matches(it->e, id)) continue;
+  const auto span = s.timing.max - s.timing.min;
+  const auto delay = s.timing.min + std::chrono::microseconds(
+      span.count() > 0 ? static_cast<std::int64_t>(s.random() % static_cast<std::uint64_t>(span.count() + 1)) : 0);
+  qp->sends.push_back({wr, clock::now() + delay, hold});
+  s.engine_cv.notify_one();
+}
+
+// On the progress thread, under the lock: what the NIC does with the oldest posted send of qp.
+// A broken rule found here has no caller to throw to: it is recorded, and the request fails.
+void state::carry_out(queue_pair* qp) {
+  auto p = std::move(qp->sends.front());
+  qp->sends.pop_front();
+  const auto& wr = p.wr;
+  auto* id = qp->id;
+  const bool is_write = wr.opcode == verbs::send_opcode::write_with_imm;
+  const auto done_op = is_write ? verbs::wc_opcode::write : verbs::wc_opcode::send;
+  auto fail = [&](verbs::wc_status status) {
+    push_completion(qp, {wr.wr_id, status, done_op, 0, 0}, true, p.hold);
+    to_error(qp);
+  };
+
+  // The NIC reads the buffer now: it must hold what was posted.
+  if (p.hold.region && checksum(p.hold.addr, p.hold.length) != p.hold.sum) {
+    violations.push_back(changed_buffer(*this, p.hold, wr.wr_id,
+                                        p.hold.peer_wrote ? "the NIC reading it (a peer's WRITE "
+                                                            "landed in it)"
+                                                          : "the NIC reading it",
+                                        id));
+    p.hold.checked = false;  // one report per request
+    return fail(verbs::wc_status::general_error);
+  }
+  for (auto it = send_faults.begin(); it != send_faults.end(); ++it) {
+    if (!matches(it->e, id)) continue;
     if (it->after-- > 0) continue;
     const auto status = it->status;
-    s.send_faults.erase(it);
-    s.push_completion(qp, {wr.wr_id, status, done_op, 0, 0}, true);
-    s.to_error(qp);
-    return;
+    send_faults.erase(it);
+    return fail(status);
   }
 
   auto* peer = id->peer ? id->peer->qp : nullptr;
-  if (!peer || peer->st != queue_pair::qp_state::rts || !id->connected) {
-    // The peer is gone or in error: RC retries, then gives up.
-    s.push_completion(qp, {wr.wr_id, verbs::wc_status::retry_exceeded, done_op, 0, 0}, true);
-    s.to_error(qp);
-    return;
+  if (!peer || peer->st != queue_pair::qp_state::rts || !id->connected)
+    return fail(verbs::wc_status::retry_exceeded);  // the peer is gone: RC retries, gives up
+  if (peer->recvs.empty()) {
+    violations.push_back(fmt::format("{} found no receive posted at the peer ({})",
+                                     is_write ? "a WRITE WITH IMMEDIATE" : "a SEND", describe(id)));
+    return fail(verbs::wc_status::rnr_retry_exceeded);
   }
-  if (peer->recvs.empty())
-    s.violate(fmt::format("{} with no receive posted at the peer (receiver not ready; credits "
-                          "should have prevented it) ({})",
-                          is_write ? "a WRITE WITH IMMEDIATE" : "a SEND", s.describe(id)));
-  auto r = peer->recvs.front();
+  auto& [r, r_hold] = peer->recvs.front();
   verbs::work_completion arrived{r.wr_id, verbs::wc_status::success, verbs::wc_opcode::recv,
                                  wr.local.length, 0};
   if (is_write) {
-    auto* m = region_for(s, wr.rkey, reinterpret_cast<std::byte*>(wr.remote_addr),
-                         wr.local.length, verbs::remote_write, "a WRITE WITH IMMEDIATE", id);
-    if (m->dev != peer->dev)
-      s.violate(fmt::format("a WRITE with an rkey of another device ({})", s.describe(id)));
-    if (wr.local.length) std::memmove(reinterpret_cast<std::byte*>(wr.remote_addr), wr.local.addr, wr.local.length);
+    // Checked at the post too; a region deregistered since then shows here.
+    ev::mr* m = nullptr;
+    auto why = check_region(*this, true, wr.rkey, reinterpret_cast<const std::byte*>(wr.remote_addr),
+                            wr.local.length, verbs::remote_write, "a WRITE WITH IMMEDIATE", id, &m);
+    if (why.empty() && m->dev != peer->dev) why = "a WRITE with an rkey of another device";
+    if (!why.empty()) {
+      violations.push_back(why + " (found when the NIC carried it out)");
+      return fail(verbs::wc_status::remote_access_error);
+    }
+    if (wr.local.length) {
+      std::memmove(reinterpret_cast<std::byte*>(wr.remote_addr), wr.local.addr, wr.local.length);
+      landed(reinterpret_cast<const std::byte*>(wr.remote_addr), wr.local.length);
+    }
     arrived.opcode = verbs::wc_opcode::recv_with_imm;
     arrived.imm = wr.imm;
   } else {
-    if (wr.local.length > r.local.length)
-      s.violate(fmt::format("a SEND of {} bytes into a receive of {} ({})", wr.local.length,
-                            r.local.length, s.describe(id)));
-    if (wr.local.length) std::memcpy(r.local.addr, wr.local.addr, wr.local.length);
+    if (wr.local.length > r.local.length) {
+      violations.push_back(fmt::format("a SEND of {} bytes into a receive of {} ({})",
+                                       wr.local.length, r.local.length, describe(id)));
+      return fail(verbs::wc_status::remote_operation_error);
+    }
+    if (wr.local.length) {
+      std::memcpy(r.local.addr, wr.local.addr, wr.local.length);
+      landed(r.local.addr, wr.local.length);
+    }
   }
+  const auto consumed = r_hold;
   peer->recvs.pop_front();
-  s.push_completion(peer, arrived, false);
-  s.push_completion(qp, {wr.wr_id, verbs::wc_status::success, done_op, wr.local.length, 0}, true);
+  push_completion(peer, arrived, false, consumed);
+  push_completion(qp, {wr.wr_id, verbs::wc_status::success, done_op, wr.local.length, 0}, true,
+                  p.hold);
 
-  for (auto it = s.cuts.begin(); it != s.cuts.end(); ++it) {
-    if (!state::matches(it->e, id) || --it->sends > 0) continue;
-    s.cuts.erase(it);
-    s.tear_down(id);
+  for (auto it = cuts.begin(); it != cuts.end(); ++it) {
+    if (!matches(it->e, id) || --it->sends > 0) continue;
+    cuts.erase(it);
+    tear_down(id);
     break;
   }
 }
@@ -286,14 +489,22 @@ int emulated_verbs::poll_cq(cq* q, std::span<verbs::work_completion> out) {
   auto& s = net_->impl();
   std::lock_guard lock(s.mu);
   int n = 0;
+  std::string changed;
   const auto now = clock::now();
   while (n < static_cast<int>(out.size()) && !q->entries.empty() &&
          q->entries.front().visible <= now) {
     auto& e = q->entries.front();
     if (e.is_send && e.qp) --e.qp->sq_used;  // the slot frees when its completion is reaped
+    // Reaped: the caller may reuse the buffer from now on, not before.
+    if (e.hold.region && e.hold.checked && changed.empty() &&
+        checksum(e.hold.addr, e.hold.length) != e.hold.sum)
+      changed = changed_buffer(s, e.hold, e.wc.wr_id, "the reaping of its completion",
+                               e.qp ? e.qp->id : nullptr);
+    s.release(e.hold);
     out[n++] = e.wc;
     q->entries.pop_front();
   }
+  if (!changed.empty()) s.violate(changed);
   return n;
 }
 
@@ -301,6 +512,7 @@ void emulated_verbs::req_notify_cq(cq* q) {
   auto& s = net_->impl();
   std::lock_guard lock(s.mu);
   q->armed = true;  // as in verbs: only completions added from now on raise the event
+  s.engine_cv.notify_one();  // a slow peer's entry may become visible later
 }
 
 emulated_verbs::cq* emulated_verbs::get_cq_event(comp_channel* c) {

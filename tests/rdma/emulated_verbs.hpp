@@ -4,7 +4,9 @@
 // soft-RoCE). What it models:
 //
 // - devices with one port (MTU, RoCE GID table: index 0 RoCE v1, index 1 RoCE v2), protection
-//   domains, memory regions with lkey/rkey, access flags and bounds checks, RLIMIT_MEMLOCK;
+//   domains, memory regions with an lkey and an rkey (drawn from disjoint ranges, so one used as
+//   the other names no region), their access flags taken exactly as asked, bounds checks,
+//   RLIMIT_MEMLOCK;
 // - the RC queue pair's states (INIT at create, RTS once established, ERR on disconnect, flush
 //   or a failed work request), its send and receive depths, per-QP ordering;
 // - completion queues with their capacity, armed notification through a completion channel
@@ -14,14 +16,28 @@
 // - rdma_cm: listen, resolve address and route, connect request, accept, reject, established,
 //   disconnected, each as an event on the id's channel.
 //
-// Work requests are carried out when posted (the "wire" is a memcpy under the fabric's lock);
-// their completions are what the transport sees, on its own thread, as with a NIC.
+// Work requests run asynchronously, as on a NIC: posting checks the request and queues it; the
+// fabric's progress thread carries it out a random time later (`timing`), so the caller's
+// thread and the "wire" really overlap. Within a queue pair requests run and complete in the
+// order posted (RC guarantees it); across queue pairs they overtake one another. Completions
+// are what the transport sees, on its own thread, as with a NIC. Until its completion is reaped
+// by `poll_cq`, a work request owns its buffer: a send buffer is checksummed at the post and
+// checked when the NIC reads it and when its completion is reaped (a peer's WRITE landing there
+// after the NIC read it is the NIC's doing, not the caller's, and is not counted: no
+// retransmission is modelled that would read it again); a receive buffer is poisoned (0xa5) at
+// the post, so a caller that reads a slot it re-posted reads garbage.
 //
-// Strict: breaking a verbs rule (posting past a queue's depth, an sge outside its region, a
-// WRITE outside the rkey's region or without remote write, a SEND with no receive posted, a
-// SEND larger than the receive, a completion queue overrun, destroying what is still in use) is
-// a bug of the caller. The fabric records it (`violations()`) and throws `emu::violation` from
-// the call, so a test fails loudly even when the transport swallows the exception.
+// Strict: breaking a verbs rule is a bug of the caller. Posting past a queue's depth, an sge
+// outside its region or under a key that is not an lkey, a WRITE outside the rkey's region,
+// under a key that is not an rkey or without remote write, a receive into a region without
+// local write, a SEND with no receive posted or larger than it, registering remote write
+// without local write, destroying what is still in use, deregistering a region that posted
+// work still uses (EBUSY): each is caught at the call, recorded (`violations()`) and thrown
+// as `emu::violation`, so a test fails loudly even when the transport swallows the exception.
+// What only shows later (a completion queue overrun, a send buffer changed before its
+// completion was reaped, a region deregistered under a WRITE in flight) is recorded when it
+// happens; the work request then fails (its queue pair goes to the error state) or, for a
+// changed buffer found at reaping, `poll_cq` throws.
 //
 // Faults, injected per connection end (`end`: the listener's port and which side):
 // a failed completion, a flushed queue pair, a rejected or unreachable connect, a disconnect
@@ -79,6 +95,16 @@ class fabric {
   void set_memlock_limit(std::optional<std::size_t> bytes);  ///< default unlimited
   void set_mtu(std::uint32_t bytes);                           ///< default 4096
 
+  /// When the emulated NIC carries out a posted work request: a delay drawn uniformly from
+  /// [min, max] after the post (but never before the requests posted before it on its queue
+  /// pair), from a generator seeded with `seed`.
+  struct timing {
+    std::chrono::microseconds min{0};
+    std::chrono::microseconds max{200};
+    std::uint64_t seed = 1;
+  };
+  void set_timing(timing t);  ///< default {0, 200 us, 1}
+
   // Faults. Each applies to connections made after or before it alike, while it lasts.
   /// The `after`+1-th next send work request on `e` completes with `status` and the queue pair
   /// goes to the error state (what follows is flushed).
@@ -101,6 +127,16 @@ class fabric {
   std::size_t live_objects() const;      ///< ids, queue pairs, queues, regions, channels, devices
   std::uint64_t sends_posted(end e) const;
   std::uint64_t writes_posted(end e) const;
+  /// Work requests posted and not yet carried out by the NIC, on every queue pair.
+  std::size_t work_in_flight() const;
+  /// One registered region, as `ibv_reg_mr` returned it.
+  struct region_info {
+    const std::byte* addr = nullptr;
+    std::size_t length = 0;
+    unsigned access = 0;  ///< verbs::access flags, exactly as registered
+    std::uint32_t lkey = 0, rkey = 0;
+  };
+  std::vector<region_info> regions() const;  ///< the regions registered now, by address
 
   state& impl() { return *state_; }
 

@@ -1,8 +1,11 @@
 // The emulation itself: each verbs rule it enforces fails loudly (a violation, recorded), each
 // fault it injects shows as verbs would show it, and correct use moves exact bytes. The
 // transport's tests rely on these, so they are checked here first, through the policy alone.
+// Work is carried out by the fabric's progress thread after the post, so the tests wait for
+// completions and events (each wait 5 s at most).
 #include "emulated_verbs.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -33,7 +36,8 @@ struct connected_pair {
   emulated_verbs::mr* mr_b = nullptr;
   std::uint16_t port = 0;
 
-  explicit connected_pair(int cq_depth = 16, std::uint32_t depth = 4) {
+  explicit connected_pair(int cq_depth = 16, std::uint32_t depth = 4, fabric::timing t = {}) {
+    net->set_timing(t);
     cq_a = v.create_cq(dev, cc, cq_depth);
     cq_b = v.create_cq(dev, cc, cq_depth);
     mr_a = v.reg_mr(dev, mem_a, verbs::local_write | verbs::remote_write);
@@ -56,8 +60,27 @@ struct connected_pair {
     REQUIRE(next().type == verbs::cm_event_type::established);
     REQUIRE(next().type == verbs::cm_event_type::established);
   }
+  // A second connection to the same listener, its pairs on the same queues as the first.
+  emulated_verbs::cm_id* a2 = nullptr;
+  emulated_verbs::cm_id* b2 = nullptr;
+  void connect_second(std::uint32_t depth) {
+    a2 = v.create_id(ch, nullptr);
+    v.resolve_addr(a2, "127.0.0.1", port, 100ms);
+    REQUIRE(next().type == verbs::cm_event_type::addr_resolved);
+    v.resolve_route(a2, 100ms);
+    REQUIRE(next().type == verbs::cm_event_type::route_resolved);
+    v.create_qp(a2, dev, cq_a, {depth, depth});
+    v.connect(a2, {});
+    auto req = next();
+    REQUIRE(req.type == verbs::cm_event_type::connect_request);
+    b2 = req.id;
+    v.create_qp(b2, dev, cq_b, {depth, depth});
+    v.accept(b2, {});
+    REQUIRE(next().type == verbs::cm_event_type::established);
+    REQUIRE(next().type == verbs::cm_event_type::established);
+  }
   ~connected_pair() {
-    for (auto* id : {a, b})
+    for (auto* id : {a2, b2, a, b})
       if (id) {
         v.destroy_qp(id);
         v.destroy_id(id);
@@ -71,8 +94,14 @@ struct connected_pair {
     v.destroy_event_channel(ch);
     v.close_device(dev);
   }
+  // The next connection-manager event, waited for: some follow work the NIC carries out later.
   verbs::cm_event<emulated_verbs::cm_id> next() {
+    const auto until = std::chrono::steady_clock::now() + 5s;
     auto e = v.get_cm_event(ch);
+    while (!e && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(100us);
+      e = v.get_cm_event(ch);
+    }
     REQUIRE(e.has_value());
     return *e;
   }
@@ -87,7 +116,34 @@ struct connected_pair {
     out.resize(static_cast<std::size_t>(v.poll_cq(q, out)));
     return out;
   }
+  // Polls until `n` completions came (or 5 s passed): what came.
+  std::vector<verbs::work_completion> poll_n(emulated_verbs::cq* q, std::size_t n) {
+    std::vector<verbs::work_completion> got;
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (got.size() < n && std::chrono::steady_clock::now() < until) {
+      auto more = poll(q);
+      if (more.empty()) std::this_thread::sleep_for(100us);
+      got.insert(got.end(), more.begin(), more.end());
+    }
+    return got;
+  }
+  // Waits (5 s at most) until the NIC carried out everything posted; whether it did.
+  bool settle() {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (net->work_in_flight() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(100us);
+    return net->work_in_flight() == 0;
+  }
 };
+
+// Waits (5 s at most) until `net` recorded a violation; the first one, or "".
+std::string first_violation(fabric& net) {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (net.violations().empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(100us);
+  auto v = net.violations();
+  return v.empty() ? std::string() : v.front();
+}
 
 }  // namespace
 
@@ -98,7 +154,7 @@ TEST_CASE("emulated verbs: SEND lands in the next posted receive, in order, exac
   p.post_recv_b(8, 100, 100);
   p.send_a(1, 0, 4);
   p.send_a(2, 4, 6);
-  auto rx = p.poll(p.cq_b);
+  auto rx = p.poll_n(p.cq_b, 2);
   REQUIRE(rx.size() == 2);
   CHECK(rx[0].wr_id == 7);
   CHECK(rx[0].byte_len == 4);
@@ -106,7 +162,7 @@ TEST_CASE("emulated verbs: SEND lands in the next posted receive, in order, exac
   CHECK(rx[1].byte_len == 6);
   CHECK(std::memcmp(p.mem_b.data(), p.mem_a.data(), 4) == 0);
   CHECK(std::memcmp(p.mem_b.data() + 100, p.mem_a.data() + 4, 6) == 0);
-  auto tx = p.poll(p.cq_a);
+  auto tx = p.poll_n(p.cq_a, 2);
   REQUIRE(tx.size() == 2);
   CHECK((tx[0].wr_id == 1 && tx[1].wr_id == 2));
   CHECK(tx[0].status == verbs::wc_status::success);
@@ -119,7 +175,7 @@ TEST_CASE("emulated verbs: WRITE WITH IMMEDIATE places bytes at the rkey's addre
   p.post_recv_b(9, 0, 0 + 16);
   p.v.post_send(p.a, {3, verbs::send_opcode::write_with_imm, {p.mem_a.data(), 64, p.v.lkey(p.mr_a)},
                       reinterpret_cast<std::uint64_t>(p.mem_b.data() + 512), p.v.rkey(p.mr_b), 0xabcd});
-  auto rx = p.poll(p.cq_b);
+  auto rx = p.poll_n(p.cq_b, 1);
   REQUIRE(rx.size() == 1);
   CHECK(rx[0].opcode == verbs::wc_opcode::recv_with_imm);
   CHECK(rx[0].imm == 0xabcd);
@@ -168,8 +224,8 @@ TEST_CASE("emulated verbs: each broken rule is a violation, recorded", "[rdma][e
     p.send_a(1, 0, 1);
     p.send_a(2, 0, 1);
     CHECK_THROWS_WITH(p.send_a(3, 0, 1), Catch::Contains("past the send queue's depth 2"));
-    p.poll(p.cq_a);  // reaping the completions frees the slots
-    p.poll(p.cq_b);
+    CHECK(p.poll_n(p.cq_a, 2).size() == 2);  // reaping the completions frees the slots
+    CHECK(p.poll_n(p.cq_b, 2).size() == 2);
     p.post_recv_b(3, 0, 8);
     CHECK_NOTHROW(p.send_a(4, 0, 1));
   }
@@ -179,12 +235,13 @@ TEST_CASE("emulated verbs: each broken rule is a violation, recorded", "[rdma][e
     p.post_recv_b(2, 8, 8);
     CHECK_THROWS_WITH(p.post_recv_b(3, 16, 8), Catch::Contains("past the receive queue's depth 2"));
   }
-  SECTION("a completion queue overrun") {
+  SECTION("a completion queue overrun (found by the NIC, so recorded rather than thrown)") {
     connected_pair p(2, 4);
     for (int i = 0; i < 3; ++i) p.post_recv_b(i, 8 * i, 8);
     p.send_a(1, 0, 1);
     p.send_a(2, 0, 1);
-    CHECK_THROWS_WITH(p.send_a(3, 0, 1), Catch::Contains("completion queue overrun"));
+    p.send_a(3, 0, 1);
+    CHECK_THAT(first_violation(*p.net), Catch::Contains("completion queue overrun (2 entries)"));
   }
   SECTION("a SEND before the connection is established") {
     connected_pair p;
@@ -213,6 +270,7 @@ TEST_CASE("emulated verbs: armed notification raises one channel event per arm",
   for (int i = 0; i < 2; ++i) p.post_recv_b(i, 8 * i, 8);
   p.send_a(1, 0, 1);
   p.send_a(2, 0, 1);
+  REQUIRE(p.settle());
   CHECK(p.v.get_cq_event(p.cc) == p.cq_b);
   CHECK(p.v.get_cq_event(p.cc) == nullptr);  // the second completion came after the event
   CHECK(p.poll(p.cq_b).size() == 2);
@@ -226,7 +284,7 @@ TEST_CASE("emulated verbs: injected faults show as verbs shows them", "[rdma][em
     p.send_a(1, 0, 1);
     p.send_a(2, 0, 1);
     p.send_a(3, 0, 1);
-    auto tx = p.poll(p.cq_a);
+    auto tx = p.poll_n(p.cq_a, 3);
     REQUIRE(tx.size() == 3);
     CHECK(tx[0].status == verbs::wc_status::success);
     CHECK(tx[1].status == verbs::wc_status::remote_operation_error);
@@ -251,7 +309,7 @@ TEST_CASE("emulated verbs: injected faults show as verbs shows them", "[rdma][em
     CHECK(p.next().type == verbs::cm_event_type::disconnected);
     CHECK(p.next().type == verbs::cm_event_type::disconnected);
     p.send_a(2, 0, 1);
-    auto tx = p.poll(p.cq_a);
+    auto tx = p.poll_n(p.cq_a, 2);
     REQUIRE(tx.size() == 2);
     CHECK(tx[1].status == verbs::wc_status::flushed);
   }
@@ -309,4 +367,171 @@ TEST_CASE("emulated verbs: RLIMIT_MEMLOCK bounds registration, and devices and R
   net->set_devices({});
   CHECK(v.device_names().empty());
   CHECK(net->live_objects() == 0);
+}
+
+TEST_CASE("emulated verbs: the lkey and the rkey differ, each refused where the other belongs", "[rdma][emulation][strict]") {
+  connected_pair p;
+  CHECK(p.v.lkey(p.mr_b) != p.v.rkey(p.mr_b));
+  p.post_recv_b(1, 0, 8);
+  SECTION("a WRITE under the peer region's lkey (a transport that sent its lkey as the rkey)") {
+    CHECK_THROWS_WITH(
+        p.v.post_send(p.a, {3, verbs::send_opcode::write_with_imm, {p.mem_a.data(), 8, p.v.lkey(p.mr_a)},
+                            reinterpret_cast<std::uint64_t>(p.mem_b.data()), p.v.lkey(p.mr_b), 0}),
+        Catch::Contains("which names no registered region (it is an lkey"));
+  }
+  SECTION("a send's sge under its region's rkey") {
+    CHECK_THROWS_WITH(
+        p.v.post_send(p.a, {3, verbs::send_opcode::send, {p.mem_a.data(), 8, p.v.rkey(p.mr_a)}}),
+        Catch::Contains("which names no registered region (it is an rkey"));
+  }
+  CHECK(p.net->violations().size() == 1);
+}
+
+TEST_CASE("emulated verbs: access flags are taken exactly as asked, as by a NIC", "[rdma][emulation][strict]") {
+  connected_pair p;
+  std::vector<std::byte> mem(64);
+  SECTION("remote write without local write is EINVAL") {
+    CHECK_THROWS_WITH(p.v.reg_mr(p.dev, mem, verbs::remote_write),
+                      Catch::Contains("without local write: Invalid argument (EINVAL)"));
+  }
+  SECTION("nothing added: a region registered without local write takes no receive") {
+    auto* m = p.v.reg_mr(p.dev, mem, verbs::remote_read);
+    const auto regions = p.net->regions();
+    const auto it = std::find_if(regions.begin(), regions.end(),
+                                 [&](const auto& r) { return r.addr == mem.data(); });
+    REQUIRE(it != regions.end());
+    CHECK(it->access == verbs::remote_read);
+    CHECK_THROWS_WITH(p.v.post_recv(p.b, {1, {mem.data(), 8, p.v.lkey(m)}}),
+                      Catch::Contains("a receive buffer into a region without local write access"));
+    p.v.dereg_mr(m);
+  }
+  SECTION("a WRITE into a region registered with local write only") {
+    auto* m = p.v.reg_mr(p.dev, mem, verbs::local_write);
+    p.post_recv_b(1, 0, 8);
+    CHECK_THROWS_WITH(
+        p.v.post_send(p.a, {3, verbs::send_opcode::write_with_imm, {p.mem_a.data(), 8, p.v.lkey(p.mr_a)},
+                            reinterpret_cast<std::uint64_t>(mem.data()), p.v.rkey(m), 0}),
+        Catch::Contains("without remote write access"));
+    p.v.dereg_mr(m);
+  }
+  CHECK(p.net->violations().size() == 1);
+}
+
+TEST_CASE("emulated verbs: work completes later, in order on a queue pair, pairs overtaking each other", "[rdma][emulation][strict]") {
+  SECTION("not before its delay") {
+    connected_pair p(16, 4, {200ms, 200ms, 1});
+    p.post_recv_b(1, 0, 8);
+    const auto before = std::chrono::steady_clock::now();
+    p.send_a(1, 0, 8);
+    CHECK(p.net->work_in_flight() == 1);
+    auto rx = p.poll_n(p.cq_b, 1);
+    CHECK(std::chrono::steady_clock::now() - before >= 200ms);
+    REQUIRE(rx.size() == 1);
+  }
+  SECTION("two pairs, 20 sends each, posted alternately") {
+    constexpr int n = 20;
+    connected_pair p(4 * n, n, {0us, 2000us, 7});
+    p.connect_second(n);
+    for (int i = 0; i < n; ++i) {
+      p.v.post_recv(p.b, {static_cast<std::uint64_t>(i), {p.mem_b.data() + 8 * i, 8, p.v.lkey(p.mr_b)}});
+      p.v.post_recv(p.b2, {static_cast<std::uint64_t>(i), {p.mem_b.data() + 512 + 8 * i, 8, p.v.lkey(p.mr_b)}});
+    }
+    for (int i = 0; i < n; ++i) {
+      p.v.post_send(p.a, {100u + i, verbs::send_opcode::send, {p.mem_a.data(), 1, p.v.lkey(p.mr_a)}});
+      p.v.post_send(p.a2, {200u + i, verbs::send_opcode::send, {p.mem_a.data(), 1, p.v.lkey(p.mr_a)}});
+    }
+    auto tx = p.poll_n(p.cq_a, 2 * n);
+    REQUIRE(tx.size() == 2 * n);
+    std::vector<std::uint64_t> order, first, second;
+    for (const auto& wc : tx) {
+      order.push_back(wc.wr_id);
+      (wc.wr_id < 200 ? first : second).push_back(wc.wr_id);
+    }
+    CHECK(std::is_sorted(first.begin(), first.end()));    // RC: in order within a pair
+    CHECK(std::is_sorted(second.begin(), second.end()));
+    std::vector<std::uint64_t> as_posted;
+    for (int i = 0; i < n; ++i) {
+      as_posted.push_back(100u + i);
+      as_posted.push_back(200u + i);
+    }
+    CHECK(order != as_posted);  // across pairs the NIC's order is its own
+    CHECK(p.net->violations().empty());
+  }
+}
+
+TEST_CASE("emulated verbs: a send buffer changed before its completion was reaped is caught", "[rdma][emulation][strict]") {
+  SECTION("changed before the NIC read it: recorded, and the request fails") {
+    connected_pair p(16, 4, {200ms, 200ms, 1});
+    p.post_recv_b(1, 0, 8);
+    p.send_a(5, 0, 8);
+    p.mem_a[3] = std::byte{0x77};  // a transport that reused its send buffer at once
+    CHECK_THAT(first_violation(*p.net),
+               Catch::Contains("the send buffer of work request 0x5 (8 bytes at offset 0 of the "
+                               "region with lkey") &&
+                   Catch::Contains("changed between ibv_post_send and the NIC reading it"));
+    auto tx = p.poll_n(p.cq_a, 1);
+    REQUIRE(tx.size() == 1);
+    CHECK(tx[0].status == verbs::wc_status::general_error);
+  }
+  SECTION("changed after the NIC read it, before its completion was reaped: poll_cq throws") {
+    connected_pair p;
+    p.post_recv_b(1, 0, 8);
+    p.send_a(6, 16, 8);
+    REQUIRE(p.settle());
+    p.mem_a[20] = std::byte{0x77};
+    CHECK_THROWS_WITH(p.poll_n(p.cq_a, 1),
+                      Catch::Contains("changed between ibv_post_send and the reaping of its completion"));
+    CHECK(p.net->violations().size() == 1);
+  }
+  SECTION("changed after its completion was reaped: allowed") {
+    connected_pair p;
+    p.post_recv_b(1, 0, 8);
+    p.send_a(7, 0, 8);
+    CHECK(p.poll_n(p.cq_a, 1).size() == 1);
+    p.mem_a[3] = std::byte{0x77};
+    CHECK(p.poll_n(p.cq_b, 1).size() == 1);
+    CHECK(p.net->violations().empty());
+  }
+}
+
+TEST_CASE("emulated verbs: a receive buffer is the NIC's while posted (poisoned)", "[rdma][emulation][strict]") {
+  connected_pair p;
+  p.mem_b[0] = std::byte{1};
+  p.post_recv_b(1, 0, 8);
+  CHECK(p.mem_b[0] == std::byte{0xa5});  // a caller reading a posted slot reads no old message
+}
+
+TEST_CASE("emulated verbs: deregistering a region with work in flight is EBUSY", "[rdma][emulation][strict]") {
+  SECTION("a send not yet carried out") {
+    connected_pair p(16, 4, {200ms, 200ms, 1});
+    std::vector<std::byte> mem(64);
+    auto* m = p.v.reg_mr(p.dev, mem, 0);
+    p.post_recv_b(1, 0, 8);
+    p.v.post_send(p.a, {9, verbs::send_opcode::send, {mem.data(), 8, p.v.lkey(m)}});
+    CHECK_THROWS_WITH(p.v.dereg_mr(m),
+                      Catch::Contains("with 1 posted work request(s) still using it: Device or "
+                                      "resource busy (EBUSY)"));
+    CHECK(p.poll_n(p.cq_a, 1).size() == 1);  // reaped: the region is free
+    CHECK_NOTHROW(p.v.dereg_mr(m));
+  }
+  SECTION("a send carried out, its completion not reaped") {
+    connected_pair p;
+    std::vector<std::byte> mem(64);
+    auto* m = p.v.reg_mr(p.dev, mem, 0);
+    p.post_recv_b(1, 0, 8);
+    p.v.post_send(p.a, {9, verbs::send_opcode::send, {mem.data(), 8, p.v.lkey(m)}});
+    REQUIRE(p.settle());
+    CHECK_THROWS_WITH(p.v.dereg_mr(m), Catch::Contains("(EBUSY)"));
+    CHECK(p.poll_n(p.cq_a, 1).size() == 1);
+    CHECK_NOTHROW(p.v.dereg_mr(m));
+  }
+  SECTION("a posted receive, until its queue pair is destroyed") {
+    connected_pair p;
+    std::vector<std::byte> mem(64);
+    auto* m = p.v.reg_mr(p.dev, mem, verbs::local_write);
+    p.v.post_recv(p.b, {1, {mem.data(), 8, p.v.lkey(m)}});
+    CHECK_THROWS_WITH(p.v.dereg_mr(m), Catch::Contains("(EBUSY)"));
+    p.v.destroy_qp(p.b);  // its work requests go with it
+    CHECK_NOTHROW(p.v.dereg_mr(m));
+  }
 }
