@@ -7,6 +7,8 @@
 #include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "../cluster/cluster.hpp"
 #include "../cluster/run_cluster.hpp"
 #include "rdma_pair.hpp"
@@ -264,4 +266,21 @@ TEST_CASE(
   CHECK(sc.writes_staged == 0);
   CHECK(sc.forgotten == 0);
   CHECK(emu::fabric::shared_default()->violations().empty());
+}
+
+TEST_CASE("rdma registration: registered memory takes remote writes and allows no remote read",
+          "[rdma][registration]") {
+  // Nothing issues an RDMA READ: with remote read, any peer given the rkey could read the whole
+  // region (a trainer's gradients, a server's sums).
+  auto net = std::make_shared<emu::fabric>();
+  emu_rdma t(quiet_config(), emu_options(net));
+  std::vector<std::byte> arena(4096);
+  t.register_memory(arena);
+  const auto regions = net->regions();
+  const auto it = std::find_if(regions.begin(), regions.end(),
+                               [&](const auto& r) { return r.addr == arena.data(); });
+  REQUIRE(it != regions.end());
+  CHECK(it->access == (transport::verbs::local_write | transport::verbs::remote_write));
+  t.stop();
+  CHECK(net->violations().empty());
 }

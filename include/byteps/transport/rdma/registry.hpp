@@ -32,14 +32,17 @@ class rdma_registry {
   rdma_registry& operator=(const rdma_registry&) = delete;
   ~rdma_registry() { clear(); }
 
-  /// Registers `memory` once for local and remote access; a range already inside a registered
-  /// one costs nothing. Throws what `reg_mr` throws (a memlock limit names RLIMIT_MEMLOCK).
+  /// Registers `memory` once; a range already inside a registered one costs nothing. Throws
+  /// what `reg_mr` throws (a memlock limit names RLIMIT_MEMLOCK).
+  ///
+  /// Access: remote write (and the local write verbs requires with it), because peers write
+  /// frames straight into it; sending from it needs no flag. Not remote read: nothing issues an
+  /// RDMA READ, and with it any peer given the rkey could read the whole region.
   void add(std::span<std::byte> memory) {
     if (memory.empty()) return;
     std::lock_guard lock(mu_);
     if (find(memory.data(), memory.size())) return;
-    auto* mr = v_.reg_mr(dev_, memory,
-                         verbs::local_write | verbs::remote_write | verbs::remote_read);
+    auto* mr = v_.reg_mr(dev_, memory, verbs::local_write | verbs::remote_write);
     ranges_[address(memory.data())] = {address(memory.data()) + memory.size(), mr};
   }
 

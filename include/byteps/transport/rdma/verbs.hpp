@@ -32,11 +32,13 @@
 
 namespace bps::transport::verbs {
 
-/// `ibv_access_flags` that matter here (the values are ours; backends map them).
+/// `ibv_access_flags` that matter here (the values are ours; backends map them one to one and
+/// add nothing). Local reads (the source of a SEND or WRITE) need no flag; `remote_write`
+/// needs `local_write` with it (ibv_reg_mr fails with EINVAL otherwise).
 enum access : unsigned {
   local_write = 1,   ///< IBV_ACCESS_LOCAL_WRITE: receives may land here
   remote_write = 2,  ///< IBV_ACCESS_REMOTE_WRITE: a peer's RDMA WRITE may land here
-  remote_read = 4,   ///< IBV_ACCESS_REMOTE_READ
+  remote_read = 4,   ///< IBV_ACCESS_REMOTE_READ: a peer may read it (nothing here asks for it)
 };
 
 /// One scatter/gather element (`ibv_sge`).
@@ -206,7 +208,8 @@ concept RdmaVerbs =
       { v.open_device(std::string_view{}, int{}, int{}) } -> std::same_as<typename V::device*>;
       { v.port(dev) } -> std::same_as<transport::verbs::port_info>;
       v.close_device(dev);
-      // ibv_reg_mr on the device's protection domain; ibv_dereg_mr.
+      // ibv_reg_mr on the device's protection domain, with exactly `access`; ibv_dereg_mr,
+      // only once no posted work request uses the region any more.
       { v.reg_mr(dev, memory, access) } -> std::same_as<typename V::mr*>;
       { v.lkey(mr) } -> std::same_as<std::uint32_t>;
       { v.rkey(mr) } -> std::same_as<std::uint32_t>;
