@@ -437,7 +437,8 @@ void state::carry_out(queue_pair* qp) {
   if (!peer || peer->st != queue_pair::qp_state::rts || !id->connected)
     return fail(verbs::wc_status::retry_exceeded);  // the peer is gone: RC retries, gives up
   if (peer->recvs.empty()) {
-    violations.push_back(fmt::format("{} found no receive posted at the peer ({})",
+    violations.push_back(fmt::format("{} found no receive posted at the peer (receiver not "
+                                     "ready; credits should have prevented it) ({})",
                                      is_write ? "a WRITE WITH IMMEDIATE" : "a SEND", describe(id)));
     return fail(verbs::wc_status::rnr_retry_exceeded);
   }

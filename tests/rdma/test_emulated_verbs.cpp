@@ -6,11 +6,14 @@
 #include "emulated_verbs.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "emulated_state.hpp"  // the fabric's lock, for a write ordered with the NIC's read
 
 using namespace bps::test::emu;
 namespace verbs = bps::transport::verbs;
@@ -464,7 +467,12 @@ TEST_CASE("emulated verbs: a send buffer changed before its completion was reape
     connected_pair p(16, 4, {200ms, 200ms, 1});
     p.post_recv_b(1, 0, 8);
     p.send_a(5, 0, 8);
-    p.mem_a[3] = std::byte{0x77};  // a transport that reused its send buffer at once
+    {
+      // A transport that reused its send buffer at once. Under the fabric's lock so that
+      // ThreadSanitizer sees it ordered with the NIC's read: the checksum is what must catch it.
+      std::lock_guard lock(p.net->impl().mu);
+      p.mem_a[3] = std::byte{0x77};
+    }
     CHECK_THAT(first_violation(*p.net),
                Catch::Contains("the send buffer of work request 0x5 (8 bytes at offset 0 of the "
                                "region with lkey") &&
