@@ -1,10 +1,13 @@
 // The real transport over a deliberately broken verbs policy. Each break is one a transport
 // could make: its lkey advertised as the rkey, its slab registered for remote write without
-// local write, a send buffer written again before its completion was reaped. The emulation
+// local write, a send buffer written again before its completion was reaped, its slab
+// deregistered when the link closes rather than once its work drained. The emulation
 // must catch each with its named error (before it was strict it let each of them pass), and
 // the unbroken policy must move exact bytes with no violation.
 #include <byteps/transport/rdma/basic_rdma.hpp>
 #include <catch2/catch.hpp>
+
+#include <utility>
 
 #include "emulated_state.hpp"
 #include "rdma_pair.hpp"
@@ -14,7 +17,13 @@ using namespace bps::test;
 
 namespace {
 
-enum class breakage { none, lkey_as_rkey, slab_without_local_write, reuse_send_buffer };
+enum class breakage {
+  none,
+  lkey_as_rkey,
+  slab_without_local_write,
+  reuse_send_buffer,
+  dereg_slab_at_close
+};
 
 // emulated_verbs with one call broken as a transport might break it.
 class broken_verbs : public emu::emulated_verbs {
@@ -29,7 +38,18 @@ class broken_verbs : public emu::emulated_verbs {
   }
   mr* reg_mr(device* d, std::span<std::byte> memory, unsigned access) {
     if (broken_ == breakage::slab_without_local_write) access &= ~transport::verbs::local_write;
-    return emulated_verbs::reg_mr(d, memory, access);
+    auto* m = emulated_verbs::reg_mr(d, memory, access);
+    last_region_ = m;
+    return m;
+  }
+  void disconnect(cm_id* id) {
+    emulated_verbs::disconnect(id);
+    if (broken_ == breakage::dereg_slab_at_close && last_region_) {
+      // As a transport that frees its slab at close, with its receives still posted there.
+      // Refused (EBUSY), so the region stays for the transport's own release later.
+      auto* m = std::exchange(last_region_, nullptr);
+      emulated_verbs::dereg_mr(m);
+    }
   }
   void post_send(cm_id* id, const transport::verbs::send_wr& wr) {
     emulated_verbs::post_send(id, wr);
@@ -43,6 +63,7 @@ class broken_verbs : public emu::emulated_verbs {
 
  private:
   breakage broken_;
+  mr* last_region_ = nullptr;  // the progress thread's: the last link's slab
 };
 static_assert(RdmaVerbs<broken_verbs>);
 using broken_rdma = transport::basic_rdma<broken_verbs>;
@@ -117,4 +138,10 @@ TEST_CASE("rdma broken transport: its slab registered for remote write without l
 TEST_CASE("rdma broken transport: a send buffer written again before its completion was reaped", "[rdma][strict]") {
   CHECK_THAT(send_once(breakage::reuse_send_buffer, 100).first,
              Catch::Contains("changed between ibv_post_send and"));
+}
+
+TEST_CASE("rdma broken transport: its slab deregistered at close, with its receives posted", "[rdma][strict]") {
+  CHECK_THAT(send_once(breakage::dereg_slab_at_close, 100).first,
+             Catch::Contains("ibv_dereg_mr of the") &&
+                 Catch::Contains("still using it: Device or resource busy (EBUSY)"));
 }
