@@ -45,8 +45,12 @@ class BytepsConan(ConanFile):
     # BYTEPS_WITH_RDMA and BYTEPS_WITH_CUDA; off by default, as those libraries are not everywhere.
     # compiled: also build byteps::compiled (compiled mode), as the CMake build's
     # BYTEPS_BUILD_COMPILED; off by default, so the package stays headers only.
-    options = {"with_rdma": [True, False], "with_cuda": [True, False], "compiled": [True, False]}
-    default_options = {"with_rdma": False, "with_cuda": False, "compiled": False}
+    # with_torch: the libtorch plugin's component, byteps::torch (cmake/torch.cmake); libtorch is
+    # no ConanCenter package that matches Debian's, so it is linked by name from the system.
+    options = {"with_rdma": [True, False], "with_cuda": [True, False], "compiled": [True, False],
+               "with_torch": [True, False]}
+    default_options = {"with_rdma": False, "with_cuda": False, "compiled": False,
+                       "with_torch": False}
     exports_sources = "include/*", "src/*", "cmake/*", "CMakeLists.txt", "LICENSE*"
     no_copy_source = True
 
@@ -93,6 +97,7 @@ class BytepsConan(ConanFile):
                 tc.cache_variables[off] = False
             tc.cache_variables["BYTEPS_WITH_CUDA"] = "OFF"
             tc.cache_variables["BYTEPS_WITH_RDMA"] = "OFF"
+            tc.cache_variables["BYTEPS_WITH_TORCH"] = "OFF"
             tc.generate()
             CMakeDeps(self).generate()
 
@@ -155,6 +160,15 @@ class BytepsConan(ConanFile):
             cuda = self._component("cuda")
             cuda.requires = ["byteps"]
             cuda.system_libs = ["cudart", "nccl"]
+
+        # byteps::torch: the libtorch plugin (cmake/torch.cmake), headers over libtorch and c10,
+        # which must be on the linker's path and their headers on the include path (Debian's
+        # libtorch-dev puts both where the compiler looks, plus
+        # /usr/include/torch/csrc/api/include for the C++ frontend).
+        if self.options.with_torch:
+            torch = self._component("torch")
+            torch.requires = ["byteps"]
+            torch.system_libs = ["torch", "torch_cpu", "c10"]
 
     def _component(self, name):
         c = self.cpp_info.components[name]

@@ -19,6 +19,11 @@
 #   find_package(byteps CONFIG REQUIRED COMPONENTS compiled)
 #   target_link_libraries(app PRIVATE byteps::compiled)  # byteps + BYTEPS_COMPILED + libbyteps
 #
+# With Torch (BYTEPS_HAVE_TORCH) the package also has the component "torch", the libtorch plugin:
+#
+#   find_package(byteps CONFIG REQUIRED COMPONENTS torch)
+#   target_link_libraries(app PRIVATE byteps::torch)  # byteps/torch.hpp: byteps + libtorch
+#
 # With CUDA (BYTEPS_HAVE_CUDA) the package also has the component "cuda":
 #
 #   find_package(byteps CONFIG REQUIRED COMPONENTS cuda)
@@ -53,7 +58,7 @@ install(EXPORT byteps-targets
   DESTINATION "${BYTEPS_INSTALL_CMAKEDIR}"
   COMPONENT ${_byteps_install_component})
 
-# The compiled, cuda, rdma and tls components: each its own export set, loaded by the config only when a
+# The compiled, cuda, rdma, tls and torch components: each its own export set, loaded by the config only when a
 # consumer asks for it (and finds what it needs), so that such a build still serves consumers
 # without CUDA or rdma-core.
 set(_byteps_package_files)
@@ -80,6 +85,7 @@ _byteps_component(compiled "${BYTEPS_BUILD_COMPILED}")
 _byteps_component(rdma "${BYTEPS_HAVE_RDMA}")
 _byteps_component(tls "${BYTEPS_HAVE_TLS}")
 _byteps_component(cuda "${BYTEPS_HAVE_CUDA}")
+_byteps_component(torch "${BYTEPS_HAVE_TORCH}")
 if(BYTEPS_HAVE_RDMA)
   list(APPEND _byteps_package_files "${CMAKE_CURRENT_LIST_DIR}/FindRdmaCore.cmake")
 endif()

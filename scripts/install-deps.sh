@@ -22,7 +22,12 @@ build=(cmake ninja-build g++ make libasio-dev libfmt-dev libssl-dev)
 #   python3                        the hostile-client test and the Conan recipe's check
 #   gnuplot-nox                    byteps-trace plot in the timeline test
 #   slurm-wlm munge iproute2       a real Slurm, run in network namespaces (tests/deploy)
-test=(catch2 libibverbs-dev librdmacm-dev openssl python3 gnuplot-nox slurm-wlm munge iproute2)
+#   libtorch-dev                   the libtorch plugin (BYTEPS_WITH_TORCH: byteps::torch,
+#                                  examples/train_torch, tests/torch); Debian 12 ships 1.13.1,
+#                                  CPU only. Optional for the build: without it the plugin is
+#                                  not built and its tests are not registered
+test=(catch2 libibverbs-dev librdmacm-dev openssl python3 gnuplot-nox slurm-wlm munge iproute2
+      libtorch-dev)
 # node: the Kubernetes manifests' offline validator (tests/deploy). A node that came from
 # elsewhere (with its own npm) is kept; else Debian's nodejs and npm are installed.
 node=(nodejs npm)

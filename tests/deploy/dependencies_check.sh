@@ -52,7 +52,7 @@ declare -A package_of=(
   [fmt]=libfmt-dev [asio]=libasio-dev [OpenSSL]=libssl-dev
   [RdmaCore]="libibverbs-dev librdmacm-dev" [Catch2]=catch2 [Python3]=python3
   [openssl]=openssl [gnuplot]=gnuplot-nox [node]="nodejs npm" [srun]=slurm-wlm
-  [byteps-server]=- [dpkg-query]=-
+  [byteps-server]=- [dpkg-query]=- [Torch]=libtorch-dev
 )
 mapfile -t wanted < <(
   cd "$root" &&

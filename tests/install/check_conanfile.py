@@ -111,7 +111,13 @@ CONAN_NAME = {
     "RdmaCore::ibverbs": "rdma-core::libibverbs",
     "CUDA::cudart": "cudart",
     "NCCL::nccl": "nccl",
+    "torch": ["torch", "torch_cpu", "c10"],  # Torch's imported target: libtorch, libtorch_cpu, libc10
 }
+
+
+def _conan_names(target):
+    name = CONAN_NAME[target]
+    return name if isinstance(name, list) else [name]
 
 
 def check(root):
@@ -128,10 +134,11 @@ def check(root):
         if got != want:
             failures.append(f"{what}: {got!r}, expected {want!r}")
 
-    for with_rdma, with_cuda, compiled in itertools.product([False, True], repeat=3):
-        where = f"with_rdma={with_rdma} with_cuda={with_cuda} compiled={compiled}"
+    for with_rdma, with_cuda, compiled, with_torch in itertools.product([False, True], repeat=4):
+        where = (f"with_rdma={with_rdma} with_cuda={with_cuda} compiled={compiled} "
+                 f"with_torch={with_torch}")
         c = recipe.BytepsConan(root, "Linux", {"with_rdma": with_rdma, "with_cuda": with_cuda,
-                                               "compiled": compiled})
+                                               "compiled": compiled, "with_torch": with_torch})
         c.set_version()
         expect("version", c.version, version)
         c.requirements()
@@ -140,7 +147,8 @@ def check(root):
         comps = c.cpp_info.components
         expect(f"{where}: root file name", c.cpp_info.properties.get("cmake_file_name"), "byteps")
         want = (["byteps", "tls"] + (["rdma"] if with_rdma else []) +
-                (["cuda"] if with_cuda else []) + (["compiled"] if compiled else []))
+                (["cuda"] if with_cuda else []) + (["compiled"] if compiled else []) +
+                (["torch"] if with_torch else []))
         expect(f"{where}: components", sorted(comps), sorted(want))
         for name, comp in comps.items():
             expect(f"{where}: {name}'s target", comp.properties.get("cmake_target_name"),
@@ -161,7 +169,7 @@ def check(root):
         for name in want[1:]:
             comp = comps[name]
             expect(f"{where}: {name} links", sorted(comp.requires + comp.system_libs),
-                   sorted(CONAN_NAME[t] for t in cmake_links[name]))
+                   sorted(n for t in cmake_links[name] for n in _conan_names(t)))
         # Conan's rule: each direct requirement is used by some component, and each component
         # names only requirements and components that exist.
         required = {ref.split("/")[0] for ref in c.required}
@@ -175,10 +183,10 @@ def check(root):
         expect(f"{where}: rdma-core required", "rdma-core" in required, with_rdma)
     # Every component of the CMake package but tcp (inside byteps::byteps) is a Conan component.
     expect("CMake components without a Conan one",
-           sorted(set(known) - {"tcp"} - {"tls", "rdma", "cuda", "compiled"}), [])
+           sorted(set(known) - {"tcp"} - {"tls", "rdma", "cuda", "compiled", "torch"}), [])
     try:
         recipe.BytepsConan(root, "Windows", {"with_rdma": True, "with_cuda": False,
-                                             "compiled": False}).validate()
+                                             "compiled": False, "with_torch": False}).validate()
         failures.append("with_rdma on Windows was not refused")
     except ConanInvalidConfiguration:
         pass
@@ -193,5 +201,5 @@ if __name__ == "__main__":
     if problems:
         sys.exit(1)
     print("check_conanfile: conanfile.py declares the CMake package's components "
-          "(byteps, tls, rdma, cuda, compiled) with the same dependencies, for every option "
+          "(byteps, tls, rdma, cuda, compiled, torch) with the same dependencies, for every option "
           "combination")
