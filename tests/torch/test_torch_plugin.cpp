@@ -50,7 +50,7 @@ TORCH_MODULE(Two);
 
 }  // namespace
 
-TEST_CASE("torch: float32, float64, float16 and bfloat16 map to bps::dtype; complex and bool do not") {
+TEST_CASE("float32, float64, float16 and bfloat16 map to bps::dtype, complex and bool do not") {
   using bps::torch::to_dtype;
   CHECK(to_dtype(torch::kFloat32) == bps::dtype::float32);
   CHECK(to_dtype(torch::kFloat64) == bps::dtype::float64);
@@ -64,7 +64,7 @@ TEST_CASE("torch: float32, float64, float16 and bfloat16 map to bps::dtype; comp
         "float64, float16 or bfloat16 (or int8, uint8, int32, int64 for buffers)");
 }
 
-TEST_CASE("torch: each floating dtype's gradient is push_pulled with its bps::dtype") {
+TEST_CASE("each floating dtype's gradient is push_pulled with its bps::dtype") {
   for (auto [st, dt] : {std::pair{torch::kFloat32, bps::dtype::float32},
                         std::pair{torch::kFloat64, bps::dtype::float64},
                         std::pair{torch::kFloat16, bps::dtype::float16},
@@ -82,7 +82,7 @@ TEST_CASE("torch: each floating dtype's gradient is push_pulled with its bps::dt
   }
 }
 
-TEST_CASE("torch: a parameter that is not on the CPU is refused when the optimizer is built") {
+TEST_CASE("a parameter that is not on the CPU is refused when the optimizer is built") {
   One m(torch::zeros({2, 2}, torch::TensorOptions().device(torch::kMeta).requires_grad(true)));
   torch::optim::SGD sgd(m->parameters(), 0.1);
   fake_comm comm;
@@ -91,7 +91,7 @@ TEST_CASE("torch: a parameter that is not on the CPU is refused when the optimiz
         "only; move the module to the CPU (module->to(torch::kCPU))");
 }
 
-TEST_CASE("torch: a complex parameter is refused when the optimizer is built") {
+TEST_CASE("a complex parameter is refused when the optimizer is built") {
   One m(torch::zeros({2}, torch::TensorOptions().dtype(torch::kComplexFloat).requires_grad(true)));
   torch::optim::SGD sgd(m->parameters(), 0.1);
   fake_comm comm;
@@ -100,7 +100,7 @@ TEST_CASE("torch: a complex parameter is refused when the optimizer is built") {
         "float32, float64, float16 or bfloat16 (or int8, uint8, int32, int64 for buffers)");
 }
 
-TEST_CASE("torch: a sparse gradient is refused from backward(), naming the parameter") {
+TEST_CASE("a sparse gradient is refused from backward(), naming the parameter") {
   torch::nn::Embedding embed(torch::nn::EmbeddingOptions(10, 3).sparse(true));
   torch::optim::SGD sgd(embed->parameters(), 0.1);
   fake_comm comm;
@@ -112,7 +112,7 @@ TEST_CASE("torch: a sparse gradient is refused from backward(), naming the param
   CHECK(comm.calls.empty());
 }
 
-TEST_CASE("torch: a non-contiguous gradient is refused from backward(), naming the parameter") {
+TEST_CASE("a non-contiguous gradient is refused from backward(), naming the parameter") {
   One m(torch::ones({3, 4}).t().requires_grad_(true));  // sizes [4, 3], strides [1, 4]
   torch::optim::SGD sgd(m->parameters(), 0.1);
   fake_comm comm;
@@ -124,7 +124,7 @@ TEST_CASE("torch: a non-contiguous gradient is refused from backward(), naming t
   CHECK(comm.calls.empty());
 }
 
-TEST_CASE("torch: another gradient while the exchange is in flight is refused before it touches the buffer") {
+TEST_CASE("another gradient while the exchange is in flight is refused before it touches the buffer") {
   One m(torch::ones({4}).requires_grad_(true));
   torch::optim::SGD sgd(m->parameters(), 0.1);
   fake_comm comm;
@@ -145,7 +145,7 @@ TEST_CASE("torch: another gradient while the exchange is in flight is refused be
   CHECK(torch::allclose(m->w, torch::full({4}, 0.8f)));  // 1 - 0.1 x 2
 }
 
-TEST_CASE("torch: misuse when the optimizer is built: no passes, a parameter the names lack") {
+TEST_CASE("misuse when the optimizer is built: no passes, a parameter the names lack") {
   Two m;
   fake_comm comm;
   torch::optim::SGD sgd(m->parameters(), 0.1);
@@ -159,7 +159,7 @@ TEST_CASE("torch: misuse when the optimizer is built: no passes, a parameter the
         "named_parameters() of the module the optimizer was built from");
 }
 
-TEST_CASE("torch: each gradient is push_pulled in place during backward, last layer first, first layer at the highest priority") {
+TEST_CASE("each gradient is push_pulled in place during backward, last layer first, first layer at the highest priority") {
   Two m;
   torch::optim::SGD sgd(m->parameters(), 0.1);
   fake_comm comm;
@@ -182,7 +182,7 @@ TEST_CASE("torch: each gradient is push_pulled in place during backward, last la
   opt.step();
 }
 
-TEST_CASE("torch: backward_passes_per_step 2 exchanges once per step, the sum of both passes") {
+TEST_CASE("backward_passes_per_step 2 exchanges once per step, the sum of both passes") {
   One m(torch::ones({3}).requires_grad_(true));
   torch::optim::SGD sgd(m->parameters(), 1.0);
   fake_comm comm;
@@ -200,7 +200,7 @@ TEST_CASE("torch: backward_passes_per_step 2 exchanges once per step, the sum of
   CHECK(torch::equal(m->w, torch::full({3}, -9.0f)));  // 1 - 5 - 5
 }
 
-TEST_CASE("torch: step() exchanges a parameter backward did not reach, as zeros") {
+TEST_CASE("step() exchanges a parameter backward did not reach, as zeros") {
   Two m;
   torch::optim::SGD both(m->parameters(), 0.1);
   fake_comm comm;
@@ -213,7 +213,7 @@ TEST_CASE("torch: step() exchanges a parameter backward did not reach, as zeros"
   CHECK(torch::equal(m->second->weight.grad(), torch::zeros({2, 3})));
 }
 
-TEST_CASE("torch: broadcast_parameters and broadcast_optimizer_state give rank 1 rank 0's values") {
+TEST_CASE("broadcast_parameters and broadcast_optimizer_state give rank 1 rank 0's values") {
   fake_comm::store shared;
   fake_comm root(0, &shared), other(1, &shared);
   torch::manual_seed(1);
@@ -239,7 +239,7 @@ TEST_CASE("torch: broadcast_parameters and broadcast_optimizer_state give rank 1
   CHECK(torch::equal(st0.momentum_buffer(), st1.momentum_buffer()));
 }
 
-TEST_CASE("torch: async step pushes each parameter's change and takes the servers' values") {
+TEST_CASE("async step pushes each parameter's change and takes the servers' values") {
   One m(torch::full({2}, 1.0f).requires_grad_(true));
   torch::optim::SGD sgd(m->parameters(), 0.5);
   fake_comm comm;
