@@ -49,7 +49,7 @@ class fake_comm {
     calls.push_back({std::string(name), data, count, type, opts, op});
     if (async_server) {
       auto* v = static_cast<float*>(data);
-      auto [it, fresh] = params_.try_emplace(std::string(name), v, v + count);
+      auto [it, fresh] = server_params.try_emplace(std::string(name), v, v + count);
       if (!fresh)
         for (std::size_t i = 0; i < count; ++i) v[i] = it->second[i] += v[i];
     }
@@ -96,6 +96,9 @@ class fake_comm {
   std::vector<std::string> broadcasts;
   bool finish_at_once = false;
   bool async_server = false;
+  /// With async_server: the servers' parameters, by tensor name (a test may change them, as
+  /// another worker's pushes would).
+  std::map<std::string, std::vector<float>> server_params;
 
  private:
   static std::shared_ptr<detail::op_state> started(std::string what) {
@@ -107,7 +110,6 @@ class fake_comm {
 
   int rank_;
   store* store_;
-  std::map<std::string, std::vector<float>> params_;
 };
 
 }  // namespace bps::test

@@ -247,9 +247,11 @@ TEST_CASE("async step pushes each parameter's change and takes the servers' valu
   comm.async_server = true;
   DistributedOptimizer opt(comm, sgd, *m, {.async = true});
   REQUIRE(comm.calls.size() == 1);  // the seed: the servers start from these values
+  CHECK(comm.server_params.at("grad.w") == std::vector<float>{1, 1});
+  comm.server_params.at("grad.w") = {10, 20};  // another worker's updates meanwhile
   (m->w * 2).sum().backward();
   CHECK(comm.calls.size() == 1);  // gradients stay local
-  opt.step();
+  opt.step();  // locally 1 - 0.5 x 2 = 0: the change -1 goes to the servers
   REQUIRE(comm.calls.size() == 2);
-  CHECK(torch::equal(m->w, torch::full({2}, 0.0f)));  // servers: 1 + (0 - 1)
+  CHECK(torch::equal(m->w, torch::tensor({9.0f, 19.0f})));  // the servers' 10 - 1, 20 - 1
 }
