@@ -1,6 +1,7 @@
 // The libtorch plugin (include/byteps/torch/) against a recording communicator (fake_comm.hpp):
 // what it asks of push_pull and when, each refusal's exact message, accumulation, broadcasts,
 // and the async step. The plugin on a real cluster: torch_job.sh (2 workers x 2 servers).
+#include <byteps/compress/registry.hpp>
 #include <byteps/torch.hpp>
 
 #include <catch2/catch.hpp>
@@ -254,4 +255,24 @@ TEST_CASE("async step pushes each parameter's change and takes the servers' valu
   opt.step();  // locally 1 - 0.5 x 2 = 0: the change -1 goes to the servers
   REQUIRE(comm.calls.size() == 2);
   CHECK(torch::equal(m->w, torch::tensor({9.0f, 19.0f})));  // the servers' 10 - 1, 20 - 1
+}
+
+TEST_CASE("a compressor and average = false reach every push_pull as given") {
+  Two m;
+  torch::optim::SGD sgd(m->parameters(), 0.1);
+  fake_comm comm;
+  comm.finish_at_once = true;
+  const auto codec = bps::compress::by_name("fp16");
+  DistributedOptimizer opt(comm, sgd, *m, {.average = false, .compressor = codec});
+  m(torch::ones({2, 4})).sum().backward();
+  REQUIRE(comm.calls.size() == 4);
+  for (const auto& c : comm.calls) {
+    CHECK(c.opts.compressor == codec);
+    CHECK_FALSE(c.opts.average);
+  }
+  opt.step();
+  CHECK(usage_error_of([&] {
+          DistributedOptimizer bad(comm, sgd, *m, {.compressor = codec, .async = true});
+        }) == "bps::torch::DistributedOptimizer: async and a compressor: async servers add "
+              "pushes as they come and do not decode compressed ones; choose one");
 }
