@@ -38,6 +38,6 @@ if(BYTEPS_WITH_TORCH)
   target_link_libraries(byteps_torch INTERFACE byteps torch)
   message(STATUS "byteps: building the libtorch plugin (byteps::torch) with Torch ${Torch_VERSION}")
 else()
-  message(STATUS "byteps: the libtorch plugin is not built (BYTEPS_WITH_TORCH=OFF; Torch "
-                 "found: ${Torch_FOUND})")
+  message(STATUS "byteps: the libtorch plugin is not built (BYTEPS_WITH_TORCH=OFF, the default "
+                 "where Torch is not found and in sanitized builds)")
 endif()
