@@ -7,12 +7,15 @@
 #   iperf3                     the plain TCP transfer that checks the emulated links' shaping
 #   iproute2 ethtool           ip netns / tc (tbf) / veth + bridge for benchmarks/emulate.sh
 #   gnuplot-nox                benchmarks/plot.sh (busbw against size, PNG)
+#   python3-torch              PyTorch with gloo, for DistributedDataParallel in
+#                              benchmarks/torch-vs-ddp.sh (benchmarks/torch_ddp.py)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
-packages=(libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 iproute2 ethtool gnuplot-nox)
+packages=(libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 iproute2 ethtool gnuplot-nox
+          python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
