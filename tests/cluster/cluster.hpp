@@ -7,6 +7,7 @@
 #include <exception>
 #include <stdexcept>
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,21 @@ namespace bps::test {
 using comm_t = Communicator<transport::tcp, local::none, partition::by_bytes, schedule::priority>;
 using host_comm_t =
     Communicator<transport::tcp, local::host, partition::by_bytes, schedule::priority>;
+
+/// Builds a worker's communicator with `make`, then waits until every worker has built its own
+/// or failed to. A body that cuts a link or kills a node then cannot reach a worker still
+/// joining, which would fail in its constructor instead of in the call the test watches.
+template <class Make>
+auto make_with_the_others(std::latch& joined, Make&& make) {
+  try {
+    auto comm = make();
+    joined.arrive_and_wait();
+    return comm;
+  } catch (...) {
+    joined.count_down();
+    throw;
+  }
+}
 
 /// The message of the `E` that `f` throws, or "(no exception)".
 template <class E>
@@ -131,11 +147,13 @@ class basic_cluster {
   /// Rethrows a worker's exception first; a scheduler's or server's only if `strict`.
   void run_workers(const std::function<void(comm_t&, int)>& body, bool strict = true) {
     std::vector<std::thread> workers;
+    std::latch joined(base_.num_workers);
     for (int i = 0; i < base_.num_workers; ++i) {
-      workers.emplace_back([this, &body, i] {
+      workers.emplace_back([this, &body, &joined, i] {
         guard(worker_error_, [&] {
-          comm_t comm(worker_config(i));
-          body(comm, comm.rank());
+          auto comm = make_with_the_others(
+              joined, [&] { return std::make_unique<comm_t>(worker_config(i)); });
+          body(*comm, comm->rank());
         });
       });
     }

@@ -78,11 +78,13 @@ class failover_cluster {
   /// first, then (if `strict`) the scheduler's or a server's that was not killed.
   void run_workers(const std::function<void(comm_type&, int)>& body, bool strict = true) {
     std::vector<std::thread> workers;
+    std::latch joined(base_.num_workers);
     for (int i = 0; i < base_.num_workers; ++i) {
-      workers.emplace_back([this, &body, i] {
+      workers.emplace_back([this, &body, &joined, i] {
         guard(worker_error_, [&] {
           const Config c = worker_config(i);
-          auto comm = std::make_unique<comm_type>(c, transport_options<Tr>(c, plan_));
+          auto comm = make_with_the_others(
+              joined, [&] { return std::make_unique<comm_type>(c, transport_options<Tr>(c, plan_)); });
           body(*comm, comm->rank());
         });
       });

@@ -109,10 +109,11 @@ class basic_faulty_cluster {
   /// Rethrows a worker's exception first; a scheduler's or server's only if `strict`.
   void run_workers(const std::function<void(faulty_comm_t&, int)>& body, bool strict = true) {
     std::vector<std::thread> workers;
+    std::latch joined(base_.num_workers);
     for (int i = 0; i < base_.num_workers; ++i) {
-      workers.emplace_back([this, &body, i] {
+      workers.emplace_back([this, &body, &joined, i] {
         guard(worker_error_, [&] {
-          auto comm = make_worker(i);
+          auto comm = make_with_the_others(joined, [&] { return make_worker(i); });
           body(*comm, comm->rank());
         });
       });
