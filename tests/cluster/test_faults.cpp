@@ -1,4 +1,5 @@
 // Bad input and faults: every case must end in a named error within a bounded time, never a hang.
+#include <asio.hpp>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <future>

@@ -24,7 +24,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "preprocessing the minimal trainer (${MODE}) failed:\n${err}")
 endif()
 
-set(heavy asio.hpp byteps/transport/tcp.hpp byteps/transport/ipc.hpp byteps/worker/node.hpp
+# "asio/" is any of Asio's headers (the transports include its parts, not <asio.hpp>).
+set(heavy asio/ byteps/transport/tcp.hpp byteps/transport/ipc.hpp byteps/worker/node.hpp
           byteps/server/node.hpp byteps/rendezvous/scheduler.hpp byteps/local/host.hpp)
 set(found "")
 foreach(h IN LISTS heavy)

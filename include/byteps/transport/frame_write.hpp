@@ -6,7 +6,7 @@
 /// writes `unwritten(...)`.
 
 #include <array>
-#include <asio.hpp>
+#include <asio/buffer.hpp>
 #include <cstddef>
 #include <span>
 

@@ -8,7 +8,9 @@
 /// sockets accept through `tcp_listeners` (tcp_listeners.hpp), as `tls<tcp>`'s do.
 
 #include <array>
-#include <asio.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 #include <deque>
 #include <memory>
 #include <mutex>

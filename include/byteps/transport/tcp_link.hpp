@@ -16,7 +16,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <asio.hpp>
+#include <asio/any_io_executor.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/buffer.hpp>
+#include <asio/error.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/strand.hpp>
+#include <asio/write.hpp>
 #include <deque>
 #include <memory>
 #include <mutex>

@@ -9,7 +9,10 @@
 /// `listen` and `close` may be called from any thread; the accept loops run on the transport's
 /// I/O threads, which must have ended before the `tcp_listeners` is destroyed.
 
-#include <asio.hpp>
+#include <asio/error.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
 #include <cstdint>
 #include <exception>
 #include <functional>

@@ -11,7 +11,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <asio.hpp>
+#include <asio/connect.hpp>
+#include <asio/error.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/socket_base.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -21,8 +21,16 @@
 
 #include <fmt/format.h>
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/ssl/context.hpp>
+#include <asio/ssl/error.hpp>
+#include <asio/ssl/stream_base.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <chrono>
 #include <concepts>
 #include <functional>

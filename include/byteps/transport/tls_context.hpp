@@ -15,8 +15,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
+#include <asio/ssl/context.hpp>
 #include <cerrno>
 #include <cstring>
 #include <fstream>

@@ -5,8 +5,10 @@
 /// is made (tls.hpp), so a link only reads and writes records: its reads decrypt straight into
 /// the receiver's memory, as TCP's read into it.
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
+#include <asio/error.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ssl/error.hpp>
+#include <asio/ssl/stream.hpp>
 
 #include "byteps/transport/tcp_link.hpp"
 
