@@ -35,3 +35,6 @@
 #if !defined(BYTEPS_COMPILED)
 #include "byteps/bodies.hpp"
 #endif
+#if defined(BYTEPS_COMPILED_NCCL)
+#include "byteps/worker/communicator_nccl_instances.hpp"
+#endif
