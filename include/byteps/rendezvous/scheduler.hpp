@@ -187,11 +187,14 @@ class scheduler {
 
     return true;
   }
+  // "worker 1 at host:port": its rank, or before ranks are given the one it asked for
+  // (DMLC_WORKER_ID, BYTEPS_SERVER_ID), which becomes its rank.
   std::string describe(const node& n) const {
     const std::string local =
         n.r == role::worker && n.local_size > 1 ? fmt::format(" local rank {}", n.local_rank) : "";
-    return n.rank >= 0 ? fmt::format("{} {}{} at {}", role_name(n.r), n.rank, local, n.peer)
-                       : fmt::format("{}{} at {}", role_name(n.r), local, n.peer);
+    const int rank = n.rank >= 0 ? n.rank : n.requested;
+    return rank >= 0 ? fmt::format("{} {}{} at {}", role_name(n.r), rank, local, n.peer)
+                     : fmt::format("{}{} at {}", role_name(n.r), local, n.peer);
   }
 
   void send_locked(const link_ptr& l, wire::msg type, std::vector<std::byte> payload,

@@ -204,7 +204,7 @@ class node {
   const Config& config() const noexcept { return cfg_; }
   rendezvous::hello_gate& gate() noexcept { return gate_; }
 
-  server::worker_places& places() noexcept { return places_; }
+  server::worker_places<session>& places() noexcept { return places_; }
   detail::buffer_pool::buffer receive_buffer(std::size_t bytes) { return pool_->take(bytes); }
   void recycle(detail::buffer_pool::buffer b) { pool_->give_back(std::move(b)); }
   std::int64_t now_ns() const { return trace_.now(); }
@@ -308,8 +308,19 @@ class node {
     fail(fmt::format("{} disconnected ({})", s.describe(), reason));
   }
 
+  // A worker's bye carried the failure it leaves after (it lost a server, its trainer threw):
+  // the job failed for that reason, which the other workers hear from here at once, naming
+  // the node that failed first rather than the worker that fell after it.
+  void worker_failed(session& s, const std::string& why) {
+    if (finishing_) return;
+    fail(fmt::format("{} left after a failure: {}", s.describe(), why));
+  }
+
   // Any thread. The cluster is broken: answer every waiting worker with the reason, now and for
-  // every later push (on_push), so that no worker waits for a sum that cannot come.
+  // every later push (on_push), so that no worker waits for a sum that cannot come. Every worker
+  // connected hears it too, the idle ones included, before this server exits: otherwise an idle
+  // worker learns only that its link to this server closed, which names this server instead of
+  // the node that failed.
   void fail(const std::string& why) {
     {
       std::lock_guard lock(mu_);
@@ -329,6 +340,7 @@ class node {
         });
       });
     }
+    for (auto& w : places_.holders()) w->send_error(wire::header{}, why, wire::flag_fatal);
   }
 
   void shutdown() {
@@ -356,7 +368,7 @@ class node {
       std::make_shared<server::landing_budget>(cfg_.server_landing_bytes);
   server::tensor_names names_;
   server::throughput stats_;
-  server::worker_places places_;  // one link per worker process
+  server::worker_places<session> places_;  // one link per worker process
   std::mutex mu_;                 // guards dead_
   std::string dead_;
   std::atomic<bool> finishing_{false};

@@ -14,7 +14,8 @@
 /// `rendezvous::hello_gate`); `places()` (its `worker_places`: one link per worker process);
 /// `now_ns()` (the timeline's clock, 0 when tracing is off); `declare(session&, key, payload)`
 /// (wire/declare.hpp); `post_push(session_ptr, header, buffer, receive_times)`;
-/// `worker_lost(session&, reason)`. For cut-through: `streams(bytes)` (is a push of that size
+/// `worker_lost(session&, reason)`; `worker_failed(session&, why)` (its bye said it left after
+/// a failure). For cut-through: `streams(bytes)` (is a push of that size
 /// streamed), `shared_receive_buffer(bytes)` and `post_stream(session_ptr, header, payload_ref,
 /// bytes_in, first, complete, receive_times)`. For landed pushes (RDMA, server/landing.hpp):
 /// `lands_pushes()` and `landing_buffer(bytes)` (null past the budget); a landed push goes to
@@ -226,6 +227,10 @@ class session final : public transport::receiver,
         return server::take_push_batch(*this, h, payload, owner_->config().fusion_bytes);
       case wire::msg::bye:
         said_bye = true;
+        // A worker that leaves after a failure says why (worker/node.hpp): the job failed.
+        if (!payload.empty())
+          owner_->worker_failed(
+              *this, std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
         return;
       default:
         throw wire::decode_error(
@@ -308,7 +313,8 @@ class session final : public transport::receiver,
     }
     worker = static_cast<int>(h.sender);
     local_rank = static_cast<int>(h.part);
-    if (auto taken = owner_->places().claim(worker, local_rank, link->peer())) {
+    if (auto taken =
+            owner_->places().claim(worker, local_rank, link->peer(), this->weak_from_this())) {
       worker = -1;
       owner_->gate().refused(*ticket_, *taken);
       return link->close();

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// `server::worker_places`: one link per worker process on a server. A `peer_hello` claims its
-/// (machine, local rank); a second claim while the first link lives is refused, naming both
-/// addresses, so a stranger with a replayed or forged hello cannot sit beside a real worker.
+/// `server::worker_places<Session>`: one link per worker process on a server. A `peer_hello`
+/// claims its (machine, local rank); a second claim while the first link lives is refused, naming
+/// both addresses, so a stranger with a replayed or forged hello cannot sit beside a real worker.
+/// The server reaches every worker through it when the job fails (`holders`).
 ///
 /// @par Thread Safety
 /// Every member may be called from any thread.
@@ -10,25 +11,29 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace bps::server {
 
+template <class Session>
 class worker_places {
  public:
-  /// Why worker `machine`'s local rank `local_rank`, connecting from `peer`, cannot have its
-  /// place; nullopt when it took it.
-  std::optional<std::string> claim(int machine, int local_rank, const std::string& peer) {
+  /// Why worker `machine`'s local rank `local_rank`, connecting from `peer` on `holder`, cannot
+  /// have its place; nullopt when it took it.
+  std::optional<std::string> claim(int machine, int local_rank, const std::string& peer,
+                                   std::weak_ptr<Session> holder) {
     std::lock_guard lock(mu_);
-    auto [it, fresh] = holders_.try_emplace({machine, local_rank}, peer);
+    auto [it, fresh] = holders_.try_emplace({machine, local_rank}, peer, std::move(holder));
     if (fresh) return std::nullopt;
     return fmt::format(
         "worker {} local rank {} is already connected from {}; a second "
         "peer_hello for it came from {}",
-        machine, local_rank, it->second, peer);
+        machine, local_rank, it->second.first, peer);
   }
 
   /// The link that held the place closed.
@@ -37,9 +42,19 @@ class worker_places {
     holders_.erase({machine, local_rank});
   }
 
+  /// The sessions that hold a place now.
+  std::vector<std::shared_ptr<Session>> holders() {
+    std::vector<std::shared_ptr<Session>> out;
+    std::lock_guard lock(mu_);
+    for (auto& [place, holder] : holders_)
+      if (auto s = holder.second.lock()) out.push_back(std::move(s));
+    return out;
+  }
+
  private:
   std::mutex mu_;
-  std::map<std::pair<int, int>, std::string> holders_;  // (machine, local rank) -> its address
+  // (machine, local rank) -> its address and session
+  std::map<std::pair<int, int>, std::pair<std::string, std::weak_ptr<Session>>> holders_;
 };
 
 }  // namespace bps::server

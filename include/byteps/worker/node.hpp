@@ -105,7 +105,8 @@ class node {
   }
 
   /// Fails what is in flight, says bye, stops the local stage; idempotent. A non-empty
-  /// `failure` goes with the bye: the scheduler then fails the job with it.
+  /// `failure` goes with the bye: the scheduler and the servers then fail the job with it. A
+  /// dead communicator's bye carries what killed it instead.
   void shutdown(const std::string& failure = {}) {
     leave(failure);
     stop_local();
@@ -346,7 +347,7 @@ class node {
 
   void leave(const std::string& failure) {
     std::vector<link_ptr> links;
-    bool healthy = false;
+    std::string why = failure;
     {
       std::lock_guard lock(mu_);
       if (closing_) return;
@@ -355,15 +356,17 @@ class node {
       for (auto& op : ops().active())
         ops().fail(op, std::make_exception_ptr(communicator_error(
                            op->what + ": the communicator was shut down before it finished")));
-      healthy = dead_.empty();
-      if (healthy) links = links_.live();
+      if (dead_.empty())
+        links = links_.live();
+      else
+        why = dead_;  // its servers' links closed as it failed, after its last word to them
     }
     if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
-    // Bye, so that servers and the scheduler know this exit is no failure. A dead communicator
-    // says nothing: its silent exit is what tells the scheduler that the job failed.
-    if (healthy)
-      server_links<T>::say_bye(links,
-                               [&](auto on_sent) { control_.bye(std::move(on_sent), failure); });
+    // Bye, so that servers and the scheduler know whether this exit is a failure, and which.
+    // A dead communicator's bye carries what killed it (a lost server, say): the scheduler
+    // reports that node to the others, not the exit of this worker that fell after it.
+    server_links<T>::say_bye(links, why,
+                             [&](auto on_sent) { control_.bye(std::move(on_sent), why); });
     transport_.stop();
   }
 
@@ -434,6 +437,7 @@ class node {
       auto text = why.starts_with(op->what) ? why : op->what + ": " + why;
       ops().fail(op, std::make_exception_ptr(communicator_error(text)));
     }
+    links_.say_failed(why);  // before the close: each server then names the cause
     links_.close_all();
     if constexpr (!L::is_identity) stage_.fail(why);
   }

@@ -27,6 +27,7 @@
 #include "byteps/rendezvous/handshake.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/transport/transport.hpp"
+#include "byteps/wire/frame.hpp"
 
 namespace bps::worker {
 
@@ -122,20 +123,35 @@ class server_links {
     }
   }
 
-  /// Sends `bye` on each of `links` and through `bye_scheduler(on_sent)`, and waits (at most
-  /// 5 s) until each has left.
+  /// Sends `bye`, carrying `failure` (empty: a clean exit), on each of `links` and through
+  /// `bye_scheduler(on_sent)`, and waits (at most 5 s) until each has left.
   template <class ByeScheduler>
-  static void say_bye(const std::vector<link_ptr>& links, ByeScheduler&& bye_scheduler) {
+  static void say_bye(const std::vector<link_ptr>& links, const std::string& failure,
+                      ByeScheduler&& bye_scheduler) {
     auto left = std::make_shared<std::atomic<int>>(static_cast<int>(links.size()) + 1);
     auto done = std::make_shared<std::promise<void>>();
-    std::function<void()> one_left = [left, done] {
+    auto text = std::make_shared<std::string>(failure);
+    std::function<void()> one_left = [left, done, text] {
       if (left->fetch_sub(1) == 1) done->set_value();
     };
     wire::header bye;
     bye.type = wire::msg::bye;
-    for (auto& l : links) l->send(bye, {}, one_left);
+    for (auto& l : links) l->send(bye, wire::as_bytes(*text), one_left);
     bye_scheduler(one_left);
     done->get_future().wait_for(std::chrono::seconds(5));
+  }
+
+  /// A failing worker's last word to each server it still has, just before `close_all`: a bye
+  /// carrying `why`, so that the server fails naming the cause (a lost server, the scheduler's
+  /// report) instead of reporting this worker's link closing. A transport drops it with
+  /// whatever the link still has queued at the close (a push being written); the server then
+  /// reports the close, and the scheduler's report names the cause (this worker's bye to it).
+  void say_failed(const std::string& why) {
+    auto text = std::make_shared<std::string>(why);
+    wire::header bye;
+    bye.type = wire::msg::bye;
+    for (auto& s : slots_)
+      if (s.up) s.link->send(bye, wire::as_bytes(*text), [text] {});
   }
 
   /// The links that are up, for a last `bye`.
