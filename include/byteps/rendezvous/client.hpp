@@ -135,6 +135,11 @@ class client {
 
   void close() { link_->close(); }
 
+  /// Stops the heartbeats (idempotent; not from the failure callback): once it returns, no
+  /// failure comes from them, and after the transport stops none comes at all. A node stops
+  /// them before it frees what its failure callback uses (a constructor that throws, say).
+  void stop_heartbeats() { heartbeat_.stop(); }
+
   /// Gives the link up for `why` without a word to the scheduler (a simulated crash, in tests):
   /// waiters wake, and the failure callback runs.
   void abandon(const std::string& why) {

@@ -345,6 +345,9 @@ class node {
 
   void shutdown() {
     if (stopped_.exchange(true)) return;
+    // A failure the heartbeats find (the scheduler fell silent) runs fail() on their thread,
+    // which walks the engines: it must end before a constructor that threw frees them.
+    control_.stop_heartbeats();
     gate_.stop();
     stall_check_.stop();
     stats_log_.stop();

@@ -89,6 +89,7 @@ class node {
         std::lock_guard lock(mu_);
         closing_ = true;
       }
+      control_.stop_heartbeats();  // their failure callback locks mu_, which goes before them
       transport_.stop();
       stop_local();
       throw;
