@@ -2,7 +2,9 @@
 # The fault matrix: SIGKILL and SIGSTOP of each role (scheduler, server, worker) while the
 # cluster forms, while workers push_pull, and while they are idle. Every other process must
 # exit non-zero within twice BYTEPS_HEARTBEAT_TIMEOUT_MS, every worker must have failed in the
-# case's phase (fault_worker says what it was doing), and no process may be left behind.
+# case's phase (fault_worker says what it was doing), every other process's last word (the error
+# it exits with) must name the failed node ("the scheduler", "server 0", "worker 0"; a stopped
+# one as having stopped responding), and no process may be left behind.
 #   fault_matrix.sh BYTEPS_SERVER FAULT_WORKER [ROLE SIGNAL PHASE]   (one case, or all 18)
 set -uo pipefail
 
@@ -26,12 +28,12 @@ trap cleanup EXIT
 
 now_ms() { date +%s%3N; }
 
-start() {  # start NAME ROLE [WORKER_ID [MODE]]
+start() {  # start NAME ROLE ID [MODE]
   local name=$1 role=$2
   if [[ $role == worker ]]; then
     DMLC_ROLE=worker DMLC_WORKER_ID=$3 "$worker_bin" "$4" >"$work/$name.out" 2>"$work/$name.err" &
-  else
-    DMLC_ROLE=$role "$server_bin" >"$work/$name.out" 2>"$work/$name.err" &
+  else  # servers ask for their rank, so that messages name the victim's before ranks are given
+    DMLC_ROLE=$role BYTEPS_SERVER_ID=$3 "$server_bin" >"$work/$name.out" 2>"$work/$name.err" &
   fi
   pid[$name]=$!
 }
@@ -51,8 +53,8 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
 
   local mode=idle
   [[ $phase == push_pull ]] && mode=busy
-  start server0 server
-  start server1 server
+  start server0 server 0
+  start server1 server 1
   start worker0 worker 0 "$mode"
   if [[ $phase == rendezvous ]]; then
     # Worker 1 never comes: the cluster is still forming when the fault hits, once the other
@@ -125,15 +127,39 @@ run_case() {  # run_case ROLE SIGNAL PHASE; prints one line; returns 0 when the 
       detail+=" $name did not fail while $doing ($(grep -o '^fault_worker: [^:]*' "$work/$name.err"));"
     fi
   done
+  # Each other process's last word names the failed node, not one that fell after it: the
+  # victim's role and rank (it is server 0 or worker 0; servers ask for theirs), and for a stopped
+  # one that it stopped responding (heartbeats). Its error lines are printed when it does not.
+  local failed_node lines last
+  case $role in scheduler) failed_node="the scheduler" ;; *) failed_node="$role 0" ;; esac
+  local -a blame=()
+  for name in "${!pid[@]}"; do
+    [[ $name == "$victim" ]] && continue
+    last=$(grep -hE '^(fault_worker|byteps-server): ' "$work/$name.err" | tail -1)
+    if ! grep -qE "(^|[^[:alnum:]])$failed_node([^[:alnum:]]|$)" <<<"$last" ||
+      { [[ $sig == STOP ]] && ! grep -q "stopped responding" <<<"$last"; }; then
+      verdict=FAIL
+      if [[ -z $last ]]; then
+        detail+=" $name exited with no error message;"
+      else
+        detail+=" $name's error does not name $failed_node$([[ $sig == STOP ]] && echo ' as stopped responding');"
+      fi
+      lines=$(grep -hE ' ERROR |^(fault_worker|byteps-server): ' "$work/$name.err" | cut -c1-400)
+      blame+=("    $name: ${lines//$'\n'/$'\n'    $name: }")
+    fi
+  done
   local why
   why=$(grep -h -m1 -o "fault_worker: .*" "$work"/worker*.err 2>/dev/null | head -1 | cut -c1-150)
   printf '%-4s %-9s %-4s %-10s all others exited non-zero in %4d ms%s  %s\n' \
     "$verdict" "$role" "$sig" "$phase" "$took" "$detail" "$why"
+  ((${#blame[@]} == 0)) || printf '%s\n' "${blame[@]}"
   [[ $verdict == ok ]]
 }
 
 failed=0
+cases=18
 if (($# == 3)); then
+  cases=1
   run_case "$1" "$2" "$3" || failed=1
 else
   for role in scheduler server worker; do
@@ -144,5 +170,5 @@ else
     done
   done
 fi
-echo "fault matrix: $((failed == 0 ? 18 : 18 - failed)) passed, $failed failed (limit ${limit_ms} ms)"
+echo "fault matrix: $((cases - failed)) passed, $failed failed (limit ${limit_ms} ms)"
 exit $((failed > 0))
