@@ -111,9 +111,9 @@ TEST_CASE("a corrupted header makes the server drop the worker, whose pending ha
   std::vector<std::string> errors;
   std::string other;
   double took = 0;
-  // Worker 0 stays in the job until worker 1 has asked: a dead communicator leaves without a bye,
-  // so once worker 0 left, the scheduler would fail the job too, and which of the two reasons
-  // reached worker 1 first would be a race. Every wait is bounded and every promise is kept on
+  // Worker 0 stays in the job until worker 1 has asked: a dead communicator's bye says what
+  // killed it ("lost server 0"), so once worker 0 left, the scheduler would fail the job with
+  // that, and which of the two reasons reached worker 1 first would be a race. Every wait is bounded and every promise is kept on
   // the way out, whatever happens: a broken test fails, never hangs.
   struct keep_on_exit {
     std::promise<void>& p;

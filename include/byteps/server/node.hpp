@@ -45,6 +45,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/detail/periodic.hpp"
+#include "byteps/detail/timer_thread.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/rendezvous/gate.hpp"
@@ -303,9 +304,22 @@ class node {
     server::report_throughput(engines_, cfg_.num_workers, stats_, log_, last);
   }
 
-  void worker_lost(session& s, const std::string& reason) {
+  // A worker's link closed without a bye: the job failed. One that closed in the middle of a
+  // frame may be a worker that fell because another node did, its last word (the bye that
+  // names that node: worker/server_links.hpp, say_failed) lost behind the push it was writing.
+  // The scheduler loses that worker too and reports the node that failed first (the worker's
+  // bye to it says which); its word comes within moments and fails this server
+  // (control_.on_failure). So this server's own word goes to the waiting workers only if no
+  // report came within a heartbeat interval. A close between frames (a link this server
+  // dropped, a worker that vanished) fails at once, as before.
+  void worker_lost(session& s, const std::string& reason, bool mid_frame) {
     if (finishing_) return;
-    fail(fmt::format("{} disconnected ({})", s.describe(), reason));
+    auto why = fmt::format("{} disconnected ({})", s.describe(), reason);
+    if (!mid_frame) return fail(why);
+    lost_worker_.post_at(detail::timer_thread::clock::now() + cfg_.heartbeat_interval,
+                         [this, why = std::move(why)](bool cancelled) {
+                           if (!cancelled) fail(why);
+                         });
   }
 
   // A worker's bye carried the failure it leaves after (it lost a server, its trainer threw):
@@ -348,6 +362,7 @@ class node {
     // A failure the heartbeats find (the scheduler fell silent) runs fail() on their thread,
     // which walks the engines: it must end before a constructor that threw frees them.
     control_.stop_heartbeats();
+    lost_worker_.stop();  // a pending report of a lost worker is dropped: the server is done
     gate_.stop();
     stall_check_.stop();
     stats_log_.stop();
@@ -372,7 +387,7 @@ class node {
   server::tensor_names names_;
   server::throughput stats_;
   server::worker_places<session> places_;  // one link per worker process
-  std::mutex mu_;                 // guards dead_
+  std::mutex mu_;                          // guards dead_
   std::string dead_;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
@@ -380,7 +395,8 @@ class node {
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
   int rank_ = -1;
-  detail::periodic_thread stall_check_;  // last two: stop first
+  detail::timer_thread lost_worker_;     // worker_lost's own word, if the scheduler's is late
+  detail::periodic_thread stall_check_;  // last three: stop first
   detail::periodic_thread stats_log_;
 };
 

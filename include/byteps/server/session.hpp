@@ -14,16 +14,16 @@
 /// `rendezvous::hello_gate`); `places()` (its `worker_places`: one link per worker process);
 /// `now_ns()` (the timeline's clock, 0 when tracing is off); `declare(session&, key, payload)`
 /// (wire/declare.hpp); `post_push(session_ptr, header, buffer, receive_times)`;
-/// `worker_lost(session&, reason)`; `worker_failed(session&, why)` (its bye said it left after
-/// a failure). For cut-through: `streams(bytes)` (is a push of that size
-/// streamed), `shared_receive_buffer(bytes)` and `post_stream(session_ptr, header, payload_ref,
-/// bytes_in, first, complete, receive_times)`. For landed pushes (RDMA, server/landing.hpp):
-/// `lands_pushes()` and `landing_buffer(bytes)` (null past the budget); a landed push goes to
-/// `post_stream` whole, in one call (or chunk by chunk when it also streams). For pushes read in
-/// place (a colocated worker's ipc ring, `receiver::takes_in_place`): `takes_in_place()`; a push
-/// in the ring then goes to `post_stream` whole, owned by the ring's hold, and every other push
-/// of the link whole in a buffer of its own (or chunk by chunk when it streams), so that a key
-/// gets all its pushes the same way.
+/// `worker_lost(session&, reason, mid_frame)` (mid_frame: the close cut a frame);
+/// `worker_failed(session&, why)` (its bye said it left after a failure). For cut-through:
+/// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
+/// `post_stream(session_ptr, header, payload_ref, bytes_in, first, complete, receive_times)`. For
+/// landed pushes (RDMA, server/landing.hpp): `lands_pushes()` and `landing_buffer(bytes)` (null
+/// past the budget); a landed push goes to `post_stream` whole, in one call (or chunk by chunk when
+/// it also streams). For pushes read in place (a colocated worker's ipc ring,
+/// `receiver::takes_in_place`): `takes_in_place()`; a push in the ring then goes to `post_stream`
+/// whole, owned by the ring's hold, and every other push of the link whole in a buffer of its own
+/// (or chunk by chunk when it streams), so that a key gets all its pushes the same way.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -69,6 +69,13 @@ class session final : public transport::receiver,
       : link(std::move(l)), owner_(owner), ticket_(std::move(t)) {}
 
   std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
+    auto to = destination(h, reason);
+    mid_frame_ = !to.empty();  // until on_message: a close now cuts this frame
+    return to;
+  }
+
+ private:
+  std::span<std::byte> destination(const wire::header& h, std::string& reason) {
     if (worker < 0 && h.type != wire::msg::peer_hello) {
       reason = fmt::format("it sent a {} frame of {} bytes before its peer_hello",
                            wire::msg_name(h.type), h.payload_bytes);
@@ -156,6 +163,7 @@ class session final : public transport::receiver,
     }
   }
 
+ public:
   // A push in a colocated worker's ring is summed where it lies (a refused key's is copied out
   // and answered with its error, in on_message).
   bool takes_in_place(const wire::header& h) override {
@@ -188,6 +196,7 @@ class session final : public transport::receiver,
   }
 
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
+    mid_frame_ = false;
     if (worker < 0 && h.type != wire::msg::peer_hello) {  // a frame without payload
       owner_->gate().refused(*ticket_, fmt::format("it sent a {} frame before its peer_hello",
                                                    wire::msg_name(h.type)));
@@ -246,7 +255,7 @@ class session final : public transport::receiver,
     // gate logs it, once, as a peer.
     if (worker < 0) return owner_->gate().closed(*ticket_, reason);
     owner_->places().release(worker, local_rank);
-    if (!said_bye) owner_->worker_lost(*this, reason);
+    if (!said_bye) owner_->worker_lost(*this, reason, mid_frame_);
   }
 
   bool peer_admitted() const override { return worker >= 0; }
@@ -340,11 +349,12 @@ class session final : public transport::receiver,
   /// or landed in its partition's landing buffer (its first streaming_bytes_ bytes)
   std::shared_ptr<detail::buffer_pool::buffer> streaming_;
   std::size_t streaming_bytes_ = 0;
-  bool first_ = false;    // streaming_ has not been handed over yet
-  bool chunked_ = false;  // the push is summed chunk by chunk as it arrives (progress_step)
-  bool landed_ = false;   // the push lands in landing_ (RDMA; its place stays)
+  bool first_ = false;      // streaming_ has not been handed over yet
+  bool mid_frame_ = false;  // a payload is coming in: a close now cuts the frame
+  bool chunked_ = false;    // the push is summed chunk by chunk as it arrives (progress_step)
+  bool landed_ = false;     // the push lands in landing_ (RDMA; its place stays)
   server::landing_places landing_;  // I/O thread only
-  std::int64_t received_ns_ = 0;  // timeline: when incoming_'s frame began
+  std::int64_t received_ns_ = 0;    // timeline: when incoming_'s frame began
   std::vector<std::byte> small_;
   std::vector<std::byte> batch_;  // I/O thread only: a push_batch (not pooled: sizes vary)
   std::shared_ptr<rendezvous::pending_hello> ticket_;       // until peer_hello proved the token
