@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# Checks the README's promise on a bare Debian 12: makes a minbase Debian 12 (bookworm) root with
+# mmdebstrap from this machine's Debian mirror, copies the repository's HEAD into it (as a clean
+# clone sees it: `git archive`, nothing untracked), and runs in it, as root, exactly the README's
+# two commands, scripts/main-job.sh then scripts/test.sh. It fails when either fails, when a test
+# skipped that tests/skips-allowed.txt does not allow (scripts/check-skips.cmake, as .ci/run
+# does), or when the suite left something behind (scripts/check-leftovers.sh). Whatever a bare
+# root lacks that the two commands do not install shows up here: scripts/install-deps.sh is the
+# place to add it. Times of each step: docs/deploy.md, "A bare Debian 12".
+#
+# The root runs inside its own mount namespace (unshare): /proc, /sys, /dev (with a fresh
+# /dev/pts instance and a tmpfs /dev/shm, so the suite's shared memory is its own) are mounted
+# there only, so the machine never sees them and they vanish with the namespace, also after a
+# SIGKILL. The network is the machine's: apt-get needs the mirror and npm ci the npm registry,
+# and the Slurm test makes its own network namespaces and veths inside the root.
+#
+# Usage: scripts/bare-debian.sh [OPTIONS]   (as root; Debian 12 host)
+#   --root DIR          make the root in DIR (must not exist, or be empty); default: a new
+#                       /var/tmp/byteps-bare.XXXXXX
+#   --keep              keep the root afterwards (unmounted) for inspection; rm -rf it yourself
+#   --tests-only        run scripts/test.sh only (no main job)
+#   --ctest-args ARGS   extra arguments for scripts/test.sh, i.e. ctest (one string, split on
+#                       spaces), e.g. --ctest-args '-R unit:' for a quick smoke run. With them
+#                       the skip check still runs, over the tests that ran
+#   --lock FILE         hold FILE (flock) while the two commands run (packages, build, suite),
+#                       for a machine shared with other builds
+#   --mirror LINE       an apt sources.list line for the root (repeatable); default: this
+#                       machine's Debian bookworm entries (/etc/apt/sources.list*)
+#   --dockerfile        also build deploy/Dockerfile with buildah (chroot isolation, vfs
+#                       storage), on a debian:12 base imported from a second mmdebstrap root,
+#                       since no registry is reachable here; the image is removed afterwards
+#   -h, --help          this text
+set -euo pipefail
+
+usage() { sed -n '/^# Usage:/,/^#   -h, --help/{s/^# \{0,1\}//;p}' "$0"; }
+die() {
+  echo "bare-debian: $*" >&2
+  exit 1
+}
+say() { echo "bare-debian: $*"; }
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+root='' keep=0 tests_only=0 ctest_args='' lock='' dockerfile=0
+mirrors=()
+while (($# > 0)); do
+  case $1 in
+    --root) root=${2:?--root needs a folder}; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --tests-only) tests_only=1; shift ;;
+    --ctest-args) ctest_args=${2?--ctest-args needs a string}; shift 2 ;;
+    --lock) lock=${2:?--lock needs a file}; shift 2 ;;
+    --mirror) mirrors+=("${2:?--mirror needs a sources.list line}"); shift 2 ;;
+    --dockerfile) dockerfile=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bare-debian: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+((EUID == 0)) || die "needs root (mmdebstrap, chroot, mounts); try: sudo $0"
+command -v git >/dev/null || die "needs git, to copy the repository's HEAD"
+git -C "$repo" rev-parse --verify -q HEAD >/dev/null || die "$repo is not a git checkout with a commit"
+if ! git -C "$repo" diff --quiet HEAD -- 2>/dev/null; then
+  say "note: the checkout has changes that are not committed; the root gets HEAD only"
+fi
+
+# Every step's time, printed at the end (and on failure).
+t_start=$(date +%s)
+steps=()
+step_name='' step_t0=0
+begin() {
+  step_name=$1 step_t0=$(date +%s)
+  echo
+  echo "==== bare-debian: $step_name ($(date -u +%H:%M:%S) UTC)"
+}
+end() {
+  steps+=("$(printf '%-52s %5d s' "$step_name" $(($(date +%s) - step_t0)))")
+  step_name=''
+}
+print_steps() {
+  ((${#steps[@]} > 0)) || return 0
+  echo "==== bare-debian: step times (total $(($(date +%s) - t_start)) s)"
+  printf '  %s\n' "${steps[@]}"
+  if [[ -n $step_name ]]; then
+    printf '  %-52s %5d s  (did not finish)\n' "$step_name" $(($(date +%s) - step_t0))
+  fi
+}
+
+# --- Clean-up: runs on every exit, also after a failure or Ctrl-C. -----------------------------
+created=()     # folders this script made (removed unless --keep)
+image_ids=()   # buildah images and containers this script made
+# The processes whose root is inside DIR (a daemon a package or a test started and left).
+processes_rooted_in() {
+  local dir=$1 p r
+  for p in /proc/[0-9]*; do
+    r=$(readlink "$p/root" 2>/dev/null) || continue
+    [[ $r == "$dir" || $r == "$dir"/* ]] && echo "${p#/proc/}"
+  done
+}
+cleanup() {
+  local status=$? dir pids mounts
+  trap - EXIT INT TERM HUP
+  set +e
+  print_steps
+  if ((${#image_ids[@]} > 0)) && command -v buildah >/dev/null; then
+    say "removing the buildah containers and images it made"
+    buildah --storage-driver vfs rm -a >/dev/null 2>&1
+    for id in "${image_ids[@]}"; do buildah --storage-driver vfs rmi -f "$id" >/dev/null 2>&1; done
+  fi
+  for dir in "${created[@]}"; do
+    [[ -d $dir ]] || continue
+    pids=$(processes_rooted_in "$dir")
+    if [[ -n $pids ]]; then
+      say "stopping processes left in $dir: $(echo $pids)"
+      # shellcheck disable=SC2086
+      kill -TERM $pids 2>/dev/null
+      sleep 2
+      pids=$(processes_rooted_in "$dir")
+      # shellcheck disable=SC2086
+      [[ -n $pids ]] && kill -KILL $pids 2>/dev/null && sleep 1
+    fi
+    # The mounts live in the namespace that ended with its processes; this is a safety net for
+    # the machine's own namespace (e.g. mmdebstrap interrupted half-way).
+    mounts=$(findmnt -rn -o TARGET | awk -v d="$dir" 'index($0, d "/") == 1' | sort -r)
+    if [[ -n $mounts ]]; then
+      say "unmounting $(echo $mounts)"
+      while read -r m; do umount -R "$m" 2>/dev/null || umount -l "$m"; done <<<"$mounts"
+    fi
+    if findmnt -rn -o TARGET | awk -v d="$dir" 'index($0, d "/") == 1' | grep -q .; then
+      say "something is still mounted under $dir: not removing it"
+      status=1
+    elif ((keep)); then
+      say "kept $dir (unmounted); remove it with: rm -rf --one-file-system $dir"
+    else
+      say "removing $dir"
+      rm -rf --one-file-system "$dir"
+    fi
+  done
+  if ((status == 0)); then
+    say "OK: a bare Debian 12 ran the README's commands; every skip allowed; nothing left behind"
+  else
+    say "FAILED (exit $status)"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'echo; say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM HUP
+
+# --- mmdebstrap, from Debian's packages ----------------------------------------------------------
+if ! command -v mmdebstrap >/dev/null; then
+  say "installing mmdebstrap (Debian's package)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+fi
+if ((dockerfile)) && ! command -v buildah >/dev/null; then
+  say "installing buildah (Debian's package)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah >/dev/null
+fi
+
+# This machine's Debian bookworm entries, as one-line sources.list entries (deb822 or one-line).
+host_mirrors() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [[ -f $f ]] && grep -E '^\s*deb\s' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -f $f ]] || continue
+    awk '
+      function flush() {
+        if (types ~ /(^| )deb( |$)/ && uris != "" && suites != "")
+          print "deb " uris " " suites " " (comps == "" ? "main" : comps)
+        types = uris = suites = comps = ""
+      }
+      /^[ \t]*$/ { flush(); next }
+      /^[ \t]*#/ { next }
+      tolower($1) == "types:" { $1 = ""; types = substr($0, 2) }
+      tolower($1) == "uris:" { $1 = ""; uris = substr($0, 2) }
+      tolower($1) == "suites:" { $1 = ""; suites = substr($0, 2) }
+      tolower($1) == "components:" { $1 = ""; comps = substr($0, 2) }
+      END { flush() }' "$f"
+  done
+}
+if ((${#mirrors[@]} == 0)); then
+  # Keep Debian's own bookworm suites; one line per suite (a deb822 stanza may list several).
+  while read -r _ uri suites_and_comps; do
+    read -ra words <<<"$suites_and_comps"
+    comps=() suites=()
+    for w in "${words[@]}"; do
+      if [[ $w == bookworm* ]]; then suites+=("$w"); else comps+=("$w"); fi
+    done
+    for s in "${suites[@]}"; do mirrors+=("deb $uri $s ${comps[*]:-main}"); done
+  done < <(host_mirrors | grep -E '^deb\s+(\[[^]]*\]\s+)?\S*debian\S*\s+bookworm' | sed -E 's/\[[^]]*\]\s+//')
+  ((${#mirrors[@]} > 0)) ||
+    die "no Debian bookworm entry in /etc/apt/sources.list*: give one with --mirror 'deb URI bookworm main'"
+fi
+
+mkroot() {  # mkroot DIR: DIR is made empty (or checked empty) and recorded for the clean-up
+  local dir=$1
+  if [[ -e $dir ]]; then
+    [[ -d $dir && -z $(ls -A "$dir") ]] || die "$dir exists and is not an empty folder"
+  else
+    mkdir -p "$dir"
+  fi
+  created+=("$(cd "$dir" && pwd -P)")
+}
+if [[ -z $root ]]; then
+  root=$(mktemp -d /var/tmp/byteps-bare.XXXXXX)
+  created+=("$root")
+else
+  mkroot "$root"
+  root=$(cd "$root" && pwd -P)
+fi
+chmod 755 "$root"
+
+begin "mmdebstrap: a minbase Debian 12 root"
+say "root: $root"
+printf 'bare-debian: mirror: %s\n' "${mirrors[@]}"
+mmdebstrap --variant=minbase --mode=root --format=directory bookworm "$root" "${mirrors[@]}"
+# Daemons that packages' scripts would start (munge, slurm) are not started in the root, as in
+# Debian's container images: there is no init there to stop them again.
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 755 "$root/usr/sbin/policy-rc.d"
+cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+say "the root has $(chroot "$root" dpkg-query -W -f='.\n' | wc -l) packages, $(du -sm "$root" | cut -f1) MB"
+end
+
+begin "copy the repository's HEAD ($(git -C "$repo" rev-parse --short HEAD)) to /root/byteps"
+mkdir -p "$root/root/byteps"
+git -C "$repo" archive --format=tar HEAD | tar -x -C "$root/root/byteps"
+say "$(git -C "$repo" ls-files | wc -l) tracked files"
+end
+
+# --- The two commands, in the root, in a mount namespace of their own --------------------------
+# in_root SCRIPT: runs the bash SCRIPT in the root (cwd /root/byteps), as root with a login's
+# environment, in a new mount namespace with the mounts a machine has.
+in_root() {
+  unshare --mount --propagation private -- bash -euc '
+    root=$1 script=$2
+    mount -t proc proc "$root/proc"
+    mount --rbind /sys "$root/sys"
+    mount --make-rslave "$root/sys"
+    mount --rbind /dev "$root/dev"
+    mount --make-rslave "$root/dev"
+    mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
+    mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
+    mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+    exec chroot "$root" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
+      TERM="${TERM:-dumb}" LANG=C.UTF-8 \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      /bin/bash -euo pipefail -c "cd /root/byteps; $script"
+  ' in_root "$root" "$1"
+}
+
+# Each line of output with the minutes and seconds since the step began.
+stamp() {
+  local t0 line now
+  t0=$(date +%s)
+  while IFS= read -r line || [[ -n $line ]]; do
+    printf -v now '%(%s)T' -1
+    printf '[%02d:%02d] %s\n' $(((now - t0) / 60)) $(((now - t0) % 60)) "$line"
+  done
+}
+
+lock_cmd=()
+if [[ -n $lock ]]; then
+  lock_cmd=(flock "$lock")
+  say "waiting for the lock $lock (held while the two commands run)"
+  exec 9>>"$lock"
+  flock 9
+  say "holding $lock"
+fi
+
+if ((!tests_only)); then
+  begin "scripts/main-job.sh (packages, build, the main job)"
+  in_root 'scripts/main-job.sh 2>&1' | stamp
+  end
+fi
+
+begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
+# The log is CTest's console output (scripts/check-skips.cmake reads its summary); the snapshot
+# is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh installs.
+# shellcheck disable=SC2016
+in_root '
+  mkdir -p build
+  tmp=$(mktemp /root/leftovers.XXXXXX)
+  scripts/check-leftovers.sh snapshot "$tmp"
+  status=0
+  scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
+  echo "==== bare-debian: scripts/test.sh exited $status"
+  echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
+  cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake || status=1
+  echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
+  scripts/check-leftovers.sh check "$tmp" || status=1
+  rm -f "$tmp"
+  exit "$status"
+' | stamp
+end
+if [[ -n $lock ]]; then
+  flock -u 9
+  exec 9>&-
+fi
+
+if ((dockerfile)); then
+  # No registry is reachable from here: the Dockerfile's bases (debian:12, debian:12-slim) are
+  # imported from a minbase root made with the same mirror, under those names.
+  base="$root.base.tar"
+  begin "buildah: a debian:12 base from mmdebstrap"
+  mmdebstrap --variant=minbase --mode=root --format=tar bookworm "$base" "${mirrors[@]}"
+  created+=("$base.d")
+  mkdir -p "$base.d"
+  mv "$base" "$base.d/"
+  base="$base.d/$(basename "$base")"
+  ctr=$(buildah --storage-driver vfs from scratch)
+  image_ids+=("$ctr")
+  buildah --storage-driver vfs add "$ctr" "$base" / >/dev/null
+  buildah --storage-driver vfs config --cmd /bin/bash "$ctr"
+  id=$(buildah --storage-driver vfs commit -q "$ctr" localhost/bare-debian-base:12)
+  image_ids+=("$id")
+  buildah --storage-driver vfs tag localhost/bare-debian-base:12 docker.io/library/debian:12 \
+    docker.io/library/debian:12-slim
+  buildah --storage-driver vfs rm "$ctr" >/dev/null
+  end
+  begin "buildah bud deploy/Dockerfile (chroot isolation, vfs)"
+  "${lock_cmd[@]}" buildah --storage-driver vfs bud --isolation chroot --pull-never \
+    -f deploy/Dockerfile -t localhost/byteps-bare:check "$root/root/byteps" 2>&1 | stamp
+  image_ids+=(localhost/byteps-bare:check docker.io/library/debian:12 docker.io/library/debian:12-slim)
+  buildah --storage-driver vfs images
+  end
+fi
