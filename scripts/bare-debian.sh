@@ -11,8 +11,10 @@
 # The root runs inside its own mount namespace (unshare): /proc, /sys, /dev (with a fresh
 # /dev/pts instance and a tmpfs /dev/shm, so the suite's shared memory is its own) are mounted
 # there only, so the machine never sees them and they vanish with the namespace, also after a
-# SIGKILL. The network is the machine's: apt-get needs the mirror and npm ci the npm registry,
-# and the Slurm test makes its own network namespaces and veths inside the root.
+# SIGKILL. The network is the machine's: apt-get needs the mirror and npm ci the npm registry
+# (the root gets this machine's resolv.conf and the certificate authorities it adds to Debian's,
+# /usr/local/share/ca-certificates), and the Slurm test makes its own network namespaces and
+# veths inside the root.
 #
 # Usage: scripts/bare-debian.sh [OPTIONS]   (as root; Debian 12 host)
 #   --root DIR          make the root in DIR (must not exist, or be empty); default: a new
@@ -29,6 +31,7 @@
 #   --dockerfile        also build deploy/Dockerfile with buildah (chroot isolation, vfs
 #                       storage), on a debian:12 base imported from a second mmdebstrap root,
 #                       since no registry is reachable here; the image is removed afterwards
+#   --dockerfile-only   only that: no root, no two commands
 #   -h, --help          this text
 set -euo pipefail
 
@@ -40,7 +43,7 @@ die() {
 say() { echo "bare-debian: $*"; }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-root='' keep=0 tests_only=0 ctest_args='' lock='' dockerfile=0
+root='' keep=0 commands=1 tests_only=0 ctest_args='' lock='' dockerfile=0
 mirrors=()
 while (($# > 0)); do
   case $1 in
@@ -51,6 +54,7 @@ while (($# > 0)); do
     --lock) lock=${2:?--lock needs a file}; shift 2 ;;
     --mirror) mirrors+=("${2:?--mirror needs a sources.list line}"); shift 2 ;;
     --dockerfile) dockerfile=1; shift ;;
+    --dockerfile-only) dockerfile=1 commands=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bare-debian: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -87,7 +91,6 @@ print_steps() {
 
 # --- Clean-up: runs on every exit, also after a failure or Ctrl-C. -----------------------------
 created=()     # folders this script made (removed unless --keep)
-image_ids=()   # buildah images and containers this script made
 # The processes whose root is inside DIR (a daemon a package or a test started and left).
 processes_rooted_in() {
   local dir=$1 p r
@@ -101,16 +104,11 @@ cleanup() {
   trap - EXIT INT TERM HUP
   set +e
   print_steps
-  if ((${#image_ids[@]} > 0)) && command -v buildah >/dev/null; then
-    say "removing the buildah containers and images it made"
-    buildah --storage-driver vfs rm -a >/dev/null 2>&1
-    for id in "${image_ids[@]}"; do buildah --storage-driver vfs rmi -f "$id" >/dev/null 2>&1; done
-  fi
   for dir in "${created[@]}"; do
     [[ -d $dir ]] || continue
     pids=$(processes_rooted_in "$dir")
     if [[ -n $pids ]]; then
-      say "stopping processes left in $dir: $(echo $pids)"
+      say "stopping processes left in $dir: ${pids//$'\n'/ }"
       # shellcheck disable=SC2086
       kill -TERM $pids 2>/dev/null
       sleep 2
@@ -122,7 +120,7 @@ cleanup() {
     # the machine's own namespace (e.g. mmdebstrap interrupted half-way).
     mounts=$(findmnt -rn -o TARGET | awk -v d="$dir" 'index($0, d "/") == 1' | sort -r)
     if [[ -n $mounts ]]; then
-      say "unmounting $(echo $mounts)"
+      say "unmounting ${mounts//$'\n'/ }"
       while read -r m; do umount -R "$m" 2>/dev/null || umount -l "$m"; done <<<"$mounts"
     fi
     if findmnt -rn -o TARGET | awk -v d="$dir" 'index($0, d "/") == 1' | grep -q .; then
@@ -136,7 +134,8 @@ cleanup() {
     fi
   done
   if ((status == 0)); then
-    say "OK: a bare Debian 12 ran the README's commands; every skip allowed; nothing left behind"
+    ((commands)) && say "OK: a bare Debian 12 ran the README's two commands; every skip allowed; nothing left behind"
+    ((dockerfile)) && say "OK: buildah built deploy/Dockerfile"
   else
     say "FAILED (exit $status)"
   fi
@@ -213,28 +212,11 @@ else
 fi
 chmod 755 "$root"
 
-begin "mmdebstrap: a minbase Debian 12 root"
-say "root: $root"
-printf 'bare-debian: mirror: %s\n' "${mirrors[@]}"
-mmdebstrap --variant=minbase --mode=root --format=directory bookworm "$root" "${mirrors[@]}"
-# Daemons that packages' scripts would start (munge, slurm) are not started in the root, as in
-# Debian's container images: there is no init there to stop them again.
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod 755 "$root/usr/sbin/policy-rc.d"
-cp -L /etc/resolv.conf "$root/etc/resolv.conf"
-say "the root has $(chroot "$root" dpkg-query -W -f='.\n' | wc -l) packages, $(du -sm "$root" | cut -f1) MB"
-end
-
-begin "copy the repository's HEAD ($(git -C "$repo" rev-parse --short HEAD)) to /root/byteps"
-mkdir -p "$root/root/byteps"
-git -C "$repo" archive --format=tar HEAD | tar -x -C "$root/root/byteps"
-say "$(git -C "$repo" ls-files | wc -l) tracked files"
-end
-
 # --- The two commands, in the root, in a mount namespace of their own --------------------------
 # in_root SCRIPT: runs the bash SCRIPT in the root (cwd /root/byteps), as root with a login's
 # environment, in a new mount namespace with the mounts a machine has.
 in_root() {
+  # shellcheck disable=SC2016 # expanded by the inner bash
   unshare --mount --propagation private -- bash -euc '
     root=$1 script=$2
     mount -t proc proc "$root/proc"
@@ -263,68 +245,102 @@ stamp() {
 }
 
 lock_cmd=()
-if [[ -n $lock ]]; then
-  lock_cmd=(flock "$lock")
-  say "waiting for the lock $lock (held while the two commands run)"
-  exec 9>>"$lock"
-  flock 9
-  say "holding $lock"
-fi
+[[ -z $lock ]] || lock_cmd=(flock "$lock")
 
-if ((!tests_only)); then
-  begin "scripts/main-job.sh (packages, build, the main job)"
-  in_root 'scripts/main-job.sh 2>&1' | stamp
+if ((commands)); then
+  begin "mmdebstrap: a minbase Debian 12 root"
+  say "root: $root"
+  printf 'bare-debian: mirror: %s\n' "${mirrors[@]}"
+  mmdebstrap --variant=minbase --mode=root --format=directory bookworm "$root" "${mirrors[@]}"
+  # Daemons that packages' scripts would start (munge, slurm) are not started in the root, as in
+  # Debian's container images: there is no init there to stop them again.
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod 755 "$root/usr/sbin/policy-rc.d"
+  # This machine's network, as a fresh install on it would have it: its resolver, and the
+  # certificate authorities it trusts beyond Debian's (a TLS-inspecting proxy's, say), which
+  # ca-certificates (pulled in by install-deps.sh's packages) adds to the system's store. Without
+  # them npm ci cannot reach the npm registry from behind such a proxy.
+  cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+  local_cas=(/usr/local/share/ca-certificates/*.crt)
+  if [[ -e ${local_cas[0]} ]]; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp -L "${local_cas[@]}" "$root/usr/local/share/ca-certificates/"
+    say "this machine's local certificate authorities: ${local_cas[*]##*/}"
+  fi
+  say "the root has $(chroot "$root" dpkg-query -W -f='.\n' | wc -l) packages, $(du -sm "$root" | cut -f1) MB"
   end
-fi
 
-begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
-# The log is CTest's console output (scripts/check-skips.cmake reads its summary); the snapshot
-# is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh installs.
-# shellcheck disable=SC2016
-in_root '
-  mkdir -p build
-  tmp=$(mktemp /root/leftovers.XXXXXX)
-  scripts/check-leftovers.sh snapshot "$tmp"
-  status=0
-  scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
-  echo "==== bare-debian: scripts/test.sh exited $status"
-  echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
-  cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake || status=1
-  echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
-  scripts/check-leftovers.sh check "$tmp" || status=1
-  rm -f "$tmp"
-  exit "$status"
-' | stamp
-end
-if [[ -n $lock ]]; then
-  flock -u 9
-  exec 9>&-
+  begin "copy the repository's HEAD ($(git -C "$repo" rev-parse --short HEAD)) to /root/byteps"
+  mkdir -p "$root/root/byteps"
+  git -C "$repo" archive --format=tar HEAD | tar -x -C "$root/root/byteps"
+  say "$(git -C "$repo" ls-files | wc -l) tracked files"
+  end
+
+  if [[ -n $lock ]]; then
+    say "waiting for the lock $lock (held while the two commands run)"
+    exec 9>>"$lock"
+    flock 9
+    say "holding $lock"
+  fi
+
+  if ((!tests_only)); then
+    begin "scripts/main-job.sh (packages, build, the main job)"
+    in_root 'scripts/main-job.sh 2>&1' | stamp
+    end
+  fi
+
+  begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
+  # The log is CTest's console output (scripts/check-skips.cmake reads its summary); the snapshot
+  # is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh installs.
+  # shellcheck disable=SC2016
+  in_root '
+    mkdir -p build
+    tmp=$(mktemp /root/leftovers.XXXXXX)
+    scripts/check-leftovers.sh snapshot "$tmp"
+    status=0
+    scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
+    echo "==== bare-debian: scripts/test.sh exited $status"
+    echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
+    cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake || status=1
+    echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
+    scripts/check-leftovers.sh check "$tmp" || status=1
+    rm -f "$tmp"
+    exit "$status"
+  ' | stamp
+  end
+  if [[ -n $lock ]]; then
+    flock -u 9
+    exec 9>&-
+  fi
 fi
 
 if ((dockerfile)); then
   # No registry is reachable from here: the Dockerfile's bases (debian:12, debian:12-slim) are
-  # imported from a minbase root made with the same mirror, under those names.
-  base="$root.base.tar"
-  begin "buildah: a debian:12 base from mmdebstrap"
-  mmdebstrap --variant=minbase --mode=root --format=tar bookworm "$base" "${mirrors[@]}"
-  created+=("$base.d")
-  mkdir -p "$base.d"
-  mv "$base" "$base.d/"
-  base="$base.d/$(basename "$base")"
-  ctr=$(buildah --storage-driver vfs from scratch)
-  image_ids+=("$ctr")
-  buildah --storage-driver vfs add "$ctr" "$base" / >/dev/null
-  buildah --storage-driver vfs config --cmd /bin/bash "$ctr"
-  id=$(buildah --storage-driver vfs commit -q "$ctr" localhost/bare-debian-base:12)
-  image_ids+=("$id")
-  buildah --storage-driver vfs tag localhost/bare-debian-base:12 docker.io/library/debian:12 \
+  # a minbase root made with the same mirror, imported under those names into a storage of
+  # this run's own (vfs: no mounts), which goes with the clean-up.
+  bwork=$root.buildah
+  mkroot "$bwork"
+  buildah=(buildah --root "$bwork/storage" --runroot "$bwork/run" --storage-driver vfs)
+  begin "buildah: debian:12 and debian:12-slim from an mmdebstrap tarball"
+  mmdebstrap --variant=minbase --mode=root --format=tar bookworm "$bwork/base.tar" "${mirrors[@]}"
+  ctr=$("${buildah[@]}" from scratch)
+  "${buildah[@]}" add "$ctr" "$bwork/base.tar" / >/dev/null
+  "${buildah[@]}" config --cmd /bin/bash "$ctr"
+  "${buildah[@]}" commit -q "$ctr" localhost/bare-debian-base:12 >/dev/null
+  "${buildah[@]}" rm "$ctr" >/dev/null
+  "${buildah[@]}" tag localhost/bare-debian-base:12 docker.io/library/debian:12 \
     docker.io/library/debian:12-slim
-  buildah --storage-driver vfs rm "$ctr" >/dev/null
+  rm -f "$bwork/base.tar"
   end
-  begin "buildah bud deploy/Dockerfile (chroot isolation, vfs)"
-  "${lock_cmd[@]}" buildah --storage-driver vfs bud --isolation chroot --pull-never \
-    -f deploy/Dockerfile -t localhost/byteps-bare:check "$root/root/byteps" 2>&1 | stamp
-  image_ids+=(localhost/byteps-bare:check docker.io/library/debian:12 docker.io/library/debian:12-slim)
-  buildah --storage-driver vfs images
+  begin "buildah bud -f deploy/Dockerfile (chroot isolation)"
+  mkdir -p "$bwork/context"
+  git -C "$repo" archive --format=tar HEAD | tar -x -C "$bwork/context"
+  "${lock_cmd[@]}" "${buildah[@]}" bud --isolation chroot --pull-never \
+    -f deploy/Dockerfile -t localhost/byteps:bare-debian "$bwork/context" 2>&1 | stamp
+  "${buildah[@]}" images
+  # The image's programs start in it (the Dockerfile's own ldd check ran in its last stage).
+  ctr=$("${buildah[@]}" from localhost/byteps:bare-debian)
+  "${buildah[@]}" run --isolation chroot "$ctr" -- byteps-server --help | head -n 3
+  "${buildah[@]}" rm "$ctr" >/dev/null
   end
 fi
