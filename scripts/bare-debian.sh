@@ -8,10 +8,10 @@
 # root lacks that the two commands do not install shows up here: scripts/install-deps.sh is the
 # place to add it. Times of each step: docs/deploy.md, "A bare Debian 12".
 #
-# The root runs inside its own mount namespace (unshare): /proc, /sys, /dev (with a fresh
-# /dev/pts instance and a tmpfs /dev/shm, so the suite's shared memory is its own) are mounted
-# there only, so the machine never sees them and they vanish with the namespace, also after a
-# SIGKILL. The network is the machine's: apt-get needs the mirror and npm ci the npm registry
+# The root runs in mount and PID namespaces of its own (unshare, then pivot_root into it):
+# /proc, /sys, /dev (with a fresh /dev/pts instance and a tmpfs /dev/shm, so the suite's shared
+# memory is its own) are mounted there only, so the machine never sees them, and they and every
+# process started in the root end with the namespaces, also after a SIGKILL. The network is the machine's: apt-get needs the mirror and npm ci the npm registry
 # (the root gets this machine's resolv.conf and the certificate authorities it adds to Debian's,
 # /usr/local/share/ca-certificates), and the Slurm test makes its own network namespaces and
 # veths inside the root.
@@ -214,11 +214,19 @@ chmod 755 "$root"
 
 # --- The two commands, in the root, in a mount namespace of their own --------------------------
 # in_root SCRIPT: runs the bash SCRIPT in the root (cwd /root/byteps), as root with a login's
-# environment, in a new mount namespace with the mounts a machine has.
+# environment, in new mount and PID namespaces with the mounts a machine has. The root becomes
+# the mount namespace's / (pivot_root, not chroot): a process that enters a mount namespace
+# (nsenter --mount, as the Slurm test does for each node) gets that namespace's / as its root,
+# which after a chroot would be this machine's. The first process of the PID namespace waits for
+# the script; when it exits, the kernel ends whatever is left in the namespace (--kill-child:
+# also when unshare itself is killed).
 in_root() {
   # shellcheck disable=SC2016 # expanded by the inner bash
-  unshare --mount --propagation private -- bash -euc '
+  unshare --mount --propagation private --pid --fork --kill-child -- bash -euc '
     root=$1 script=$2
+    # The root a mount of its own, as / is on a machine (pivot_root needs it; so does the
+    # Slurm test: unshare --mount makes the new namespace'"'"'s / private, EINVAL on no mount).
+    mount --rbind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"
     mount --make-rslave "$root/sys"
@@ -227,7 +235,11 @@ in_root() {
     mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
     mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
     mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
-    exec chroot "$root" /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
+    cd "$root"
+    pivot_root . .
+    umount -l .
+    cd /
+    /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
       TERM="${TERM:-dumb}" LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       /bin/bash -euo pipefail -c "cd /root/byteps; $script"
@@ -261,6 +273,10 @@ if ((commands)); then
   # ca-certificates (pulled in by install-deps.sh's packages) adds to the system's store. Without
   # them npm ci cannot reach the npm registry from behind such a proxy.
   cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+  # /etc/hosts belongs to no package: Debian's installer writes it (mmdebstrap does not), and the
+  # Slurm test binds each node's own hosts file over it. The installer's, for this hostname:
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' \
+    "$(hostname)" >"$root/etc/hosts"
   local_cas=(/usr/local/share/ca-certificates/*.crt)
   if [[ -e ${local_cas[0]} ]]; then
     mkdir -p "$root/usr/local/share/ca-certificates"
