@@ -22,14 +22,19 @@ build=(cmake ninja-build g++ make libasio-dev libfmt-dev libssl-dev)
 #   python3                        the hostile-client test and the Conan recipe's check
 #   gnuplot-nox                    byteps-trace plot in the timeline test
 #   slurm-wlm munge iproute2       a real Slurm, run in network namespaces (tests/deploy)
+#   procps                         pkill (tests/process/flood_job.sh); cmake depends on it too,
+#                                  but a test's tool is named here, not left to another's
+#                                  dependencies. The rest of what the tests call (timeout,
+#                                  unshare, nsenter, hostname) is in every Debian, minbase too
 #   libtorch-dev                   the libtorch plugin (BYTEPS_WITH_TORCH: byteps::torch,
 #                                  examples/train_torch, tests/torch); Debian 12 ships 1.13.1,
 #                                  CPU only. Optional for the build: without it the plugin is
 #                                  not built and its tests are not registered
 test=(catch2 libibverbs-dev librdmacm-dev openssl python3 gnuplot-nox slurm-wlm munge iproute2
-      libtorch-dev)
+      procps libtorch-dev)
 # node: the Kubernetes manifests' offline validator (tests/deploy). A node that came from
-# elsewhere (with its own npm) is kept; else Debian's nodejs and npm are installed.
+# elsewhere (with its own npm) is kept; else Debian's nodejs and npm are installed (npm brings
+# ca-certificates, which npm ci needs to reach the registry).
 node=(nodejs npm)
 # runtime: what byteps-server and train_mlp load at run time, by Debian 12's names: the image's
 # final stage (deploy/Dockerfile) installs these. build's -dev packages depend on them, so this
