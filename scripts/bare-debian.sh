@@ -91,6 +91,8 @@ print_steps() {
 
 # --- Clean-up: runs on every exit, also after a failure or Ctrl-C. -----------------------------
 created=()     # folders this script made (removed unless --keep)
+running=''     # the pid of a step waited for in the background
+unshare_pid=/var/tmp/byteps-bare.$$.unshare-pid  # in_root's unshare, to end its namespaces
 # The processes whose root is inside DIR (a daemon a package or a test started and left).
 processes_rooted_in() {
   local dir=$1 p r
@@ -103,6 +105,13 @@ cleanup() {
   local status=$? dir pids mounts
   trap - EXIT INT TERM HUP
   set +e
+  # A step still running (a signal came): unshare's SIGKILL ends the namespaces (--kill-child).
+  if [[ -n $running ]]; then
+    [[ -s $unshare_pid ]] && kill -KILL "$(cat "$unshare_pid")" 2>/dev/null
+    kill -TERM "$running" 2>/dev/null
+    wait "$running" 2>/dev/null
+  fi
+  rm -f "$unshare_pid"
   print_steps
   for dir in "${created[@]}"; do
     [[ -d $dir ]] || continue
@@ -213,7 +222,7 @@ fi
 chmod 755 "$root"
 
 # --- The two commands, in the root, in a mount namespace of their own --------------------------
-# in_root SCRIPT: runs the bash SCRIPT in the root (cwd /root/byteps), as root with a login's
+# in_root SCRIPT (in a subshell: it execs unshare): runs the bash SCRIPT in the root (cwd /root/byteps), as root with a login's
 # environment, in new mount and PID namespaces with the mounts a machine has. The root becomes
 # the mount namespace's / (pivot_root, not chroot): a process that enters a mount namespace
 # (nsenter --mount, as the Slurm test does for each node) gets that namespace's / as its root,
@@ -221,8 +230,9 @@ chmod 755 "$root"
 # the script; when it exits, the kernel ends whatever is left in the namespace (--kill-child:
 # also when unshare itself is killed).
 in_root() {
+  echo "$BASHPID" >"$unshare_pid"
   # shellcheck disable=SC2016 # expanded by the inner bash
-  unshare --mount --propagation private --pid --fork --kill-child -- bash -euc '
+  exec unshare --mount --propagation private --pid --fork --kill-child -- bash -euc '
     root=$1 script=$2
     # The root a mount of its own, as / is on a machine (pivot_root needs it; so does the
     # Slurm test: unshare --mount makes the new namespace'"'"'s / private, EINVAL on no mount).
@@ -258,6 +268,17 @@ stamp() {
 
 lock_cmd=()
 [[ -z $lock ]] || lock_cmd=(flock "$lock")
+
+# background COMMAND...: runs COMMAND and waits for it, such that a signal to this script stops
+# the wait at once (bash runs a trap only after a foreground command ends).
+background() {
+  local status=0
+  "$@" &
+  running=$!
+  wait "$running" || status=$?
+  running=''
+  return "$status"
+}
 
 if ((commands)); then
   begin "mmdebstrap: a minbase Debian 12 root"
@@ -295,34 +316,38 @@ if ((commands)); then
   if [[ -n $lock ]]; then
     say "waiting for the lock $lock (held while the two commands run)"
     exec 9>>"$lock"
-    flock 9
+    background flock 9
     say "holding $lock"
   fi
 
   if ((!tests_only)); then
     begin "scripts/main-job.sh (packages, build, the main job)"
-    in_root 'scripts/main-job.sh 2>&1' | stamp
+    main_job() { in_root 'scripts/main-job.sh 2>&1' | stamp; }
+    background main_job
     end
   fi
 
   begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
   # The log is CTest's console output (scripts/check-skips.cmake reads its summary); the snapshot
   # is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh installs.
-  # shellcheck disable=SC2016
-  in_root '
-    mkdir -p build
-    tmp=$(mktemp /root/leftovers.XXXXXX)
-    scripts/check-leftovers.sh snapshot "$tmp"
-    status=0
-    scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
-    echo "==== bare-debian: scripts/test.sh exited $status"
-    echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
-    cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake || status=1
-    echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
-    scripts/check-leftovers.sh check "$tmp" || status=1
-    rm -f "$tmp"
-    exit "$status"
-  ' | stamp
+  suite() {
+    # shellcheck disable=SC2016
+    in_root '
+      mkdir -p build
+      tmp=$(mktemp /root/leftovers.XXXXXX)
+      scripts/check-leftovers.sh snapshot "$tmp"
+      status=0
+      scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
+      echo "==== bare-debian: scripts/test.sh exited $status"
+      echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
+      cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake 2>&1 || status=1
+      echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
+      scripts/check-leftovers.sh check "$tmp" 2>&1 || status=1
+      rm -f "$tmp"
+      exit "$status"
+    ' | stamp
+  }
+  background suite
   end
   if [[ -n $lock ]]; then
     flock -u 9
