@@ -92,6 +92,7 @@ print_steps() {
 # --- Clean-up: runs on every exit, also after a failure or Ctrl-C. -----------------------------
 created=()     # folders this script made (removed unless --keep)
 running=''     # the pid of a step waited for in the background
+containers_made=''  # set when /var/lib/containers did not exist before buildah ran
 unshare_pid=/var/tmp/byteps-bare.$$.unshare-pid  # in_root's unshare, to end its namespaces
 # The processes whose root is inside DIR (a daemon a package or a test started and left).
 processes_rooted_in() {
@@ -112,6 +113,8 @@ cleanup() {
     wait "$running" 2>/dev/null
   fi
   rm -f "$unshare_pid"
+  # buildah keeps a blob cache in /var/lib/containers whatever --root says.
+  [[ -n $containers_made ]] && rm -rf /var/lib/containers
   print_steps
   for dir in "${created[@]}"; do
     [[ -d $dir ]] || continue
@@ -360,6 +363,7 @@ if ((dockerfile)); then
   # a minbase root made with the same mirror, imported under those names into a storage of
   # this run's own (vfs: no mounts), which goes with the clean-up.
   bwork=$root.buildah
+  [[ -e /var/lib/containers ]] || containers_made=1
   mkroot "$bwork"
   buildah=(buildah --root "$bwork/storage" --runroot "$bwork/run" --storage-driver vfs)
   begin "buildah: debian:12 and debian:12-slim from an mmdebstrap tarball"
