@@ -74,14 +74,18 @@ TEST_CASE("rdma transport: registered memory is written directly (one WRITE), un
     CHECK(net->writes_posted({p.port, emu::side::active}) == 8);
   }
   SECTION("both ends registered: one write straight into the receiver's arena") {
-    rdma_pair p(emu_options(net));
+    // Both buffers outlive the pair: the sender reads `source` until its completion is reaped,
+    // which may come after the receiver has the frame.
     std::vector<std::byte> arena(2 * n), source = payload;
+    rdma_pair p(emu_options(net));
     p.server_net.register_memory(arena);
     p.client_net.register_memory(source);
     p.connect_one();
     p.server_rx[0]->use_arena(&arena);
-    send_frame(*p.client[0], 3, source);
+    sent_counter sent;
+    send_frame(*p.client[0], 3, source, sent.make(0));
     REQUIRE(p.server_rx[0]->wait_messages(1));
+    REQUIRE(sent.wait_all());
     CHECK(p.server_rx[0]->frames()[0].bytes == payload);
     CHECK(std::equal(payload.begin(), payload.end(), arena.begin()));
     CHECK(net->writes_posted({p.port, emu::side::active}) == 1);
