@@ -26,6 +26,15 @@
 #                       the skip check still runs, over the tests that ran
 #   --lock FILE         hold FILE (flock) while the two commands run (packages, build, suite),
 #                       for a machine shared with other builds
+#   --with-cuda         bind this machine's CUDA toolkit (/usr/local/cuda, with NCCL; no Debian
+#                       package) read-only at the same place in the root, so the CUDA programs
+#                       and their tests build there as on the machine
+#   --prepare-only      make the root, copy HEAD and run scripts/install-deps.sh in it, then
+#                       stop and keep it (for --reuse)
+#   --reuse             the root (--root DIR) was made by --prepare-only: skip mmdebstrap and
+#                       the copy; it is removed at the end unless --keep
+#   --build-only        with --reuse: run scripts/build.sh in the root and stop, keeping it
+#                       (.ci/run builds there beside another stage, at idle priority)
 #   --mirror LINE       an apt sources.list line for the root (repeatable); default: this
 #                       machine's Debian bookworm entries (/etc/apt/sources.list*)
 #   --dockerfile        also build deploy/Dockerfile with buildah (chroot isolation, vfs
@@ -44,6 +53,7 @@ say() { echo "bare-debian: $*"; }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root='' keep=0 commands=1 tests_only=0 ctest_args='' lock='' dockerfile=0
+with_cuda=0 prepare_only=0 reuse=0 build_only=0
 mirrors=()
 while (($# > 0)); do
   case $1 in
@@ -53,6 +63,10 @@ while (($# > 0)); do
     --ctest-args) ctest_args=${2?--ctest-args needs a string}; shift 2 ;;
     --lock) lock=${2:?--lock needs a file}; shift 2 ;;
     --mirror) mirrors+=("${2:?--mirror needs a sources.list line}"); shift 2 ;;
+    --with-cuda) with_cuda=1; shift ;;
+    --prepare-only) prepare_only=1 keep=1; shift ;;
+    --reuse) reuse=1; shift ;;
+    --build-only) build_only=1 keep=1; shift ;;
     --dockerfile) dockerfile=1; shift ;;
     --dockerfile-only) dockerfile=1 commands=0; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -60,6 +74,17 @@ while (($# > 0)); do
   esac
 done
 
+((prepare_only && reuse)) && die "--prepare-only makes a root, --reuse takes one made before: give one of them"
+((build_only && !reuse)) && die "--build-only builds in a root made before: give --reuse --root DIR"
+((reuse)) && [[ -z $root ]] && die "--reuse needs --root DIR (the root --prepare-only made)"
+((reuse && dockerfile)) && die "--dockerfile makes roots of its own: leave out --reuse"
+cuda_dir=''
+if ((with_cuda)); then
+  cuda_dir=$(readlink -f /usr/local/cuda 2>/dev/null || true)
+  if [[ -z $cuda_dir || ! -x $cuda_dir/bin/nvcc ]]; then
+    die "--with-cuda: no CUDA toolkit at /usr/local/cuda (no bin/nvcc there)"
+  fi
+fi
 ((EUID == 0)) || die "needs root (mmdebstrap, chroot, mounts); try: sudo $0"
 command -v git >/dev/null || die "needs git, to copy the repository's HEAD"
 git -C "$repo" rev-parse --verify -q HEAD >/dev/null || die "$repo is not a git checkout with a commit"
@@ -146,7 +171,13 @@ cleanup() {
     fi
   done
   if ((status == 0)); then
-    ((commands)) && say "OK: a bare Debian 12 ran the README's two commands; every skip allowed; nothing left behind"
+    if ((prepare_only)); then
+      say "OK: a bare Debian 12 root with the packages is ready: $root (for --reuse)"
+    elif ((build_only)); then
+      say "OK: built in the root $root (for --reuse)"
+    elif ((commands)); then
+      say "OK: a bare Debian 12 ran the README's two commands; every skip allowed; nothing left behind"
+    fi
     ((dockerfile)) && say "OK: buildah built deploy/Dockerfile"
   else
     say "FAILED (exit $status)"
@@ -215,7 +246,12 @@ mkroot() {  # mkroot DIR: DIR is made empty (or checked empty) and recorded for 
   fi
   created+=("$(cd "$dir" && pwd -P)")
 }
-if [[ -z $root ]]; then
+if ((reuse)); then
+  [[ -d $root/root/byteps && -x $root/bin/bash ]] ||
+    die "--reuse: $root is not a root made by --prepare-only (no /root/byteps in it)"
+  root=$(cd "$root" && pwd -P)
+  created+=("$root")
+elif [[ -z $root ]]; then
   root=$(mktemp -d /var/tmp/byteps-bare.XXXXXX)
   created+=("$root")
 else
@@ -236,7 +272,7 @@ in_root() {
   echo "$BASHPID" >"$unshare_pid"
   # shellcheck disable=SC2016 # expanded by the inner bash
   exec unshare --mount --propagation private --pid --fork --kill-child -- bash -euc '
-    root=$1 script=$2
+    root=$1 script=$2 cuda=$3
     # The root a mount of its own, as / is on a machine (pivot_root needs it; so does the
     # Slurm test: unshare --mount makes the new namespace'"'"'s / private, EINVAL on no mount).
     mount --rbind "$root" "$root"
@@ -248,6 +284,11 @@ in_root() {
     mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
     mount --bind "$root/dev/pts/ptmx" "$root/dev/ptmx"
     mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+    if [[ -n $cuda ]]; then
+      mkdir -p "$root/usr/local/cuda"
+      mount --rbind "$cuda" "$root/usr/local/cuda"
+      mount -o remount,bind,ro "$root/usr/local/cuda"
+    fi
     cd "$root"
     pivot_root . .
     umount -l .
@@ -256,7 +297,7 @@ in_root() {
       TERM="${TERM:-dumb}" LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       /bin/bash -euo pipefail -c "cd /root/byteps; $script"
-  ' in_root "$root" "$1"
+  ' in_root "$root" "$1" "$cuda_dir"
 }
 
 # Each line of output with the minutes and seconds since the step began.
@@ -283,7 +324,7 @@ background() {
   return "$status"
 }
 
-if ((commands)); then
+if ((commands && !reuse)); then
   begin "mmdebstrap: a minbase Debian 12 root"
   say "root: $root"
   printf 'bare-debian: mirror: %s\n' "${mirrors[@]}"
@@ -315,7 +356,11 @@ if ((commands)); then
   git -C "$repo" archive --format=tar HEAD | tar -x -C "$root/root/byteps"
   say "$(git -C "$repo" ls-files | wc -l) tracked files"
   end
+fi
 
+if ((commands)); then
+  ((reuse)) && say "root: $root (made before; HEAD of then: its /root/byteps)"
+  ((with_cuda)) && say "the machine's CUDA toolkit $cuda_dir is at /usr/local/cuda in the root (read-only)"
   if [[ -n $lock ]]; then
     say "waiting for the lock $lock (held while the two commands run)"
     exec 9>>"$lock"
@@ -323,35 +368,50 @@ if ((commands)); then
     say "holding $lock"
   fi
 
-  if ((!tests_only)); then
-    begin "scripts/main-job.sh (packages, build, the main job)"
-    main_job() { in_root 'scripts/main-job.sh 2>&1' | stamp; }
-    background main_job
+  if ((prepare_only)); then
+    begin "scripts/install-deps.sh (the packages, for the two commands later)"
+    packages() { in_root 'scripts/install-deps.sh 2>&1' | stamp; }
+    background packages
+    end
+  elif ((build_only)); then
+    begin "scripts/build.sh (the whole build, for the two commands later)"
+    build() { in_root 'scripts/install-deps.sh 2>&1 && scripts/build.sh 2>&1' | stamp; }
+    background build
+    end
+  else
+    if ((!tests_only)); then
+      begin "scripts/main-job.sh (packages, build, the main job)"
+      main_job() { in_root 'scripts/main-job.sh 2>&1' | stamp; }
+      background main_job
+      end
+    fi
+
+    begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
+    # The log is CTest's console output (scripts/check-skips.cmake reads its summary); the
+    # snapshot is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh
+    # installs. After the suite, its slowest tests with their share of their timeout.
+    suite() {
+      # shellcheck disable=SC2016
+      in_root '
+        mkdir -p build
+        tmp=$(mktemp /root/leftovers.XXXXXX)
+        scripts/check-leftovers.sh snapshot "$tmp"
+        status=0
+        scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
+        echo "==== bare-debian: scripts/test.sh exited $status"
+        cmake -DLOG=build/bare-debian-test.log -DBUILD_DIR=build -DDEFAULT_TIMEOUT=600 \
+          -P scripts/test-report.cmake 2>&1 || true
+        echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
+        cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake 2>&1 || status=1
+        echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
+        scripts/check-leftovers.sh check "$tmp" 2>&1 || status=1
+        rm -f "$tmp"
+        exit "$status"
+      ' | stamp
+    }
+    background suite
     end
   fi
-
-  begin "scripts/test.sh ${ctest_args}(build the rest, every test)"
-  # The log is CTest's console output (scripts/check-skips.cmake reads its summary); the snapshot
-  # is taken before the suite, as .ci/run does. check-leftovers needs nothing test.sh installs.
-  suite() {
-    # shellcheck disable=SC2016
-    in_root '
-      mkdir -p build
-      tmp=$(mktemp /root/leftovers.XXXXXX)
-      scripts/check-leftovers.sh snapshot "$tmp"
-      status=0
-      scripts/test.sh '"$ctest_args"' 2>&1 | tee build/bare-debian-test.log || status=$?
-      echo "==== bare-debian: scripts/test.sh exited $status"
-      echo "==== bare-debian: skips only where hardware is missing (scripts/check-skips.cmake)"
-      cmake -DLOG=build/bare-debian-test.log -P scripts/check-skips.cmake 2>&1 || status=1
-      echo "==== bare-debian: nothing left behind (scripts/check-leftovers.sh)"
-      scripts/check-leftovers.sh check "$tmp" 2>&1 || status=1
-      rm -f "$tmp"
-      exit "$status"
-    ' | stamp
-  }
-  background suite
-  end
   if [[ -n $lock ]]; then
     flock -u 9
     exec 9>&-
