@@ -16,6 +16,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "byteps/core/dtype.hpp"
@@ -45,19 +46,49 @@ bool aligned_for(const void* p) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) % alignof(T) == 0;
 }
 
-template <class T, class Convert>
-void widen_each(const std::byte* in, float* out, std::size_t n, Convert convert) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, in + i * sizeof(T), sizeof(T));  // the tensor's bytes need not be aligned
-    out[i] = convert(v);
+// One element of a floating dtype as fp32, and back, rounded as the file comment says.
+inline float to_fp32(float v) noexcept { return v; }
+inline float to_fp32(double v) noexcept { return static_cast<float>(v); }
+inline float to_fp32(float16 v) noexcept { return to_float(v); }
+inline float to_fp32(bfloat16 v) noexcept { return to_float(v); }
+
+template <class T>
+T from_fp32(float v) noexcept {
+  if constexpr (std::is_same_v<T, float16>)
+    return to_float16(v);
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return to_bfloat16(v);
+  else
+    return static_cast<T>(v);
+}
+
+/// Calls `f(std::type_identity<T>{})` with the element type of a floating `type`, so that
+/// reading and writing share one switch; does nothing for another dtype, which
+/// `float_elements` refuses before any compressor gets here.
+template <class F>
+void visit_floating(dtype type, F&& f) {
+  switch (type) {
+    case dtype::float32: return f(std::type_identity<float>{});
+    case dtype::float64: return f(std::type_identity<double>{});
+    case dtype::float16: return f(std::type_identity<float16>{});
+    case dtype::bfloat16: return f(std::type_identity<bfloat16>{});
+    default: return;
   }
 }
 
-template <class T, class Convert>
-void narrow_each(const float* in, std::byte* out, std::size_t n, Convert convert) noexcept {
+template <class T>
+void widen_each(const std::byte* in, float* out, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    const T v = convert(in[i]);
+    T v;
+    std::memcpy(&v, in + i * sizeof(T), sizeof(T));  // the tensor's bytes need not be aligned
+    out[i] = to_fp32(v);
+  }
+}
+
+template <class T>
+void narrow_each(const float* in, std::byte* out, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const T v = from_fp32<T>(in[i]);
     std::memcpy(out + i * sizeof(T), &v, sizeof(T));
   }
 }
@@ -72,25 +103,9 @@ inline std::span<const float> read_floats(std::span<const std::byte> in, dtype t
   if (type == dtype::float32 && detail::aligned_for<float>(in.data()))
     return {reinterpret_cast<const float*>(in.data()), n};
   scratch.resize(n);
-  switch (type) {
-    case dtype::float32:
-      std::memcpy(scratch.data(), in.data(), n * sizeof(float));
-      break;
-    case dtype::float64:
-      detail::widen_each<double>(in.data(), scratch.data(), n,
-                                 [](double v) { return static_cast<float>(v); });
-      break;
-    case dtype::float16:
-      detail::widen_each<float16>(in.data(), scratch.data(), n,
-                                  [](float16 v) { return to_float(v); });
-      break;
-    case dtype::bfloat16:
-      detail::widen_each<bfloat16>(in.data(), scratch.data(), n,
-                                   [](bfloat16 v) { return to_float(v); });
-      break;
-    default:
-      break;  // refused by float_elements before any compressor gets here
-  }
+  detail::visit_floating(type, [&]<class T>(std::type_identity<T>) {
+    detail::widen_each<T>(in.data(), scratch.data(), n);
+  });
   return scratch;
 }
 
@@ -111,25 +126,9 @@ inline void write_floats(std::span<const float> values, dtype type, std::span<st
   if (static_cast<const void*>(values.data()) == static_cast<const void*>(out.data())) return;
   // The same count, but bounded by `out` where the compiler can see it.
   const std::size_t n = std::min(values.size(), out.size() / dtype_size(type));
-  switch (type) {
-    case dtype::float32:
-      std::memcpy(out.data(), values.data(), n * sizeof(float));
-      break;
-    case dtype::float64:
-      detail::narrow_each<double>(values.data(), out.data(), n,
-                                  [](float v) { return static_cast<double>(v); });
-      break;
-    case dtype::float16:
-      detail::narrow_each<float16>(values.data(), out.data(), n,
-                                   [](float v) { return to_float16(v); });
-      break;
-    case dtype::bfloat16:
-      detail::narrow_each<bfloat16>(values.data(), out.data(), n,
-                                    [](float v) { return to_bfloat16(v); });
-      break;
-    default:
-      break;
-  }
+  detail::visit_floating(type, [&]<class T>(std::type_identity<T>) {
+    detail::narrow_each<T>(values.data(), out.data(), n);
+  });
 }
 
 /// Decodes into `out`, a tensor of `type`, through fp32, as every built-in decoder does:
