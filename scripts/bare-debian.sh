@@ -27,7 +27,8 @@
 #   --lock FILE         hold FILE (flock) while the two commands run (packages, build, suite),
 #                       for a machine shared with other builds
 #   --with-cuda         bind this machine's CUDA toolkit (/usr/local/cuda, with NCCL; no Debian
-#                       package) read-only at the same place in the root, so the CUDA programs
+#                       package) read-only at the same place in the root, with nvcc on the
+#                       PATH, CUDA_HOME and the machine's LIBRARY_PATH, so the CUDA programs
 #                       and their tests build there as on the machine
 #   --prepare-only      make the root, copy HEAD and run scripts/install-deps.sh in it, then
 #                       stop and keep it (for --reuse)
@@ -272,7 +273,7 @@ in_root() {
   echo "$BASHPID" >"$unshare_pid"
   # shellcheck disable=SC2016 # expanded by the inner bash
   exec unshare --mount --propagation private --pid --fork --kill-child -- bash -euc '
-    root=$1 script=$2 cuda=$3
+    root=$1 script=$2 cuda=$3 library_path=$4
     # The root a mount of its own, as / is on a machine (pivot_root needs it; so does the
     # Slurm test: unshare --mount makes the new namespace'"'"'s / private, EINVAL on no mount).
     mount --rbind "$root" "$root"
@@ -293,11 +294,19 @@ in_root() {
     pivot_root . .
     umount -l .
     cd /
+    path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    cuda_env=()
+    # The toolkit as this machine'"'"'s environment has it: nvcc on the PATH (CMake'"'"'s CUDA
+    # language looks there), CUDA_HOME, and LIBRARY_PATH when the machine sets one.
+    if [[ -n $cuda ]]; then
+      path=/usr/local/cuda/bin:$path
+      cuda_env=(CUDA_HOME=/usr/local/cuda)
+      [[ -n $library_path ]] && cuda_env+=(LIBRARY_PATH="$library_path")
+    fi
     /usr/bin/env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/bash \
-      TERM="${TERM:-dumb}" LANG=C.UTF-8 \
-      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      TERM="${TERM:-dumb}" LANG=C.UTF-8 PATH="$path" "${cuda_env[@]}" \
       /bin/bash -euo pipefail -c "cd /root/byteps; $script"
-  ' in_root "$root" "$1" "$cuda_dir"
+  ' in_root "$root" "$1" "$cuda_dir" "${LIBRARY_PATH:-}"
 }
 
 # Each line of output with the minutes and seconds since the step began.
