@@ -206,79 +206,9 @@ class node {
 
   op_table& ops() noexcept { return dispatcher_.ops(); }
 
-  void join() {
-    cfg_.validate();
-    auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
-    rank_ = welcome.rank;
-    num_workers_ = welcome.num_workers;
-    global_rank_ = welcome.global_rank;
-    global_size_ = welcome.global_size;
-    job_id_ = welcome.job_id;
-    slices_ = welcome.slices;
-    log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", rank_, local_.local_rank())
-                                        : fmt::format("worker {}", rank_));
-    trace_.name_node(global_rank_, log_.who(), rank_);
-    if (L::is_identity && welcome.slices > 1)
-      throw usage_error(fmt::format(
-          "this job runs {} local ranks on some machine, so every machine must run a local "
-          "collective (bps::local::host) to cut tensors into the same slices; this worker uses "
-          "bps::local::none",
-          welcome.slices));
-    // The machine's local ranks meet right after the welcome, before the links to the servers
-    // (which fail once another local rank died): a segment is unlinked when every local rank
-    // mapped it, so a local rank that dies before its first push_pull leaves nothing behind.
-    // Attached after the links, a survivor failing on its way here left the dead one's control
-    // segment in /dev/shm.
-    const local::cluster machine{rank_,        num_workers_,   global_rank_,
-                                 global_size_, welcome.slices, welcome.job_id};
-    if constexpr (transport::SharesMemory<T> && requires { local_.share_segments(true); })
-      local_.share_segments(transport_.shares_memory());
-    local_.attach(machine);
-    control_.on_failure([this](const std::string& why) {
-      std::lock_guard lock(mu_);
-      die_locked(why);
-    });
-    if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
-    try {
-      for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
-        const int server = static_cast<int>(i);
-        // In the table before its link starts: a link whose hello went out reports its close,
-        // which looks it up there. A retry (the server closed a connection before its
-        // challenge) puts its fresh link in the same place.
-        auto adopt = [&, added = false](const link_ptr& link) mutable {
-          std::lock_guard lock(mu_);
-          if (!added) {
-            server_slot<typename T::link> s;
-            s.address = fmt::format("{}:{}", welcome.servers[i].host, welcome.servers[i].port);
-            s.link = link;
-            links_.add(std::move(s));
-            added = true;
-          }
-          links_[server].link = link;
-        };
-        // The hello waits for the server's challenge outside the mutex (as failover's does), so
-        // a failure the scheduler reports meanwhile closes the links at once instead of waiting
-        // for the hello timeout.
-        if (!connect_link(welcome.servers[i], server, 0, adopt, [this] {
-              std::lock_guard lock(mu_);
-              return closing_ || !dead_.empty();
-            }))
-          throw communicator_error(fmt::format("gave up connecting to server {}", server));
-      }
-    } catch (const communicator_error& e) {
-      std::lock_guard lock(mu_);
-      // The scheduler's word on why the job failed says more than the link that broke for it.
-      if (!dead_.empty())
-        throw communicator_error(
-            fmt::format("{} (while connecting to the servers: {})", dead_, e.what()));
-      throw;
-    }
-    ops().stats().servers(links_.size());
-    if (failover_) failover_->listen();
-    if constexpr (!L::is_identity) stage_.start(machine);
-    log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
-              global_size_, num_workers_, links_.size());
-  }
+  // Joins the job: the rendezvous, the machine's local ranks, a link to every server
+  // (worker/impl/node_join.hpp).
+  void join();
 
   // What the local stage asks of the network stage: its plan of a tensor, and its owned
   // partitions awaited in the operation's record and released one by one.
@@ -471,4 +401,5 @@ class node {
 
 }  // namespace bps::worker
 
+#include "byteps/worker/impl/node_join.hpp"
 #include "byteps/worker/impl/node_send.hpp"
