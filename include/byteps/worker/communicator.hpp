@@ -11,8 +11,8 @@
 /// a server is preceded by a `declare` frame carrying its name, in order on the same link.
 ///
 /// With failover on (`Config::failover_timeout` > 0) the loss of a server is survived when the
-/// scheduler replaces it: see worker/failover.hpp for the protocol. Answers then pass through a
-/// kept copy per partition (one more copy of every tensor's bytes in memory).
+/// scheduler replaces it: see worker/failover.hpp for the protocol. Answers then pass beside a
+/// kept copy per partition (two more copies of every tensor's bytes in memory).
 ///
 /// This class is the public face: it checks arguments and names operations; the work is done by
 /// `worker::node` (worker/node.hpp) and the parts it owns. This header declares it with the

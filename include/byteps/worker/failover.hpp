@@ -54,11 +54,15 @@
 
 namespace bps::worker {
 
-/// A partition's last sum as its server sent it (before averaging).
+/// A partition's last sum as its server sent it (before averaging). The next answer is written
+/// beside it, in `incoming`, so a server that dies in the middle of an answer leaves the last
+/// whole one to offer: in async mode it carries this worker's applied deltas, which the other
+/// workers' offers may not hold yet.
 struct kept_sum {
-  std::vector<std::byte> bytes;
+  std::vector<std::byte> bytes;     ///< the last whole answer
+  std::vector<std::byte> incoming;  ///< the answer being written
   std::uint64_t round = 0;
-  bool valid = false;  ///< false until the first answer, and while one is being written
+  bool valid = false;  ///< false until the first whole answer
   /// wire::flag_applied: `bytes` end with the applied counts of async training, which an offer
   /// carries back
   std::uint32_t flags = 0;
@@ -84,26 +88,26 @@ class failover {
   /// Ends a reconnect in progress (the node is closing) and the replacement deadlines.
   void stop() { timer_.stop(); }
 
-  /// Under the node's mutex: the answer for `p` is read into the partition's kept sum, not the
-  /// caller's buffer, so an answer cut off by a dying server never spoils the buffer, which still
-  /// holds this worker's contribution for a re-push. `at`: where this frame's bytes start (a
-  /// piece of the answer after the first, from a cut-through server).
+  /// Under the node's mutex: the answer for `p` is read beside the partition's kept sum, not
+  /// into the caller's buffer, so an answer cut off by a dying server spoils neither the buffer,
+  /// which still holds this worker's contribution for a re-push, nor the last whole sum, which
+  /// the replacement is offered. `at`: where this frame's bytes start (a piece of the answer
+  /// after the first, from a cut-through server).
   std::span<std::byte> answer_destination(const wire::header& h, pending_part& p, std::size_t at,
                                           op_ptr& receiving) {
     if (p.receiving) return {};  // an old link still writes it (cannot happen: we wait for it)
     kept_sum& kept = kept_[key_id{h.key, h.part}];
     p.receiving = true;
-    kept.valid = false;
-    kept.bytes.resize(at + h.payload_bytes);  // encoded, with a compressor
+    kept.incoming.resize(at + h.payload_bytes);  // encoded, with a compressor
     ++p.op->receiving;
     receiving = p.op;
-    return std::span(kept.bytes).subspan(at);
+    return std::span(kept.incoming).subspan(at);
   }
 
-  /// I/O thread: the answer for `h` is complete in its kept sum (`last`; else one more piece
-  /// of it is in); the caller's buffer gets a copy (decoded, averaged if asked). Nothing else
-  /// touches the kept bytes meanwhile: they are not `valid` while being written, and a
-  /// replacement's link starts only after this one closed.
+  /// I/O thread: the answer for `h` is complete beside its kept sum (`last`; else one more
+  /// piece of it is in); the caller's buffer gets a copy (decoded, averaged if asked), and then
+  /// it becomes the kept sum. Nothing else touches the incoming bytes meanwhile: a
+  /// replacement's link starts only after this one closed, and an offer sends the kept ones.
   void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload, bool last) {
     const key_id id{h.key, h.part};
     if (!last) {
@@ -115,7 +119,7 @@ class failover {
     std::span<const std::byte> sum = payload;
     if ((h.flags & wire::flag_piece) != 0) {
       std::lock_guard lock(node_.mu_);
-      sum = kept_[id].bytes;
+      sum = kept_[id].incoming;
     }
     if (!node_.answers_.deliver(h, op, sum)) {
       std::lock_guard lock(node_.mu_);
@@ -126,6 +130,7 @@ class failover {
     }
     std::lock_guard lock(node_.mu_);
     kept_sum& kept = kept_[id];
+    kept.bytes.swap(kept.incoming);
     kept.round = h.round;
     kept.flags = h.flags & wire::flag_applied;
     kept.valid = true;
