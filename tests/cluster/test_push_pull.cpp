@@ -3,6 +3,7 @@
 #include "values.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>  // fmt::join
 
 #include <cmath>
 #include <numeric>

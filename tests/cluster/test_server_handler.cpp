@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>  // fmt::join
 #include <chrono>
 #include <cstring>
 #include <memory>

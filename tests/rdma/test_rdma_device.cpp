@@ -7,6 +7,7 @@
 #include <byteps/core/net_interface.hpp>
 #include <byteps/transport/rdma.hpp>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>  // fmt::join
 #include <cstdio>
 #include <filesystem>
 

@@ -5,7 +5,7 @@
 /// past its span: a short, long or inconsistent stream is a `usage_error` that names the
 /// compressor and what is wrong, never an out-of-bounds read.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <bit>
 #include <cstddef>

@@ -8,7 +8,7 @@
 /// Encoded format, n elements: n x u16, the IEEE binary16 (fp16) or bfloat16 (bf16) bit
 /// pattern of each element, little-endian; 2n bytes exactly.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 #include <cstdint>

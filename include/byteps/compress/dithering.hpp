@@ -28,7 +28,7 @@
 /// 8 + ceil(bits / 8), set padding bits, an index past the tensor, a level above S, and a stream
 /// that ends inside an entry.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <bit>

@@ -8,7 +8,7 @@
 /// (float64 exactly, float16/bfloat16 rounded to nearest even). Integer dtypes are refused:
 /// BytePS compresses float tensors only, and a sign or a level means nothing for an integer.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstddef>

@@ -22,7 +22,7 @@
 /// A compressor object belongs to one partition: an encode of another element count than the
 /// first is a `usage_error`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cmath>
 #include <cstddef>

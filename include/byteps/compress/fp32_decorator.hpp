@@ -7,7 +7,7 @@
 /// error, a momentum) is sized by the first encode; one object belongs to one partition, so an
 /// encode of another element count is a `usage_error`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 #include <initializer_list>

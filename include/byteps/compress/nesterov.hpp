@@ -13,7 +13,7 @@
 /// a float32 tensor. `set_learning_rate` goes to C if it takes one (nesterov<error_feedback<..>>).
 /// A compressor object belongs to one partition: another element count is a `usage_error`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cmath>
 #include <cstddef>

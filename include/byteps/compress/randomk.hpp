@@ -16,7 +16,7 @@
 /// Encoded format: the sparse stream of sparse.hpp, [u32 count][count x (u32 index, f32 value)]
 /// little-endian, indices ascending, count = min(k, n); 4 + 8 * count bytes exactly.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstddef>

@@ -13,7 +13,7 @@
 ///   [u8 version = 1][string name][u32 count][count x (string key, string value)]
 /// keys ascending and distinct, at most 64 of them.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <charconv>
 #include <cmath>

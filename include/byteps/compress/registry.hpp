@@ -19,7 +19,7 @@
 /// A research prototype adds its own algorithm to a `registry` with `add`; the prefixes work
 /// for it too.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstddef>

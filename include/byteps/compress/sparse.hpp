@@ -10,7 +10,7 @@
 /// an index out of range, or indices out of order (which is also how a repeated index shows)
 /// is refused.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>

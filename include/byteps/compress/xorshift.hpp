@@ -4,7 +4,7 @@
 /// words = the seed). Deterministic and the same on every platform, so nodes given the same
 /// seed draw the same numbers: randomk's workers and servers pick the same indices each round.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdint>
 #include <string_view>

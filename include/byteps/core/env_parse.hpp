@@ -4,7 +4,7 @@
 /// decimal numbers in a range, and a bad value is a `usage_error` naming the variable, quoting
 /// the value and saying what was expected. Only `from_env()` calls these.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cerrno>
 #include <cstdlib>

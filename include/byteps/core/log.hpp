@@ -4,7 +4,7 @@
 /// A line is formatted first and written with one call, so lines of concurrent threads do not mix.
 /// Lines go to stderr, or to a sink the owner sets (a test that checks what a node logged).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <chrono>
 #include <cstdio>

@@ -6,7 +6,7 @@
 /// picks the device, since rdma_cm binds to the device that owns it.
 
 #include <arpa/inet.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 

@@ -10,7 +10,7 @@
 /// `Config::from_env()` can check the variable where it reads it); which names and parameters
 /// exist is compress/registry.hpp's to say, and compress/recipe.hpp's `parse` makes a `recipe`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cctype>
 #include <string>

@@ -23,7 +23,7 @@
 #include <thread>
 #include <utility>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 

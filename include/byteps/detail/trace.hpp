@@ -29,7 +29,7 @@
 /// Every member of `trace_recorder` may be called from any thread (one mutex, taken only when
 /// tracing is on).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdint>
 #include <filesystem>

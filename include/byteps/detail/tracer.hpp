@@ -22,7 +22,7 @@
 /// @par Thread Safety
 /// All hooks may be called from any thread.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

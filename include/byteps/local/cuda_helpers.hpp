@@ -18,7 +18,7 @@
 #include <string_view>
 #include <utility>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"

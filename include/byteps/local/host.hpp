@@ -45,7 +45,7 @@
 #include <system_error>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"

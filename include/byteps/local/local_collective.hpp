@@ -60,7 +60,7 @@
 #include <string_view>
 #include <utility>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"

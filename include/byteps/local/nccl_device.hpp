@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"

@@ -36,7 +36,7 @@
 #include <string_view>
 #include <tuple>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/local/shm.hpp"

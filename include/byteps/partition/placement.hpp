@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"

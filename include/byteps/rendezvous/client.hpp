@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"

@@ -23,7 +23,7 @@
 /// and an eviction on the thread that admits; `stop` (and the destructor) returns once neither
 /// runs any more, and the `close` functions the gate was given must stay callable until then.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

@@ -12,7 +12,7 @@
 /// when it gives up (rendezvous/client.hpp for the scheduler, worker/server_links.hpp for a
 /// server).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>

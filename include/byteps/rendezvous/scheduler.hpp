@@ -17,7 +17,7 @@
 /// Joining is in rendezvous/impl/scheduler_join.hpp, failover in
 /// rendezvous/impl/scheduler_failover.hpp; both are included at the end of this file.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <chrono>
 #include <condition_variable>

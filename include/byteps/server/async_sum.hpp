@@ -33,7 +33,7 @@
 ///   pushes of different workers interleave (server/async_key.hpp says why that is enough). A
 ///   re-joining worker's first push to the replacement may so be of any round up to its next.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstddef>

@@ -14,7 +14,7 @@
 /// to the answers of the pushes summed there and then (not to those posted to an engine thread,
 /// which answer later, alone).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 #include <cstdint>

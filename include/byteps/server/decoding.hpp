@@ -23,7 +23,7 @@
 /// failover with a compressor the servers decode), and an `Inner` that answers a compressed key
 /// in pieces (`sync_sum` never does: compressed pushes are never streamed).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 #include <cstdint>

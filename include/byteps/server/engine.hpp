@@ -9,12 +9,12 @@
 /// `mu` guards `handler` and `waiting`: the engine thread holds it for each posted task; an I/O
 /// thread that handles a small push inline, and the throughput report, take it too.
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -61,11 +61,14 @@ struct engine {
         return;
       }
       auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - r.started);
+      std::string missing;
+      for (int w : waiting_rooms<Session>::missing(r, cfg.num_workers))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
       log.warn(
           "stalled: {} partition {} round {} has waited {} s for worker(s) {} to push it "
           "({} of {} pushed)",
           names.quoted(id.key), id.part, r.round, waited.count(),
-          fmt::join(waiting_rooms<Session>::missing(r, cfg.num_workers), ", "), r.workers.size(),
+          missing, r.workers.size(),
           cfg.num_workers);
     });
     if (more > 0) log.warn("stalled: {} more partitions are waiting the same way", more);

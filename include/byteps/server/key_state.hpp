@@ -15,7 +15,7 @@
 ///   re-pushed it get them); an offer of the previous round keeps it for a worker that re-pushes
 ///   that round later (`previous_sum`).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstdint>

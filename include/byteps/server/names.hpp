@@ -9,7 +9,7 @@
 /// @par Thread Safety
 /// Safe to use from several threads at once (the I/O threads declare, the engines read).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdint>
 #include <exception>

@@ -25,7 +25,7 @@
 /// @par Thread Safety
 /// Construct and `run()` on one thread. The server runs its own I/O and engine threads.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

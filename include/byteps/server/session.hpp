@@ -29,7 +29,7 @@
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
 /// `worker` and `said_bye` are read from other threads once `peer_hello` was handled.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <atomic>
 #include <cstdint>

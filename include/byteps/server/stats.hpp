@@ -8,7 +8,7 @@
 /// `received`, `sent` and `round_done` may be called from any thread (relaxed counters);
 /// `take` from one thread at a time.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

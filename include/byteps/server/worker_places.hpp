@@ -8,7 +8,7 @@
 /// @par Thread Safety
 /// Every member may be called from any thread.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <map>
 #include <memory>

@@ -59,7 +59,7 @@
 #include <string_view>
 #include <unistd.h>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/detail/shm_segment.hpp"

@@ -28,7 +28,7 @@
 #include <string>
 #include <utility>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/wire/frame.hpp"
 

@@ -13,7 +13,7 @@
 /// socket for `transport::tcp` (`tcp_link`), Asio's SSL stream over that socket for
 /// `transport::tls` (tls_link.hpp). Both are one template, so TLS adds no branch to TCP's path.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <asio/any_io_executor.hpp>

@@ -5,7 +5,7 @@
 /// (`transport/tcp/attr.h`). A node takes them as its optional second constructor argument;
 /// without them it uses `from(cfg)`, the values `Config::from_env()` read from the environment.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 

@@ -5,7 +5,7 @@
 /// transport does with a connected socket (use it, or first run a TLS handshake on it) is the
 /// caller's `adopt`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>

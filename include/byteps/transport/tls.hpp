@@ -19,7 +19,7 @@
 /// try would be refused alike). After the handshake a link is TCP's, so frames, deadlines and
 /// failures behave as over `transport::tcp`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <asio/bind_executor.hpp>
 #include <asio/executor_work_guard.hpp>

@@ -10,7 +10,7 @@
 /// Peers are not checked against a host name: nodes connect by address, and the CA is the
 /// job's, so a certificate it signed is what makes a process a member of the job.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>

@@ -6,7 +6,7 @@
 /// hold its inner transport's (transport.hpp). Plain values: they need no OpenSSL, so a program
 /// may fill them in a file that does not include tls.hpp.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <chrono>
 #include <string>

@@ -13,7 +13,7 @@
 /// takes, with the same checks, so fusion changes how bytes travel and nothing of what they
 /// mean. A batch's payload is at most `max_batch_bytes`.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstddef>

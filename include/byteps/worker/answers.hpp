@@ -12,7 +12,7 @@
 /// Called on the links' I/O threads; takes the node's mutex briefly, and decodes, copies and
 /// averages outside it.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdint>
 #include <cstring>

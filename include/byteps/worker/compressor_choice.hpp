@@ -5,7 +5,7 @@
 /// and checked when the worker is built, before it joins); none below BYTEPS_MIN_COMPRESS_BYTES;
 /// and with failover on, none that the servers decode.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstddef>
 #include <memory>

@@ -27,7 +27,7 @@
 ///    when no worker had received the round in flight, the re-pushes are summed afresh. Sums are
 ///    taken in worker-rank order, so the bits equal those the dead server would have sent.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"

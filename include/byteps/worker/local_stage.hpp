@@ -47,7 +47,7 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"

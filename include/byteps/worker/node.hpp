@@ -17,7 +17,7 @@
 /// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
 /// failover timer and the callers' threads all take it briefly. Sends never block under it.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <chrono>
 #include <cmath>

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/compress/compressor.hpp"
 #include "byteps/core/dtype.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"

@@ -7,7 +7,7 @@
 /// Not thread-safe: the worker's mutex guards it. Sends never block, so they may be made under
 /// that mutex.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/keys.hpp"
 #include "byteps/reduce/reducer.hpp"

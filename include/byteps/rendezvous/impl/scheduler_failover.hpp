@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 namespace bps::rendezvous {
 

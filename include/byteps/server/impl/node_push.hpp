@@ -5,7 +5,7 @@
 /// round, errors, the timeline's spans and the throughput counts. Included at the end of
 /// server/node.hpp.
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <functional>
 #include <memory>

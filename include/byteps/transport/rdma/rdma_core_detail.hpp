@@ -7,7 +7,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <rdma/rdma_cma.h>

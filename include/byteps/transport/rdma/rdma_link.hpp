@@ -52,7 +52,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"

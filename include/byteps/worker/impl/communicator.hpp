@@ -4,7 +4,7 @@
 /// from there; in compiled mode (`BYTEPS_COMPILED`) a translation unit that builds a
 /// communicator of its own policies includes this header (or <byteps/bodies.hpp>).
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <memory>
 #include <string>

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/worker/local_stage.hpp"
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "byteps/worker/node.hpp"
 
