@@ -206,7 +206,10 @@ TEST_CASE(
               failed[k] = std::string("at the call: ") + e.what();
             }
           }
-          for (auto& [k, h] : pending) failed[k] = test::message_of<bps::error>([&] { h.wait(); });
+          for (auto& pending_call : pending) {
+            auto& h = pending_call.second;  // not a structured binding: the lambda captures it
+            failed[pending_call.first] = test::message_of<bps::error>([&] { h.wait(); });
+          }
           const bool broke = failed.back() != "(no exception)";
           if (broke && rank == 0) {
             errors = std::move(failed);

@@ -37,7 +37,7 @@ void run_rdma_cluster(Config base, const std::function<void(emu_comm_t&)>& body)
 TEST_CASE("rdma cluster: every dtype at odd sizes on 1x1, 2x2 and 3x2, exact sums",
           "[rdma][cluster]") {
   const auto shape = GENERATE(std::pair{1, 1}, std::pair{2, 2}, std::pair{3, 2});
-  const auto [workers, servers] = shape;
+  const int workers = shape.first, servers = shape.second;  // the lambda below captures them
   CAPTURE(workers, servers);
   const std::size_t sizes[] = {1, 3, 1023, 4097, 20011};
   std::atomic<int> ranks_checked{0};

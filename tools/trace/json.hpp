@@ -23,40 +23,56 @@ struct json {
   double number = 0;
   std::string text;  ///< a string's value, or a number as written (rewritten as it was read)
   std::vector<json> items;
-  std::vector<std::pair<std::string, json>> members;  ///< in the file's order
+  struct member;
+  std::vector<member> members;  ///< in the file's order
 
-  const json* find(std::string_view key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
-    return nullptr;
-  }
-  json* find(std::string_view key) {
-    for (auto& [k, v] : members)
-      if (k == key) return &v;
-    return nullptr;
-  }
-  double number_or(std::string_view key, double fallback) const {
-    const json* v = find(key);
-    return v != nullptr && v->type == kind::number ? v->number : fallback;
-  }
-  std::string string_or(std::string_view key, std::string fallback) const {
-    const json* v = find(key);
-    return v != nullptr && v->type == kind::string ? v->text : fallback;
-  }
-  static json of(double n, int decimals = 3) {
-    json j;
-    j.type = kind::number;
-    j.number = n;
-    j.text = fmt::format("{:.{}f}", n, decimals);
-    return j;
-  }
-  static json of(std::string s) {
-    json j;
-    j.type = kind::string;
-    j.text = std::move(s);
-    return j;
-  }
+  // Defined below, where `member` is complete.
+  const json* find(std::string_view key) const;
+  json* find(std::string_view key);
+  double number_or(std::string_view key, double fallback) const;
+  std::string string_or(std::string_view key, std::string fallback) const;
+  static json of(double n, int decimals = 3);
+  static json of(std::string s);
 };
+
+/// One key and its value of an object. Its own type, not a std::pair: a pair of a class that is
+/// not yet complete is refused by clang with libstdc++ (the type would need itself to be whole).
+struct json::member {
+  std::string key;
+  json value;
+};
+
+inline const json* json::find(std::string_view key) const {
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+inline json* json::find(std::string_view key) {
+  for (auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+inline double json::number_or(std::string_view key, double fallback) const {
+  const json* v = find(key);
+  return v != nullptr && v->type == kind::number ? v->number : fallback;
+}
+inline std::string json::string_or(std::string_view key, std::string fallback) const {
+  const json* v = find(key);
+  return v != nullptr && v->type == kind::string ? v->text : fallback;
+}
+inline json json::of(double n, int decimals) {
+  json j;
+  j.type = kind::number;
+  j.number = n;
+  j.text = fmt::format("{:.{}f}", n, decimals);
+  return j;
+}
+inline json json::of(std::string s) {
+  json j;
+  j.type = kind::string;
+  j.text = std::move(s);
+  return j;
+}
 
 class json_parser {
  public:
@@ -113,7 +129,7 @@ class json_parser {
         if (p_ >= s_.size() || s_[p_] != '"') fail("expected a member name in quotes");
         std::string key = string();
         expect(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
+        v.members.push_back({std::move(key), value(depth + 1)});
       } while (eat(','));
       expect('}');
     } else if (c == '[') {
@@ -243,9 +259,9 @@ inline void write_json(const json& v, std::string& out) {
       out += '{';
       for (std::size_t i = 0; i < v.members.size(); ++i) {
         if (i > 0) out += ',';
-        write_json(json::of(v.members[i].first), out);
+        write_json(json::of(v.members[i].key), out);
         out += ':';
-        write_json(v.members[i].second, out);
+        write_json(v.members[i].value, out);
       }
       out += '}';
       return;

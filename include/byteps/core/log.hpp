@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,7 +86,9 @@ class logger {
       line = fmt::format("[{}.{:03d}] {} {}: ", now / 1000, static_cast<int>(now % 1000),
                          log_level_name(l), who_);
     }
-    fmt::format_to(std::back_inserter(line), format, std::forward<Args>(args)...);
+    // Appended as a string: fmt 9's core.h format_to into a std::string needs format.h's
+    // body of detail::vformat_to, which clang mangles unlike the shared libfmt's copy.
+    line += fmt::format(format, std::forward<Args>(args)...);
     line.push_back('\n');
     if (out) (*out)(l, line);
     else std::fwrite(line.data(), 1, line.size(), stderr);

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -81,12 +80,12 @@ inline std::string report_line(const throughput::interval& i, const std::vector<
   line += "; behind:";
   for (std::size_t n = 0; n < behind.size() && n < shown; ++n) {
     const auto& l = lag[static_cast<std::size_t>(behind[n])];
-    fmt::format_to(std::back_inserter(line), "{} worker {} {:.1f} s on {} partition{}",
-                   n == 0 ? "" : ",", behind[n], std::chrono::duration<double>(l.oldest).count(),
-                   l.partitions, l.partitions == 1 ? "" : "s");
+    line += fmt::format("{} worker {} {:.1f} s on {} partition{}", n == 0 ? "" : ",", behind[n],
+                        std::chrono::duration<double>(l.oldest).count(), l.partitions,
+                        l.partitions == 1 ? "" : "s");
   }
   if (behind.size() > shown)
-    fmt::format_to(std::back_inserter(line), ", {} more", behind.size() - shown);
+    line += fmt::format(", {} more", behind.size() - shown);
   return line;
 }
 
