@@ -12,15 +12,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 [[ $seconds =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS per target]" >&2; exit 2; }
 
-scripts/install-deps.sh
 # libFuzzer comes with Debian's clang (its runtime is in libclang-rt-dev).
-if ! command -v clang++ >/dev/null || ! dpkg-query -W -f='${Status}' libclang-rt-dev 2>/dev/null | grep -q "install ok installed"; then
-  sudo=()
-  ((EUID == 0)) || sudo=(sudo)
-  echo "fuzz: installing clang and libclang-rt-dev"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends clang libclang-rt-dev
-fi
+scripts/install-deps.sh --also clang
 
 build_dir=build-fuzz
 jobs=${BUILD_JOBS:-$(nproc)}

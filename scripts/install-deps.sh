@@ -2,7 +2,8 @@
 # Installs what byteps needs to build, test and run its main job on Debian 12, from Debian's
 # packages only. Safe to run again: it installs only what is missing.
 #
-#   scripts/install-deps.sh                            install what is missing
+#   scripts/install-deps.sh [--also GROUP]...         install what is missing (build, test,
+#       node, and each GROUP named: clang for the sanitizer builds and fuzzers, ci for .ci/run)
 #   scripts/install-deps.sh --print-packages [GROUP]...
 #       print the packages of the groups below on one line (default: build test node, what
 #       this script installs) and change nothing. deploy/Dockerfile installs its packages so:
@@ -40,6 +41,12 @@ node=(nodejs npm)
 # final stage (deploy/Dockerfile) installs these. build's -dev packages depend on them, so this
 # script installs no more for them (tests/deploy/dependencies_check.sh checks that they do).
 runtime=(libfmt9 libssl3)
+# clang: not for the README's commands. The ASan+UBSan preset and the fuzz targets compile with
+# clang (scripts/sanitize.sh asan, scripts/fuzz.sh): it builds the instrumented tree in half
+# GCC's time (docs/performance.md); libclang-rt-dev holds its sanitizer and libFuzzer runtimes.
+clang=(clang libclang-rt-dev)
+# ci: what .ci/run adds beyond clang: mmdebstrap for the bare Debian 12 root (bare-debian.sh).
+ci=(mmdebstrap)
 
 if [[ ${1:-} == --print-packages ]]; then
   shift
@@ -51,22 +58,38 @@ if [[ ${1:-} == --print-packages ]]; then
       test) out+=("${test[@]}") ;;
       node) out+=("${node[@]}") ;;
       runtime) out+=("${runtime[@]}") ;;
+      clang) out+=("${clang[@]}") ;;
+      ci) out+=("${ci[@]}") ;;
       *)
-        echo "install-deps: unknown group '$group': expected build, test, node or runtime" >&2
+        echo "install-deps: unknown group '$group': expected build, test, node, runtime, clang or ci" >&2
         exit 2
         ;;
     esac
   done
   echo "${out[*]}"
   exit 0
-elif (($# > 0)); then
-  echo "install-deps: unknown argument '$1'; usage: install-deps.sh [--print-packages [GROUP]...]" >&2
-  exit 2
 fi
+
+packages=("${build[@]}" "${test[@]}")
+while (($# > 0)); do
+  if [[ $1 != --also ]]; then
+    echo "install-deps: unknown argument '$1'; usage: install-deps.sh [--also clang|ci]..." \
+      "or install-deps.sh --print-packages [GROUP]..." >&2
+    exit 2
+  fi
+  case "${2:-}" in
+    clang) packages+=("${clang[@]}") ;;
+    ci) packages+=("${ci[@]}") ;;
+    *)
+      echo "install-deps: --also '${2:-}' is not a group: expected clang or ci" >&2
+      exit 2
+      ;;
+  esac
+  shift 2
+done
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-packages=("${build[@]}" "${test[@]}")
 missing=()
 for p in "${packages[@]}"; do
   installed "$p" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds byteps and runs the whole CTest suite under a sanitizer, with the presets of
 # CMakePresets.json:
-#   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer, into build-asan/
+#   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer, compiled by clang
+#                              (installed first if missing), into build-asan/
 #   scripts/sanitize.sh tsan   ThreadSanitizer, into build-tsan/
 # Extra arguments go to ctest, e.g. scripts/sanitize.sh tsan -R cluster
 # BUILD_JOBS sets the build's parallelism and TEST_JOBS the suite's (default for both: every
@@ -51,7 +52,11 @@ build_dir=build-$preset
 start=$(date +%s)
 
 if [[ $steps != test ]]; then
-  scripts/install-deps.sh
+  if [[ $preset == asan ]]; then
+    scripts/install-deps.sh --also clang  # the asan preset compiles with clang
+  else
+    scripts/install-deps.sh
+  fi
   cmake --preset "$preset"
   cmake --build --preset "$preset" -j "$jobs"
 fi

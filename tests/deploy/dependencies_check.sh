@@ -34,11 +34,11 @@ else
   runtime=$(bash "$deps" --print-packages runtime) || fail "--print-packages runtime failed"
   err=$(bash "$deps" --print-packages gpu 2>&1 >/dev/null)
   status=$?
-  [[ $status == 2 && $err == "install-deps: unknown group 'gpu': expected build, test, node or runtime" ]] ||
+  [[ $status == 2 && $err == "install-deps: unknown group 'gpu': expected build, test, node, runtime, clang or ci" ]] ||
     fail "--print-packages gpu exited $status saying '$err'"
   err=$(bash "$deps" --print 2>&1 >/dev/null)
   status=$?
-  [[ $status == 2 && $err == "install-deps: unknown argument '--print'; usage: install-deps.sh [--print-packages [GROUP]...]" ]] ||
+  [[ $status == 2 && $err == "install-deps: unknown argument '--print'; usage: install-deps.sh [--also clang|ci]... or install-deps.sh --print-packages [GROUP]..." ]] ||
     fail "install-deps.sh --print exited $status saying '$err'"
 fi
 in_list() {  # in_list PACKAGE LIST
