@@ -10,6 +10,7 @@ option(BYTEPS_BUILD_COMPILED "Build byteps::compiled, the library of the shipped
 
 if(BYTEPS_BUILD_COMPILED)
   add_library(byteps_compiled
+    src/bodies.cpp
     src/communicator_standard.cpp
     src/communicator_tcp.cpp
     src/server_standard.cpp

@@ -31,6 +31,7 @@
 #include "byteps/compress/sparse.hpp"
 #include "byteps/compress/xorshift.hpp"
 #include "byteps/core/dtype.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::compress {
 
@@ -41,39 +42,18 @@ class randomk : public sparse_compressor {
 
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements; `seed`:
   /// not 0, the same on every node.
-  explicit randomk(double k, std::uint64_t seed = default_seed, bool unbiased = false)
-      : sparse_compressor(k, "randomk"), seed_(seed), unbiased_(unbiased), rng_(seed, "randomk") {
-    name_ = fmt::format("randomk(k={},seed={}{})", k_.text(), seed_,
-                        unbiased_ ? ",unbiased=true" : "");
-  }
+  BYTEPS_DECL explicit randomk(double k, std::uint64_t seed = default_seed, bool unbiased = false);
 
   std::uint64_t seed() const noexcept { return seed_; }
   bool unbiased() const noexcept { return unbiased_; }
 
-  std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    return encode_chosen(in, type, out, [this](std::span<const float> x, std::size_t k) {
-      const std::size_t n = x.size();
-      choose(n, k);
-      const float scale =
-          unbiased_ && k > 0 ? static_cast<float>(n) / static_cast<float>(k) : 1.0f;
-      return std::pair{std::span<const std::uint32_t>(chosen_), scale};
-    });
-  }
+  BYTEPS_DECL std::size_t encode(std::span<const std::byte> in, dtype type,
+                                 std::span<std::byte> out);
 
  private:
   // Floyd's algorithm: exactly k draws, k distinct indices, each k-subset equally likely (up
   // to the modulo's bias, as in BytePS).
-  void choose(std::size_t n, std::size_t k) {
-    taken_.assign(n, false);
-    chosen_.clear();
-    for (std::size_t j = n - k; j < n; ++j) {
-      const auto t = static_cast<std::uint32_t>(rng_.below(j + 1));
-      const auto pick = taken_[t] ? static_cast<std::uint32_t>(j) : t;
-      taken_[pick] = true;
-      chosen_.push_back(pick);
-    }
-    std::sort(chosen_.begin(), chosen_.end());
-  }
+  BYTEPS_DECL void choose(std::size_t n, std::size_t k);
 
   std::uint64_t seed_;
   bool unbiased_;
@@ -83,3 +63,7 @@ class randomk : public sparse_compressor {
 };
 
 }  // namespace bps::compress
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/compress/impl/randomk.hpp"
+#endif

@@ -25,6 +25,7 @@
 #include "byteps/compress/elements.hpp"
 #include "byteps/compress/sparse.hpp"
 #include "byteps/core/dtype.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::compress {
 
@@ -33,26 +34,15 @@ class topk : public sparse_compressor {
   /// `k`: a count (1, 2, ...) or a fraction (0 < k < 1) of each partition's elements.
   explicit topk(double k) : sparse_compressor(k, "topk") { name_ = "topk(k=" + k_.text() + ")"; }
 
-  std::size_t encode(std::span<const std::byte> in, dtype type, std::span<std::byte> out) {
-    return encode_chosen(in, type, out, [this](std::span<const float> x, std::size_t k) {
-      const auto magnitude = [&](std::uint32_t i) {
-        return std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
-      };
-      order_.resize(x.size());
-      std::iota(order_.begin(), order_.end(), std::uint32_t{0});
-      const auto before = [&](std::uint32_t a, std::uint32_t b) {
-        const auto ma = magnitude(a), mb = magnitude(b);
-        return ma != mb ? ma > mb : a < b;
-      };
-      std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k),
-                       order_.end(), before);
-      std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k));
-      return std::pair{std::span<const std::uint32_t>(order_).first(k), 1.0f};
-    });
-  }
+  BYTEPS_DECL std::size_t encode(std::span<const std::byte> in, dtype type,
+                                 std::span<std::byte> out);
 
  private:
   std::vector<std::uint32_t> order_;  // element indices, reused from round to round
 };
 
 }  // namespace bps::compress
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/compress/impl/topk.hpp"
+#endif

@@ -16,36 +16,18 @@
 #include <string_view>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps {
 
 /// The first IPv4 address of interface `name`. Throws `usage_error` naming `variable` and the
 /// value, and listing the interfaces that have an IPv4 address, when `name` has none or does not
 /// exist; `communicator_error` when the system cannot list its interfaces.
-inline std::string interface_address(std::string_view name,
-                                     std::string_view variable = "DMLC_INTERFACE") {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0)
-    throw communicator_error(
-        fmt::format("{}='{}': getifaddrs failed: {}", variable, name, std::strerror(errno)));
-  std::string found;
-  std::string with_ipv4;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    const std::string_view iface = i->ifa_name;
-    if (iface == name && found.empty()) {
-      char text[INET_ADDRSTRLEN] = {};
-      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-      if (::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text) != nullptr) found = text;
-    }
-    with_ipv4 += fmt::format("{}{}", with_ipv4.empty() ? "" : ", ", iface);
-  }
-  ::freeifaddrs(list);
-  if (found.empty())
-    throw usage_error(fmt::format(
-        "{}='{}' is not valid: expected a network interface with an IPv4 address (here: {})",
-        variable, name, with_ipv4.empty() ? "none" : with_ipv4));
-  return found;
-}
+BYTEPS_DECL std::string interface_address(std::string_view name,
+                                          std::string_view variable = "DMLC_INTERFACE");
 
 }  // namespace bps
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/core/impl/net_interface.hpp"
+#endif

@@ -8,6 +8,7 @@
 /// tensors, the users it was first written for.
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,9 +24,8 @@
 #include <thread>
 #include <utility>
 
-#include <fmt/core.h>
-
 #include "byteps/core/error.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::detail {
 
@@ -33,9 +33,9 @@ namespace bps::detail {
 /// cache line, so what follows starts on one (ipc rings hand payloads over in place).
 struct alignas(64) segment_header {
   static constexpr std::uint64_t ready_magic = 0x62797465'70732d31ull;  // "byteps-1"
-  std::atomic<std::uint64_t> magic;  ///< set last by the creator
-  std::uint64_t bytes;               ///< the whole segment
-  std::uint64_t fingerprint;         ///< what the creator meant it for (shape, dtype)
+  std::atomic<std::uint64_t> magic;                                     ///< set last by the creator
+  std::uint64_t bytes;                                                  ///< the whole segment
+  std::uint64_t fingerprint;          ///< what the creator meant it for (shape, dtype)
   std::atomic<std::uint32_t> mapped;  ///< users that mapped it; the last one unlinks
   std::uint32_t users;                ///< processes that will map it
 };
@@ -52,52 +52,8 @@ class shm_segment {
   using clock = std::chrono::steady_clock;
 
   shm_segment() = default;
-  shm_segment(std::string name, std::size_t bytes, std::uint64_t fingerprint, int users,
-              clock::time_point deadline, const std::string& what)
-      : name_(std::move(name)) {
-    bytes += sizeof(segment_header);
-    int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    const bool creator = fd >= 0;
-    if (!creator && errno == EEXIST) fd = ::shm_open(name_.c_str(), O_RDWR, 0600);
-    if (fd < 0) throw system_failure(what, "shm_open");
-    if (creator && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      ::close(fd);
-      ::shm_unlink(name_.c_str());
-      throw system_failure(what, "ftruncate (is /dev/shm full?)");
-    }
-    if (!creator) wait_for_size(fd, bytes, deadline, what);
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) throw system_failure(what, "mmap");
-    base_ = static_cast<std::byte*>(p);
-    bytes_ = bytes;
-    auto* h = header();
-    if (creator) {
-      h->bytes = bytes;
-      h->fingerprint = fingerprint;
-      h->users = static_cast<std::uint32_t>(users);
-      h->magic.store(segment_header::ready_magic, std::memory_order_release);
-    } else {
-      while (h->magic.load(std::memory_order_acquire) != segment_header::ready_magic) {
-        if (clock::now() > deadline) {
-          release();
-          throw communicator_error(fmt::format("{}: the local rank that created shared memory "
-                                               "{} never finished it",
-                                               what, name_));
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-      if (h->bytes != bytes || h->fingerprint != fingerprint) {
-        release();
-        throw usage_error(fmt::format("{}: another local rank of this machine uses this tensor "
-                                      "with a different shape or dtype (shared memory {} holds "
-                                      "{} bytes, this rank needs {})",
-                                      what, name_, h->bytes - sizeof(segment_header),
-                                      bytes - sizeof(segment_header)));
-      }
-    }
-    if (h->mapped.fetch_add(1, std::memory_order_acq_rel) + 1 == h->users) unlink();
-  }
+  BYTEPS_DECL shm_segment(std::string name, std::size_t bytes, std::uint64_t fingerprint, int users,
+                          clock::time_point deadline, const std::string& what);
   shm_segment(shm_segment&& o) noexcept { *this = std::move(o); }
   shm_segment& operator=(shm_segment&& o) noexcept {
     if (this != &o) {
@@ -130,7 +86,7 @@ class shm_segment {
   void wait_for_size(int fd, std::size_t bytes, clock::time_point deadline,
                      const std::string& what) {
     for (;;) {
-      struct stat st{};
+      struct stat st {};
       if (::fstat(fd, &st) != 0) {
         ::close(fd);
         throw system_failure(what, "fstat");
@@ -138,19 +94,20 @@ class shm_segment {
       if (st.st_size != 0) {
         if (static_cast<std::size_t>(st.st_size) != bytes) {
           ::close(fd);
-          throw usage_error(fmt::format("{}: another local rank of this machine uses this tensor "
-                                        "with a different shape or dtype (shared memory {} holds "
-                                        "{} bytes, this rank needs {})",
-                                        what, name_, st.st_size - sizeof(segment_header),
-                                        bytes - sizeof(segment_header)));
+          throw usage_error(fmt::format(
+              "{}: another local rank of this machine uses this tensor "
+              "with a different shape or dtype (shared memory {} holds "
+              "{} bytes, this rank needs {})",
+              what, name_, st.st_size - sizeof(segment_header), bytes - sizeof(segment_header)));
         }
         return;
       }
       if (clock::now() > deadline) {
         ::close(fd);
-        throw communicator_error(fmt::format("{}: shared memory {} was never sized by the local "
-                                             "rank that created it",
-                                             what, name_));
+        throw communicator_error(
+            fmt::format("{}: shared memory {} was never sized by the local "
+                        "rank that created it",
+                        what, name_));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -174,3 +131,7 @@ class shm_segment {
 };
 
 }  // namespace bps::detail
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/detail/impl/shm_segment.hpp"
+#endif

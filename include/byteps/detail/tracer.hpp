@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/linkage.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/core/stage.hpp"
@@ -59,31 +60,8 @@ class tracer {
 
   /// Operation `op` on tensor `tensor` (round `round`, `parts` partitions) starts. Traced (it
   /// gets `op.trace`) when it is in the step window.
-  void begin(op_state& op, const std::string& tensor, std::uint64_t round, std::size_t parts) {
-    if (!rec_ || !rec_->in_window(op.key, round, !tensor.starts_with("broadcast:"))) return;
-    auto t = std::make_shared<op_trace>();
-    t->begun_ns = steady_ns();
-    t->round = round;
-    t->dispatched_ns = std::vector<std::atomic<std::int64_t>>(parts);
-    t->sent_ns = std::vector<std::atomic<std::int64_t>>(parts);
-    t->queued_ns = std::vector<std::atomic<std::int64_t>>(parts);
-    const auto lane = rec_->lane(op.key, -1, -1, [&] { return tensor; });
-    t->lane = lane;
-    for (std::size_t i = 0; i < parts; ++i)  // lanes of a tensor's partitions follow its own
-      rec_->lane(op.key, static_cast<std::int64_t>(i), -1,
-                 [&] { return fmt::format("{} part {}", tensor, i); });
-    t->on_finish = [rec = rec_.get(), lane, bytes = op.data.size()](const op_state& o) {
-      const auto end = span_end(o.trace->begun_ns);
-      rec->add({.phase = 'X',
-                .lane = lane,
-                .ts_ns = o.trace->begun_ns,
-                .dur_ns = end - o.trace->begun_ns,
-                .round = static_cast<std::int64_t>(o.trace->round),
-                .bytes = bytes,
-                .failed = o.failure != nullptr});
-    };
-    op.trace = std::move(t);
-  }
+  BYTEPS_DECL void begin(op_state& op, const std::string& tensor, std::uint64_t round,
+                         std::size_t parts);
 
   /// A local stage released partition `part` of `op` to the scheduler: its `queue` span
   /// starts (else it starts with the operation).
@@ -154,17 +132,7 @@ class tracer {
   /// Stage `s` of the local stage (`local_reduce`, `local_gather`, `copy_out`, `copy_in`) ran on
   /// the whole tensor of traced operation `op` from `began_ns` (clamped to the operation's
   /// begin; 0 for "since it began") until now: a span on its tensor's lane, inside its span.
-  void local_step(op_state& op, stage s, std::int64_t began_ns, std::size_t bytes) {
-    if (!op.trace) return;
-    const auto began = std::max(began_ns, op.trace->begun_ns);
-    rec_->add({.phase = 'X',
-               .lane = op.trace->lane,
-               .name = stage_name(s),
-               .ts_ns = began,
-               .dur_ns = span_end(began) - began,
-               .round = static_cast<std::int64_t>(op.trace->round),
-               .bytes = bytes});
-  }
+  BYTEPS_DECL void local_step(op_state& op, stage s, std::int64_t began_ns, std::size_t bytes);
 
   /// Stage `s` of the local stage ran on partition `part` of traced operation `op` (its
   /// position in the local stage's plan) from `began_ns` until now: a span on its lane.
@@ -288,3 +256,7 @@ class tracer {
 };
 
 }  // namespace bps::detail
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/detail/impl/tracer.hpp"
+#endif

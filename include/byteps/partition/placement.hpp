@@ -14,15 +14,16 @@
 /// server holds slots in proportion to its share, laid out by smooth weighted round-robin so a
 /// tensor's consecutive partitions still spread over every server.
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps {
 
@@ -31,38 +32,9 @@ class server_placement {
   static constexpr int wheel_slots = 4096;
 
   /// The fraction of bytes the k CPU-only servers carry in mixed mode with n worker machines.
-  static double mixed_cpu_fraction(int n, int k) {
-    const double nn = n, kk = k;
-    return 2 * kk * (nn - 1) / (nn * (nn + kk) - 2 * kk);
-  }
+  BYTEPS_DECL static double mixed_cpu_fraction(int n, int k);
 
-  explicit server_placement(const Config& cfg)
-      : servers_(cfg.num_servers), hash_(cfg.key_hash) {
-    if (!cfg.mixed_mode) return;
-    const int n = cfg.num_workers, k = cfg.num_servers - cfg.num_workers;
-    if (k < 1)
-      throw usage_error(fmt::format(
-          "BYTEPS_ENABLE_MIXED_MODE needs more servers than worker machines (one colocated "
-          "server per machine plus at least one CPU-only server): DMLC_NUM_SERVER={} and "
-          "DMLC_NUM_WORKER={}",
-          cfg.num_servers, cfg.num_workers));
-    const double cpu = mixed_cpu_fraction(n, k);
-    std::vector<double> weight(static_cast<std::size_t>(servers_));
-    for (int s = 0; s < servers_; ++s)
-      weight[static_cast<std::size_t>(s)] = s < n ? (1 - cpu) / n : cpu / k;
-    // Smooth weighted round-robin: each slot goes to the server most behind its share.
-    std::vector<double> credit(weight.size(), 0.0);
-    wheel_.reserve(wheel_slots);
-    for (int slot = 0; slot < wheel_slots; ++slot) {
-      std::size_t best = 0;
-      for (std::size_t s = 0; s < weight.size(); ++s) {
-        credit[s] += weight[s];
-        if (credit[s] > credit[best]) best = s;
-      }
-      credit[best] -= 1.0;
-      wheel_.push_back(static_cast<int>(best));
-    }
-  }
+  BYTEPS_DECL explicit server_placement(const Config& cfg);
 
   int server_for(std::uint64_t tensor, std::uint32_t part) const {
     if (wheel_.empty()) return bps::server_for(tensor, part, servers_, hash_);
@@ -79,3 +51,7 @@ class server_placement {
 };
 
 }  // namespace bps
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/partition/impl/placement.hpp"
+#endif

@@ -19,6 +19,9 @@
 /// accumulator of an fp16/bf16 tensor for `float`), and the buffers do not overlap, except where
 /// a function says otherwise.
 
+#include <byteps/core/dtype.hpp>
+#include <byteps/core/error.hpp>
+#include <byteps/reduce/half.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,9 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <byteps/core/dtype.hpp>
-#include <byteps/core/error.hpp>
-#include <byteps/reduce/half.hpp>
+#include "byteps/core/linkage.hpp"
 
 namespace bps::reduce {
 
@@ -73,8 +74,12 @@ inline void add_widened_n(float* __restrict acc, const H* __restrict src, std::s
   for (; i < n; ++i) acc[i] += to_float(src[i]);
 }
 
-inline float16 from_float(float f, float16) noexcept { return to_float16(f); }
-inline bfloat16 from_float(float f, bfloat16) noexcept { return to_bfloat16(f); }
+inline float16 from_float(float f, float16) noexcept {
+  return to_float16(f);
+}
+inline bfloat16 from_float(float f, bfloat16) noexcept {
+  return to_bfloat16(f);
+}
 
 /// Half-precision dst += src with a single rounding per element.
 template <class H>
@@ -115,14 +120,22 @@ inline void narrow_in_place(float* acc, std::size_t n) noexcept {
 template <class F>
 inline void visit_dtype(dtype t, F&& f) {
   switch (t) {
-    case dtype::float32: return f(std::type_identity<float>{});
-    case dtype::float64: return f(std::type_identity<double>{});
-    case dtype::float16: return f(std::type_identity<float16>{});
-    case dtype::bfloat16: return f(std::type_identity<bfloat16>{});
-    case dtype::int8: return f(std::type_identity<std::int8_t>{});
-    case dtype::uint8: return f(std::type_identity<std::uint8_t>{});
-    case dtype::int32: return f(std::type_identity<std::int32_t>{});
-    case dtype::int64: return f(std::type_identity<std::int64_t>{});
+    case dtype::float32:
+      return f(std::type_identity<float>{});
+    case dtype::float64:
+      return f(std::type_identity<double>{});
+    case dtype::float16:
+      return f(std::type_identity<float16>{});
+    case dtype::bfloat16:
+      return f(std::type_identity<bfloat16>{});
+    case dtype::int8:
+      return f(std::type_identity<std::int8_t>{});
+    case dtype::uint8:
+      return f(std::type_identity<std::uint8_t>{});
+    case dtype::int32:
+      return f(std::type_identity<std::int32_t>{});
+    case dtype::int64:
+      return f(std::type_identity<std::int64_t>{});
   }
   throw_unknown_dtype(t);
 }
@@ -141,155 +154,38 @@ constexpr std::size_t accumulator_bytes(dtype t, std::size_t count) noexcept {
 
 /// acc = src, widening fp16/bf16 into the fp32 accumulator. `acc` holds
 /// `accumulator_bytes(t, count)` bytes.
-inline void accumulate_init(void* acc, const void* src, std::size_t count, dtype t) {
-  switch (t) {
-    case dtype::float16:
-      widen_to_f32(static_cast<const float16*>(src), static_cast<float*>(acc), count);
-      return;
-    case dtype::bfloat16:
-      widen_to_f32(static_cast<const bfloat16*>(src), static_cast<float*>(acc), count);
-      return;
-    case dtype::float32:
-    case dtype::float64:
-    case dtype::int8:
-    case dtype::uint8:
-    case dtype::int32:
-    case dtype::int64:
-      if (count != 0) std::memcpy(acc, src, count * dtype_size(t));
-      return;
-  }
-  detail::throw_unknown_dtype(t);
-}
+BYTEPS_DECL void accumulate_init(void* acc, const void* src, std::size_t count, dtype t);
 
 /// acc += src; fp16/bf16 sources are widened and added in fp32.
-inline void accumulate_add(void* acc, const void* src, std::size_t count, dtype t) {
-  detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
-    if constexpr (detail::is_half_v<T>) {
-      detail::add_widened_n(static_cast<float*>(acc), static_cast<const T*>(src), count);
-    } else {
-      detail::add_n(static_cast<T*>(acc), static_cast<const T*>(src), count);
-    }
-  });
-}
+BYTEPS_DECL void accumulate_add(void* acc, const void* src, std::size_t count, dtype t);
 
 /// out = acc in the tensor's dtype: fp32 -> fp16/bf16 rounds to nearest even, other dtypes are
 /// copied. `out == acc` is allowed for every dtype (the server may hand the accumulator out as
 /// the reply); any other overlap is not.
-inline void accumulate_finish(void* out, const void* acc, std::size_t count, dtype t) {
-  switch (t) {
-    case dtype::float16:
-    case dtype::bfloat16:
-      if (out == acc) {
-        if (t == dtype::float16) {
-          detail::narrow_in_place<float16>(static_cast<float*>(out), count);
-        } else {
-          detail::narrow_in_place<bfloat16>(static_cast<float*>(out), count);
-        }
-      } else if (t == dtype::float16) {
-        narrow_from_f32(static_cast<const float*>(acc), static_cast<float16*>(out), count);
-      } else {
-        narrow_from_f32(static_cast<const float*>(acc), static_cast<bfloat16*>(out), count);
-      }
-      return;
-    case dtype::float32:
-    case dtype::float64:
-    case dtype::int8:
-    case dtype::uint8:
-    case dtype::int32:
-    case dtype::int64:
-      if (out != acc && count != 0) std::memcpy(out, acc, count * dtype_size(t));
-      return;
-  }
-  detail::throw_unknown_dtype(t);
-}
+BYTEPS_DECL void accumulate_finish(void* out, const void* acc, std::size_t count, dtype t);
 
 /// dst += src in the tensor's own dtype (no separate accumulator); fp16/bf16 are widened, added
 /// in fp32 and rounded once per call.
-inline void sum_into(void* dst, const void* src, std::size_t count, dtype t) {
-  detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
-    if constexpr (detail::is_half_v<T>) {
-      detail::add_half_n(static_cast<T*>(dst), static_cast<const T*>(src), count);
-    } else {
-      detail::add_n(static_cast<T*>(dst), static_cast<const T*>(src), count);
-    }
-  });
-}
+BYTEPS_DECL void sum_into(void* dst, const void* src, std::size_t count, dtype t);
 
 /// data *= factor, for averaging. fp32 multiplies by `static_cast<float>(factor)` so that it
 /// stays a single-precision loop; fp16/bf16 go through fp32 and round once.
 /// @throws bps::usage_error for an integer dtype: an integer mean would silently truncate.
-inline void scale(void* data, std::size_t count, dtype t, double factor) {
-  switch (t) {
-    case dtype::float32:
-      detail::scale_n(static_cast<float*>(data), count, static_cast<float>(factor));
-      return;
-    case dtype::float64:
-      detail::scale_n(static_cast<double*>(data), count, factor);
-      return;
-    case dtype::float16:
-      detail::scale_half_n(static_cast<float16*>(data), count, static_cast<float>(factor));
-      return;
-    case dtype::bfloat16:
-      detail::scale_half_n(static_cast<bfloat16*>(data), count, static_cast<float>(factor));
-      return;
-    case dtype::int8:
-    case dtype::uint8:
-    case dtype::int32:
-    case dtype::int64:
-      throw usage_error("bps::reduce::scale: cannot average a tensor of dtype " +
-                        std::string(dtype_name(t)) +
-                        ": averaging is defined for floating dtypes only");
-  }
-  detail::throw_unknown_dtype(t);
-}
+BYTEPS_DECL void scale(void* data, std::size_t count, dtype t, double factor);
 
 /// Fills `count` elements with the additive identity that keeps every value's bits: -0.0 for
 /// floating dtypes (x + -0.0 == x for x = -0.0 too, where +0.0 would give +0.0), 0 otherwise.
 /// Broadcast sends this from non-root workers.
-inline void fill_negative_zero(void* data, std::size_t count, dtype t) {
-  auto fill = [&]<class U>(U pattern) {
-    auto* p = static_cast<U*>(data);
-    for (std::size_t i = 0; i < count; ++i) p[i] = pattern;
-  };
-  switch (t) {
-    case dtype::float32: return fill(std::uint32_t{0x80000000u});
-    case dtype::float64: return fill(std::uint64_t{0x8000000000000000ull});
-    case dtype::float16:
-    case dtype::bfloat16: return fill(std::uint16_t{0x8000u});
-    case dtype::int8:
-    case dtype::uint8:
-    case dtype::int32:
-    case dtype::int64: std::memset(data, 0, count * dtype_size(t)); return;
-  }
-  detail::throw_unknown_dtype(t);
-}
+BYTEPS_DECL void fill_negative_zero(void* data, std::size_t count, dtype t);
 
 /// out = the sum of `inputs` (each `count` elements of `t`), added in the inputs' order so
 /// that every machine gets the same bits. fp16/bf16 accumulate in fp32 in `scratch` and round
 /// once, as the servers do. `out` may be one of the inputs only if it is the first.
-inline void sum_of(void* out, std::span<const std::byte* const> inputs, std::size_t count,
-                   dtype t, std::vector<std::byte>& scratch) {
-  if (inputs.empty() || count == 0) return;
-  if (t == dtype::float16 || t == dtype::bfloat16) {
-    scratch.resize(accumulator_bytes(t, count));
-    accumulate_init(scratch.data(), inputs[0], count, t);
-    for (std::size_t i = 1; i < inputs.size(); ++i)
-      accumulate_add(scratch.data(), inputs[i], count, t);
-    accumulate_finish(out, scratch.data(), count, t);
-    return;
-  }
-  std::size_t next = 1;
-  if (out != inputs[0] && inputs.size() >= 2) {  // the same adds, one pass fewer over memory
-    detail::visit_dtype(t, [&]<class T>(std::type_identity<T>) {
-      if constexpr (!detail::is_half_v<T>)  // fp16 and bf16 went through `scratch` above
-        detail::add_pair_n(static_cast<T*>(out), reinterpret_cast<const T*>(inputs[0]),
-                           reinterpret_cast<const T*>(inputs[1]), count);
-    });
-    next = 2;
-  } else if (out != inputs[0]) {
-    std::memcpy(out, inputs[0], count * dtype_size(t));
-  }
-  for (std::size_t i = next; i < inputs.size(); ++i) sum_into(out, inputs[i], count, t);
-}
+BYTEPS_DECL void sum_of(void* out, std::span<const std::byte* const> inputs, std::size_t count,
+                        dtype t, std::vector<std::byte>& scratch);
 
 }  // namespace bps::reduce
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/reduce/impl/reducer.hpp"
+#endif

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::rendezvous {
 
@@ -41,40 +42,18 @@ using proof = std::array<std::byte, proof_bytes>;
 enum class purpose : std::uint8_t { scheduler_hello = 1, server_hello = 2 };
 
 /// A fresh random nonce. Throws `communicator_error` when OpenSSL has no randomness to give.
-inline nonce fresh_nonce() {
-  nonce n{};
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1)
-    throw communicator_error("OpenSSL RAND_bytes failed: no random nonce for a new connection");
-  return n;
-}
+BYTEPS_DECL nonce fresh_nonce();
 
 /// HMAC-SHA256, keyed by `token`, over the domain tag, `why`, the nonce and `message`.
-inline proof prove(std::string_view token, purpose why, const nonce& n,
-                   std::span<const std::byte> message) {
-  static constexpr std::string_view tag = "byteps hello proof v1";
-  std::vector<unsigned char> data;
-  data.reserve(tag.size() + 1 + n.size() + message.size());
-  data.insert(data.end(), tag.begin(), tag.end());
-  data.push_back(static_cast<unsigned char>(why));
-  for (auto b : n) data.push_back(static_cast<unsigned char>(b));
-  for (auto b : message) data.push_back(static_cast<unsigned char>(b));
-  proof out{};
-  unsigned int len = 0;
-  static const unsigned char no_key = 0;
-  const auto* key = token.empty() ? &no_key : reinterpret_cast<const unsigned char*>(token.data());
-  if (HMAC(EVP_sha256(), key, static_cast<int>(token.size()), data.data(), data.size(),
-           reinterpret_cast<unsigned char*>(out.data()), &len) == nullptr ||
-      len != proof_bytes)
-    throw communicator_error("OpenSSL HMAC-SHA256 failed while proving the job token");
-  return out;
-}
+BYTEPS_DECL proof prove(std::string_view token, purpose why, const nonce& n,
+                        std::span<const std::byte> message);
 
 /// True when `given` is the proof of `message` for `why` and `n` under `token`; constant time.
-inline bool verify(std::string_view token, purpose why, const nonce& n,
-                   std::span<const std::byte> message, std::span<const std::byte> given) {
-  if (given.size() != proof_bytes) return false;
-  const proof expected = prove(token, why, n, message);
-  return CRYPTO_memcmp(expected.data(), given.data(), proof_bytes) == 0;
-}
+BYTEPS_DECL bool verify(std::string_view token, purpose why, const nonce& n,
+                        std::span<const std::byte> message, std::span<const std::byte> given);
 
 }  // namespace bps::rendezvous
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/rendezvous/impl/auth.hpp"
+#endif

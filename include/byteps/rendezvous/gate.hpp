@@ -12,11 +12,11 @@
 /// newcomer: a node of the job answers its challenge at once, while a flood's connections stay
 /// silent, so whoever holds the limit full (a flood, a port scan, from any address, the nodes'
 /// own included) cannot keep a node out. A connection whose bytes have arrived but are not read
-/// yet is not silent (`transport::has_unread_bytes`): a listener slower than the flood (a loaded machine, a
-/// sanitizer) would otherwise close a node whose hello is already waiting in its socket. Only when
-/// every waiting connection has sent something does the oldest go. A node turned away before its
-/// challenge tries again (rendezvous/client.hpp, rendezvous/handshake.hpp). Every connection
-/// closed here is logged at WARNING with the peer's address and counted (`counts()`).
+/// yet is not silent (`transport::has_unread_bytes`): a listener slower than the flood (a loaded
+/// machine, a sanitizer) would otherwise close a node whose hello is already waiting in its socket.
+/// Only when every waiting connection has sent something does the oldest go. A node turned away
+/// before its challenge tries again (rendezvous/client.hpp, rendezvous/handshake.hpp). Every
+/// connection closed here is logged at WARNING with the peer's address and counted (`counts()`).
 ///
 /// @par Thread Safety
 /// Every member may be called from any thread. The timeouts run on the gate's own timer thread,
@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/linkage.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/detail/timer_thread.hpp"
 #include "byteps/rendezvous/auth.hpp"
@@ -97,48 +98,9 @@ class hello_gate {
   /// silent one (`heard_from` false; no `heard_from`: always silent) that has waited longest of
   /// `Config::max_pending_connections` and one more comes. Null once stopping: the caller
   /// closes it.
-  std::shared_ptr<pending_hello> admit(const std::string& peer, std::function<void()> close,
-                                       std::function<bool()> heard_from = {}) {
-    auto t = std::make_shared<pending_hello>(peer, fresh_nonce());
-    std::lock_guard evicting(evicting_);  // one admit at a time: the choice below stays valid
-    std::vector<waiting> full;  // when the limit is full: who waits, oldest first
-    {
-      std::lock_guard lock(mu_);
-      if (stopped_) return nullptr;
-      if (pending_ >= max_pending_) full = waiting_locked();
-    }
-    // Asked without the lock: asking may drop the last reference to a link.
-    std::shared_ptr<pending_hello> victim;
-    for (const auto& w : full) {
-      if (!w.heard_from || !w.heard_from()) {
-        victim = w.ticket.lock();
-        break;
-      }
-    }
-    full.clear();
-    waiting oldest;
-    {
-      std::lock_guard lock(mu_);
-      if (stopped_) return nullptr;
-      if (pending_ >= max_pending_) oldest = evict_locked(victim.get());
-      ++pending_;
-      queue_.push_back({t, close, heard_from, detail::timer_thread::clock::now(), {}});
-    }
-    if (oldest.close) {
-      log_.warn(
-          "closing the connection from {} after {} ms without a hello, to admit one from {}: "
-          "{} connections have not said hello yet (BYTEPS_MAX_PENDING_CONNECTIONS={}), and a "
-          "node of this job says hello at once; a flood or a port scan fills this limit",
-          oldest.peer, waited_ms(oldest), peer, max_pending_, max_pending_);
-      oldest.close();
-    }
-    if (!arm_timeout(t, std::move(close), std::move(heard_from))) {
-      // stopping: nobody is admitted any more
-      if (t->settle()) done(nullptr);
-      return nullptr;
-    }
-    return t;
-  }
+  BYTEPS_DECL std::shared_ptr<pending_hello> admit(const std::string& peer,
+                                                   std::function<void()> close,
+                                                   std::function<bool()> heard_from = {});
 
   /// `t` proved itself: it no longer counts as pending.
   void passed(pending_hello& t) {
@@ -208,29 +170,8 @@ class hello_gate {
   // wait unread then is not silent but queued behind a busy reader (a flood, a sanitizer): it
   // gets another `timeout_`, as often as that holds; once the reader took its bytes, a partial
   // hello is silent again. False when stopping.
-  bool arm_timeout(const std::shared_ptr<pending_hello>& t, std::function<void()> close,
-                   std::function<bool()> heard_from) {
-    return timer_.post_at(
-        detail::timer_thread::clock::now() + timeout_,
-        [this, weak = std::weak_ptr<pending_hello>(t), close = std::move(close),
-         heard_from = std::move(heard_from)](bool cancelled) mutable {
-          auto ticket = weak.lock();
-          if (cancelled || !ticket || ticket->settled()) return;
-          if (heard_from && heard_from()) {
-            if (!arm_timeout(ticket, std::move(close), std::move(heard_from)) && ticket->settle())
-              done(nullptr);  // stopping
-            return;
-          }
-          if (!ticket->settle()) return;
-          done(&gate_counts::timed_out);
-          log_.warn(
-              "closing the connection from {}: no hello within {} ms "
-              "(BYTEPS_HELLO_TIMEOUT_MS); a peer of this job says hello "
-              "at once",
-              ticket->peer(), timeout_.count());
-          close();
-        });
-  }
+  BYTEPS_DECL bool arm_timeout(const std::shared_ptr<pending_hello>& t, std::function<void()> close,
+                               std::function<bool()> heard_from);
 
   static long long waited_ms(const waiting& w) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -239,41 +180,14 @@ class hello_gate {
   }
 
   // The connections still waiting, oldest first.
-  std::vector<waiting> waiting_locked() const {
-    std::vector<waiting> out;
-    for (const auto& w : queue_)
-      if (!settled(w)) out.push_back(w);
-    return out;
-  }
+  BYTEPS_DECL std::vector<waiting> waiting_locked() const;
 
   // Settles `victim` as evicted, or the oldest connection still waiting when `victim` is null
   // or settled meanwhile, and takes it from the queue (its close not yet called); empty when
   // none waits (cannot happen while pending_ counts one). Settled tickets are dropped from the
   // queue as they reach its front, and all at once when it grows past twice the limit (many
   // passed behind an old one), so the queue stays short and each admit cheap.
-  waiting evict_locked(const pending_hello* victim) {
-    prune_locked();
-    for (;;) {
-      auto chosen = std::find_if(queue_.begin(), queue_.end(), [&](const waiting& w) {
-        auto ticket = w.ticket.lock();
-        return ticket && ticket.get() == victim;
-      });
-      if (chosen == queue_.end()) {
-        victim = nullptr;
-        chosen = std::find_if(queue_.begin(), queue_.end(),
-                              [](const waiting& w) { return !settled(w); });
-      }
-      if (chosen == queue_.end()) return {};
-      waiting w = std::move(*chosen);
-      queue_.erase(chosen);
-      auto ticket = w.ticket.lock();
-      if (!ticket || !ticket->settle()) continue;  // settled meanwhile: its own path counts it
-      --pending_;
-      ++counts_.evicted;
-      w.peer = ticket->peer();
-      return w;
-    }
-  }
+  BYTEPS_DECL waiting evict_locked(const pending_hello* victim);
 
   void prune_locked() {
     while (!queue_.empty() && settled(queue_.front())) queue_.pop_front();
@@ -306,3 +220,7 @@ class hello_gate {
 };
 
 }  // namespace bps::rendezvous
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/rendezvous/impl/gate.hpp"
+#endif

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/core/linkage.hpp"
 #include "byteps/detail/clock_sync.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
@@ -25,7 +26,9 @@ namespace bps::rendezvous {
 struct frame {
   wire::header header;
   std::vector<std::byte> payload;
-  std::string text() const { return {reinterpret_cast<const char*>(payload.data()), payload.size()}; }
+  std::string text() const {
+    return {reinterpret_cast<const char*>(payload.data()), payload.size()};
+  }
 };
 
 class inbox final : public transport::receiver {
@@ -40,77 +43,17 @@ class inbox final : public transport::receiver {
   }
   /// Frames of `type` go to `f` (on the I/O thread, in order) instead of the queue; frames of
   /// that type already queued go to it now. `f` must be short and must not block.
-  void on_notice(wire::msg type, std::function<void(const frame&)> f) {
-    std::vector<frame> queued;
-    {
-      std::lock_guard lock(mu_);
-      notices_.emplace_back(type, f);
-      for (auto it = frames_.begin(); it != frames_.end();) {
-        if (it->header.type == type) {
-          queued.push_back(std::move(*it));
-          it = frames_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (const auto& q : queued) f(q);
-  }
+  BYTEPS_DECL void on_notice(wire::msg type, std::function<void(const frame&)> f);
   /// From now on the link closing is normal (we said bye, or got shutdown).
   void expect_close() {
     std::lock_guard lock(mu_);
     close_expected_ = true;
   }
 
-  std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
-    if (h.payload_bytes > max_payload) {
-      reason = "control frame too large";
-      return {};
-    }
-    scratch_.resize(h.payload_bytes);
-    return scratch_;
-  }
+  BYTEPS_DECL std::span<std::byte> payload_destination(const wire::header& h,
+                                                       std::string& reason) override;
 
-  void on_message(const wire::header& h, std::span<std::byte> payload) override {
-    std::function<void(const std::string&)> notify;
-    std::string failure;
-    {
-      std::lock_guard lock(mu_);
-      last_heard_ = clock::now();
-    }
-    if (h.type == wire::msg::heartbeat) {
-      // The scheduler's answer to a clock probe (client::probe_clock) echoes our time in
-      // `round` and carries its own in `offset`; its own heartbeats have round 0.
-      if (h.round != 0) {
-        clock_.sample(static_cast<std::int64_t>(h.round), static_cast<std::int64_t>(h.offset),
-                      detail::steady_ns());
-        { std::lock_guard lock(mu_); }  // a waiter checks under mu_: no wake-up lost
-        cv_.notify_all();
-      }
-      return;
-    }
-    frame f{h, {payload.begin(), payload.end()}};
-    std::function<void(const frame&)> notice;
-    {
-      std::lock_guard lock(mu_);
-      for (const auto& [type, fn] : notices_)
-        if (type == h.type) notice = fn;
-    }
-    if (notice) return notice(f);
-    {
-      std::lock_guard lock(mu_);
-      // The scheduler closes the link right after these: that close is no failure.
-      if (h.type == wire::msg::shutdown || h.type == wire::msg::refuse) close_expected_ = true;
-      if (h.type == wire::msg::node_failed && !failed_) {
-        failed_ = true;
-        failure = "the scheduler reports: " + f.text();
-        notify = on_failure_;
-      }
-      frames_.push_back(std::move(f));
-    }
-    cv_.notify_all();
-    if (notify) notify(failure);
-  }
+  BYTEPS_DECL void on_message(const wire::header& h, std::span<std::byte> payload) override;
 
   void on_close(const std::string& reason) override { fail_now(reason); }
 
@@ -121,8 +64,7 @@ class inbox final : public transport::receiver {
   /// for the first.
   bool wait_clock_samples(int n, clock::time_point deadline) {
     std::unique_lock lock(mu_);
-    return cv_.wait_until(lock, deadline,
-                          [&] { return closed_ || clock_.best().samples >= n; }) &&
+    return cv_.wait_until(lock, deadline, [&] { return closed_ || clock_.best().samples >= n; }) &&
            !closed_;
   }
 
@@ -134,49 +76,12 @@ class inbox final : public transport::receiver {
 
   /// The link is dead for `reason` (closed, or silent too long): waiters wake with it, and the
   /// failure callback runs unless the close was expected. Only the first reason counts.
-  void fail_now(const std::string& reason) {
-    std::function<void(const std::string&)> notify;
-    {
-      std::lock_guard lock(mu_);
-      if (closed_) return;
-      closed_ = true;
-      close_reason_ = reason;
-      if (!close_expected_ && !failed_) {
-        failed_ = true;
-        notify = on_failure_;
-      }
-    }
-    cv_.notify_all();
-    if (notify) notify(reason);
-  }
+  BYTEPS_DECL void fail_now(const std::string& reason);
 
   /// The first frame of one of `types`, removed from the inbox; nullopt when the deadline passes
   /// or the link closes first (`why` then says which).
-  std::optional<frame> take(std::initializer_list<wire::msg> types, clock::time_point deadline,
-                            std::string& why) {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      for (auto it = frames_.begin(); it != frames_.end(); ++it) {
-        for (auto t : types) {
-          if (it->header.type == t) {
-            frame f = std::move(*it);
-            frames_.erase(it);
-            return f;
-          }
-        }
-      }
-      if (closed_) {
-        why = close_reason_;
-        return std::nullopt;
-      }
-      if (deadline == clock::time_point::max()) {
-        cv_.wait(lock);
-      } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-        why = "timed out";
-        return std::nullopt;
-      }
-    }
-  }
+  BYTEPS_DECL std::optional<frame> take(std::initializer_list<wire::msg> types,
+                                        clock::time_point deadline, std::string& why);
 
  private:
   mutable std::mutex mu_;
@@ -194,3 +99,7 @@ class inbox final : public transport::receiver {
 };
 
 }  // namespace bps::rendezvous
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/rendezvous/impl/inbox.hpp"
+#endif

@@ -35,6 +35,7 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/core/linkage.hpp"
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/key_state.hpp"
@@ -57,93 +58,24 @@ class sync_sum {
 
   /// @throws usage_error in async mode (`Config::enable_async`): workers would get sums where
   /// they expect parameters.
-  static void check_config(const Config& cfg) {
-    if (cfg.enable_async)
-      throw usage_error(
-          "BYTEPS_ENABLE_ASYNC=1, but this server sums synchronously (server::"
-          "sync_sum): run Server<T, server::async_sum> (byteps-server does)");
-  }
+  BYTEPS_DECL static void check_config(const Config& cfg);
 
-  outcome handle(const request& r) {
-    const wire::header& h = r.head;
-    auto& k = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_).first->second;
-    if (r.streamed != nullptr) return streamed(k, r);
-    if (h.type == wire::msg::sum_offer) {
-      bool completes = false;
-      auto problem = k.offer(h, r.payload, r.worker, r.num_workers, completes, r.tensor_name);
-      if (!problem.empty()) return outcome::refuse(std::move(problem));
-      if (!completes) return outcome::taken();
-      return finish(k);
-    }
-    if (r.failover && k.initialized()) {
-      if (auto previous = k.previous_sum(h.round))
-        return outcome::answer_now(sum(k, *previous, h.round));
-    }
-    auto problem = k.accept(h, r.payload, r.worker, r.num_workers, r.tensor_name);
-    if (!problem.empty()) return outcome::refuse(std::move(problem));
-    if (!k.complete(r.num_workers)) return outcome::wait();
-    return finish(k);
-  }
+  BYTEPS_DECL outcome handle(const request& r);
 
  private:
   // Cut-through: a push of a streamed key is summed chunk by chunk, in worker-rank order, as
   // soon as every worker's bytes cover the chunk, and each summed run goes out at once as a
   // piece of the answer; the piece that completes the round is the last. A round whose every
   // push arrived whole is answered whole, as an unstreamed key's.
-  outcome streamed(key_state& k, const request& r) {
-    const wire::header& h = r.head;
-    const std::size_t size = r.streamed->bytes.size();
-    // A whole push here on a key that does not hold its pushes yet: a landed push on a key a
-    // sum_offer shaped (failover). Between rounds it starts holding them.
-    if (k.initialized() && !k.streamed() && r.first && r.complete && k.pushed() == 0)
-      k.hold_inputs();
-    if (k.initialized() && !k.streamed()) {
-      // An unstreamed key (its partition is smaller): this push cannot have its shape, which
-      // poisons the round. Its first call counts it (and puts its worker among those the
-      // round's error goes to); its bytes are never read.
-      if (!r.first) return outcome::taken();
-      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
-      if (!problem.empty()) return outcome::refuse(std::move(problem));
-      return k.complete(r.num_workers) ? finish(k) : outcome::wait();
-    }
-    if (r.first) {
-      if (r.failover && k.initialized()) {
-        if (auto previous = k.previous_sum(h.round))
-          return outcome::answer_now(sum(k, *previous, h.round));  // its later calls: taken
-      }
-      auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name, true);
-      if (!problem.empty()) return outcome::refuse(std::move(problem));  // later calls: taken
-      k.take_input(r.worker, *r.streamed);
-    } else if (!k.is_input(r.worker, r.streamed->owner.get())) {
-      return outcome::taken();
-    }
-    const auto [from, bytes] = k.arrived(r.worker, r.bytes_in, r.complete);
-    if (k.complete(r.num_workers)) {
-      if (!k.round_error.empty() || from == 0) return finish(k);  // no piece went out
-      outcome o = outcome::piece(piece(k, from, bytes), true);
-      k.next_round();
-      return o;
-    }
-    if (bytes == 0) return outcome::wait();
-    return outcome::piece(piece(k, from, bytes), false);
-  }
+  BYTEPS_DECL outcome streamed(key_state& k, const request& r);
 
-  static reply piece(const key_state& k, std::size_t from, std::size_t bytes) {
-    return {
-        k.sum_buffer().subspan(from, bytes), k.round, k.type, k.offset + from, k.tensor_bytes, {}};
-  }
+  BYTEPS_DECL static reply piece(const key_state& k, std::size_t from, std::size_t bytes);
 
-  static reply sum(const key_state& k, std::span<const std::byte> bytes, std::uint64_t round) {
-    return {bytes, round, k.type, k.offset, k.tensor_bytes, {}};
-  }
+  BYTEPS_DECL static reply sum(const key_state& k, std::span<const std::byte> bytes,
+                               std::uint64_t round);
 
   // The round is complete: its sum (or its error) for everyone waiting, and the next round.
-  static outcome finish(key_state& k) {
-    outcome o = k.round_error.empty() ? outcome::release(sum(k, k.finish_round(), k.round))
-                                      : outcome::fail_round(k.round_error);
-    k.next_round();  // the sum stays in buffer round % 2 until round + 2 begins
-    return o;
-  }
+  BYTEPS_DECL static outcome finish(key_state& k);
 
   detail::buffer_pool* pool_;
   std::size_t chunk_;
@@ -153,3 +85,7 @@ class sync_sum {
 static_assert(ServerHandler<sync_sum>);
 
 }  // namespace bps::server
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/server/impl/sync_sum.hpp"
+#endif

@@ -27,27 +27,18 @@
 #include <thread>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::transport {
 
 /// Whether a connection from `local` to `remote` stays inside this host (a loopback address,
 /// or the same address at both ends: the kernel routes it through its loopback device).
-inline bool same_host_connection(const asio::ip::address& local,
-                                 const asio::ip::address& remote) noexcept {
-  return remote.is_loopback() || local.is_loopback() || local == remote;
-}
+BYTEPS_DECL bool same_host_connection(const asio::ip::address& local,
+                                      const asio::ip::address& remote) noexcept;
 
 /// Sets Linux's TCP_NOTSENT_LOWAT of `bytes` on `socket`, where the kernel has it. A socket that
 /// refuses it still works: ignored.
-inline void set_notsent_lowat(asio::basic_socket<asio::ip::tcp>& socket, std::size_t bytes) {
-#ifdef TCP_NOTSENT_LOWAT
-  const int value = static_cast<int>(bytes);
-  (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &value, sizeof value);
-#else
-  (void)socket;
-  (void)bytes;
-#endif
-}
+BYTEPS_DECL void set_notsent_lowat(asio::basic_socket<asio::ip::tcp>& socket, std::size_t bytes);
 
 /// Sets what every byteps TCP connection uses on a connected socket: no Nagle delay (frames are
 /// written whole, headers gathered with their payloads) and, for a connection that leaves the
@@ -56,43 +47,14 @@ inline void set_notsent_lowat(asio::basic_socket<asio::ip::tcp>& socket, std::si
 /// default: there the short unsent queue only adds wake-ups (TCP-only loopback, 2 workers + 2
 /// servers, 64 MiB: 81.8 ms with it against 73.3 ms without). A socket that refuses an option
 /// still works: ignored.
-inline void tune_connection(asio::basic_socket<asio::ip::tcp>& socket, std::size_t notsent_lowat) {
-  std::error_code ignored;
-  socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-  if (notsent_lowat == 0) return;
-  std::error_code local_error, remote_error;
-  const auto local = socket.local_endpoint(local_error);
-  const auto remote = socket.remote_endpoint(remote_error);
-  if (!local_error && !remote_error && same_host_connection(local.address(), remote.address()))
-    return;
-  set_notsent_lowat(socket, notsent_lowat);
-}
+BYTEPS_DECL void tune_connection(asio::basic_socket<asio::ip::tcp>& socket,
+                                 std::size_t notsent_lowat);
 
 /// A socket bound to `host:port` (0: any free port) and listening. Throws `communicator_error`
 /// naming `host:port` and the reason.
-inline std::shared_ptr<asio::ip::tcp::acceptor> open_acceptor(asio::io_context& io,
-                                                              const std::string& host,
-                                                              std::uint16_t port) {
-  std::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  if (ec) {
-    asio::ip::tcp::resolver resolver(io);
-    auto results = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || results.empty())
-      throw communicator_error(fmt::format("cannot listen on {}:{}: cannot resolve '{}': {}", host,
-                                           port, host, ec.message()));
-    address = results.begin()->endpoint().address();
-  }
-  auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(io);
-  asio::ip::tcp::endpoint endpoint(address, port);
-  acceptor->open(endpoint.protocol(), ec);
-  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor->bind(endpoint, ec);
-  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw communicator_error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()));
-  return acceptor;
-}
+BYTEPS_DECL std::shared_ptr<asio::ip::tcp::acceptor> open_acceptor(asio::io_context& io,
+                                                                   const std::string& host,
+                                                                   std::uint16_t port);
 
 /// Connects to `host:port`, retrying every 100 ms until `timeout` passes, and returns
 /// `adopt(socket, deadline, why)` for the first socket that connects. `adopt` returns the link,
@@ -142,3 +104,7 @@ auto dial_until(asio::io_context& io, const std::string& host, std::uint16_t por
 }
 
 }  // namespace bps::transport
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/transport/impl/tcp_socket.hpp"
+#endif

@@ -15,6 +15,7 @@
 #include "byteps/compress/registry.hpp"
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
+#include "byteps/core/linkage.hpp"
 
 namespace bps::worker {
 
@@ -30,29 +31,12 @@ class compressor_choice {
   /// The compressor an operation `what` on `bytes` bytes runs with: `asked`, else the default;
   /// none (null) below BYTEPS_MIN_COMPRESS_BYTES, so a small tensor keeps "none" on every call
   /// whatever it asks for. Throws `usage_error` for one the servers decode when failover is on.
-  std::shared_ptr<const compress::spec> for_operation(
+  BYTEPS_DECL std::shared_ptr<const compress::spec> for_operation(
       const std::string& what, std::size_t bytes,
-      std::shared_ptr<const compress::spec> asked) const {
-    if (!asked) asked = default_;
-    if (!asked || asked->is_none() || bytes < min_bytes_) return nullptr;
-    if (failover_ && asked->declared())
-      throw usage_error(fmt::format(
-          "{}: compressor '{}' is decoded by the servers, which failover "
-          "(BYTEPS_FAILOVER_TIMEOUT_MS > 0) does not support yet: a replacement server cannot "
-          "rebuild the dead one's error feedback; use no compressor or a summable one",
-          what, asked->name()));
-    return asked;
-  }
+      std::shared_ptr<const compress::spec> asked) const;
 
  private:
-  static std::shared_ptr<const compress::spec> default_compressor(const Config& cfg) {
-    if (cfg.compressor.empty()) return nullptr;
-    try {
-      return compress::by_name(compress::parse(cfg.compressor, "BYTEPS_COMPRESSOR"));
-    } catch (const usage_error& e) {
-      throw usage_error(fmt::format("BYTEPS_COMPRESSOR='{}': {}", cfg.compressor, e.what()));
-    }
-  }
+  BYTEPS_DECL static std::shared_ptr<const compress::spec> default_compressor(const Config& cfg);
 
   std::shared_ptr<const compress::spec> default_;  // BYTEPS_COMPRESSOR; null for none
   std::size_t min_bytes_;
@@ -60,3 +44,7 @@ class compressor_choice {
 };
 
 }  // namespace bps::worker
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/worker/impl/compressor_choice.hpp"
+#endif

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "byteps/core/config.hpp"
+#include "byteps/core/linkage.hpp"
 #include "byteps/wire/batch.hpp"
 #include "byteps/wire/frame.hpp"
 #include "byteps/worker/op_table.hpp"
@@ -101,18 +102,8 @@ class push_fusion {
   }
 
   /// Two or more held pushes as one batch from worker `machine`, their payloads copied in.
-  static std::shared_ptr<fused_pushes> fuse(const std::vector<held_push>& pushes, int machine) {
-    wire::batch_writer w;
-    auto out = std::make_shared<fused_pushes>();
-    out->members.reserve(pushes.size());
-    for (const auto& p : pushes) {
-      w.add(p.head, p.payload);
-      out->members.push_back(p.member);
-    }
-    out->head = w.frame(wire::msg::push_batch, static_cast<std::uint32_t>(machine));
-    out->bytes = w.take();
-    return out;
-  }
+  BYTEPS_DECL static std::shared_ptr<fused_pushes> fuse(const std::vector<held_push>& pushes,
+                                                        int machine);
 
  private:
   struct server_group {
@@ -131,3 +122,7 @@ class push_fusion {
 };
 
 }  // namespace bps::worker
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/worker/impl/fusion.hpp"
+#endif

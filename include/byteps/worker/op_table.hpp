@@ -9,6 +9,8 @@
 ///
 /// Not thread-safe: the worker's mutex guards it.
 
+#include <fmt/core.h>
+
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -18,12 +20,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "byteps/compress/compressor.hpp"
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/keys.hpp"
+#include "byteps/core/linkage.hpp"
 #include "byteps/core/op_state.hpp"
 #include "byteps/partition/partitioner.hpp"
 #include "byteps/wire/declare.hpp"
@@ -66,7 +67,7 @@ struct pending_part {
   std::size_t index = 0;        ///< its position among the operation's partitions
   int priority = 0;             ///< for the scheduler, when it is released
   std::uint64_t order = 0;
-  bool queued = false;  ///< handed to the scheduler (a local stage releases each when reduced)
+  bool queued = false;      ///< handed to the scheduler (a local stage releases each when reduced)
   bool dispatched = false;  ///< left the scheduler's queue (sent, or held for a replacement)
   bool receiving = false;   ///< failover: its answer is being written into the kept sum
   std::size_t answered_bytes = 0;  ///< cut-through: bytes of the answer's pieces in so far
@@ -111,47 +112,36 @@ class op_table {
         t.rate_seen.assign(t.parts.size(), 0);
       }
     } else if (t.name != name) {
-      throw usage_error(fmt::format("tensor names '{}' and '{}' hash to the same key; rename one",
-                                    t.name, name));
+      throw usage_error(
+          fmt::format("tensor names '{}' and '{}' hash to the same key; rename one", t.name, name));
     } else if (t.type != op->type || t.bytes != bytes) {
-      throw usage_error(fmt::format("{}: the tensor was first used as {} x {}; this call passes "
-                                    "{} x {}",
-                                    op->what, t.bytes / dtype_size(t.type), dtype_name(t.type),
-                                    count, dtype_name(op->type)));
+      throw usage_error(fmt::format(
+          "{}: the tensor was first used as {} x {}; this call passes "
+          "{} x {}",
+          op->what, t.bytes / dtype_size(t.type), dtype_name(t.type), count, dtype_name(op->type)));
     } else if (auto asked = codec != nullptr ? codec->name() : std::string();
                asked != t.compressor) {
       auto describe = [](const std::string& c) {
         return c.empty() ? std::string("none") : fmt::format("compressor '{}'", c);
       };
-      throw usage_error(fmt::format("{}: the tensor was first used with {}; this call asks for "
-                                    "{}. A tensor keeps its first compressor",
-                                    op->what, describe(t.compressor), describe(asked)));
+      throw usage_error(
+          fmt::format("{}: the tensor was first used with {}; this call asks for "
+                      "{}. A tensor keeps its first compressor",
+                      op->what, describe(t.compressor), describe(asked)));
     } else if (t.active) {
-      throw usage_error(fmt::format("{}: the previous operation on this tensor is still in "
-                                    "flight; wait on its handle first",
-                                    op->what));
+      throw usage_error(
+          fmt::format("{}: the previous operation on this tensor is still in "
+                      "flight; wait on its handle first",
+                      op->what));
     }
     return t;
   }
 
   /// What a `declare` of the tensor carries: its name and, for a compressor the servers
   /// decode, the recipe they make theirs from.
-  static std::vector<std::byte> declaration_of(const std::string& what, const std::string& name,
-                                               const compress::spec* codec) {
-    if (name.size() > wire::max_tensor_name_bytes)
-      throw usage_error(fmt::format("{}: the tensor name is {} bytes long; at most {} are allowed",
-                                    what, name.size(), wire::max_tensor_name_bytes));
-    wire::declaration d{name, {}};
-    if (auto r = codec != nullptr ? codec->declared() : std::nullopt) {
-      d.recipe = compress::serialise(*r);
-      if (d.recipe.size() > wire::max_recipe_bytes)
-        throw usage_error(fmt::format("{}: compressor '{}' has a recipe of {} bytes; at most {} "
-                                      "are allowed",
-                                      what, compress::to_string(*r), d.recipe.size(),
-                                      wire::max_recipe_bytes));
-    }
-    return wire::encode_declare(d);
-  }
+  BYTEPS_DECL static std::vector<std::byte> declaration_of(const std::string& what,
+                                                           const std::string& name,
+                                                           const compress::spec* codec);
 
   tensor& at(std::uint64_t key) { return tensors_.at(key); }
   /// Calls `f(key, tensor&)` for every tensor used so far.
@@ -186,44 +176,13 @@ class op_table {
   }
 
   /// An answer for `id` was written into `op`'s buffer.
-  void answered(key_id id, const op_ptr& op) {
-    auto it = pending_.find(id);
-    if (it != pending_.end() && it->second.op == op) {
-      if (op->next.part_answered) op->next.part_answered(it->second.index);
-      if (auto* t = find_tensor(id.key); t != nullptr) {
-        // The answer may come before the transport's on_sent for the push (a gathered write
-        // completes after the server already answered): the sending then ended by now, and
-        // the answer took no time after it. Each partition counts once either way.
-        const auto now = clock::now();
-        if (it->second.sent_at == clock::time_point{}) {
-          if (it->second.dispatched_at != clock::time_point{})
-            t->timing.stages.add(stage::push,
-                                 stats_recorder::seconds(now - it->second.dispatched_at));
-          t->timing.stages.add(stage::pull, 0);
-        } else {
-          t->timing.stages.add(stage::pull, stats_recorder::seconds(now - it->second.sent_at));
-        }
-      }
-      pending_.erase(it);
-      --op->unanswered;
-    }
-    release_if_done(op);
-  }
+  BYTEPS_DECL void answered(key_id id, const op_ptr& op);
 
   /// Partitions of `op` queued and still unanswered, by server.
-  std::vector<std::size_t> unanswered_by_server(const detail::op_state& op,
-                                                std::size_t servers) const {
-    std::vector<std::size_t> n(servers, 0);
-    for (const auto& [id, p] : pending_)
-      if (p.op.get() == &op && p.queued) ++n[static_cast<std::size_t>(p.server)];
-    return n;
-  }
+  BYTEPS_DECL std::vector<std::size_t> unanswered_by_server(const detail::op_state& op,
+                                                            std::size_t servers) const;
 
-  std::vector<op_ptr> active() const {
-    std::vector<op_ptr> ops;
-    for (const auto& [op, keys] : tensors_of_) ops.push_back(tensors_.at(keys.front()).active);
-    return ops;
-  }
+  BYTEPS_DECL std::vector<op_ptr> active() const;
 
   /// Operation records and partition records made since the worker joined (one of each per
   /// push_pull and partition, whatever the local stage: `comm_stats`).
@@ -231,30 +190,9 @@ class op_table {
   std::uint64_t part_records() const noexcept { return part_records_; }
 
   // `op` by value here and below: callers pass `tensor::active`, which release resets.
-  void fail(op_ptr op, std::exception_ptr e) {
-    if (op->failure || op->released) return;
-    op->failure = std::move(e);
-    std::erase_if(pending_, [&](const auto& kv) { return kv.second.op == op; });
-    release_if_done(op);
-  }
+  BYTEPS_DECL void fail(op_ptr op, std::exception_ptr e);
 
-  void release_if_done(op_ptr op) {
-    if (op->released || op->in_transport != 0 || op->receiving != 0) return;
-    if (op->unanswered != 0 && !op->failure) return;
-    op->released = true;
-    if (auto node = tensors_of_.extract(op.get())) {
-      for (const auto key : node.mapped()) {
-        tensor& t = tensors_.at(key);
-        if (!op->failure) stats_.operation(t.name, t.bytes, t.timing);
-        if (t.active == op) t.active = nullptr;
-        ++t.round;
-      }
-    }
-    if (op->next.network_done)
-      op->next.network_done(op->failure);
-    else
-      op->finish(op->failure);
-  }
+  BYTEPS_DECL void release_if_done(op_ptr op);
 
  private:
   std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
@@ -266,3 +204,7 @@ class op_table {
 };
 
 }  // namespace bps::worker
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/worker/impl/op_table.hpp"
+#endif

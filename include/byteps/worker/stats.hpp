@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "byteps/core/linkage.hpp"
 #include "byteps/core/stage.hpp"
 
 namespace bps {
@@ -88,7 +89,7 @@ struct comm_stats {
   /// frames received, and the answers in them.
   std::uint64_t batches = 0, batched_partitions = 0;
   std::uint64_t answer_batches = 0, batched_answers = 0;
-  std::size_t in_flight = 0;          ///< operations not yet done, now
+  std::size_t in_flight = 0;  ///< operations not yet done, now
   /// Since joining: the operation records this worker made (one per push_pull or broadcast
   /// that reached the network, whatever its local stage) and their partition records (one per
   /// partition this process pushes).
@@ -130,12 +131,7 @@ class stats_recorder {
   }
 
   /// An operation on `tensor` of `bytes` finished successfully now.
-  void operation(const std::string& tensor, std::uint64_t bytes, const op_timing& t) {
-    const auto now = clock::now();
-    records_.push_back(record{&tensor, bytes, t.started, now, t});
-    forget_before(now - window_);
-    if (records_.size() > max_records) records_.pop_front();
-  }
+  BYTEPS_DECL void operation(const std::string& tensor, std::uint64_t bytes, const op_timing& t);
 
   /// The local stage's times of an operation that finished successfully now (its network
   /// stages came with `operation`).
@@ -146,63 +142,11 @@ class stats_recorder {
     if (local_records_.size() > max_records) local_records_.pop_front();
   }
 
-  comm_stats snapshot(std::size_t in_flight) {
-    const auto now = clock::now();
-    forget_before(now - window_);
-    comm_stats s;
-    s.window_seconds = seconds(std::min<clock::duration>(window_, now - since_));
-    s.bytes_per_server = bytes_per_server_;
-    s.batches = batches_;
-    s.batched_partitions = batched_partitions_;
-    s.answer_batches = answer_batches_;
-    s.batched_answers = batched_answers_;
-    s.in_flight = in_flight;
-    std::unordered_map<const std::string*,
-                       std::vector<std::pair<clock::time_point, clock::time_point>>>
-        spans;
-    std::vector<std::pair<clock::time_point, clock::time_point>> all;
-    std::unordered_map<const std::string*, tensor_stats> per_tensor;
-    for (const auto& r : records_) {
-      ++s.operations;
-      s.bytes += r.bytes;
-      s.stages.add(r.timing.stages);
-      all.emplace_back(r.started, r.finished);
-      spans[r.tensor].emplace_back(r.started, r.finished);
-      auto& t = per_tensor[r.tensor];
-      ++t.operations;
-      t.bytes += r.bytes;
-    }
-    for (const auto& r : local_records_) s.stages.add(r.stages);
-    s.busy_seconds = union_seconds(all);
-    for (auto& [name, t] : per_tensor) {
-      t.name = *name;
-      t.busy_seconds = union_seconds(spans[name]);
-      s.tensors.push_back(std::move(t));
-    }
-    std::sort(s.tensors.begin(), s.tensors.end(), [](const auto& a, const auto& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
-    });
-    return s;
-  }
+  BYTEPS_DECL comm_stats snapshot(std::size_t in_flight);
 
   /// The length of the union of `spans` (sorted here).
-  static double union_seconds(std::vector<std::pair<clock::time_point, clock::time_point>>& spans) {
-    std::sort(spans.begin(), spans.end());
-    clock::duration total{};
-    clock::time_point reach{};
-    bool any = false;
-    for (const auto& [from, to] : spans) {
-      if (!any || from > reach) {
-        total += to - from;
-        reach = to;
-        any = true;
-      } else if (to > reach) {
-        total += to - reach;
-        reach = to;
-      }
-    }
-    return seconds(total);
-  }
+  BYTEPS_DECL static double union_seconds(
+      std::vector<std::pair<clock::time_point, clock::time_point>>& spans);
 
   static double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -222,11 +166,7 @@ class stats_recorder {
     stage_times stages;
   };
 
-  void forget_before(clock::time_point t) {
-    while (!records_.empty() && records_.front().finished < t) records_.pop_front();
-    while (!local_records_.empty() && local_records_.front().finished < t)
-      local_records_.pop_front();
-  }
+  BYTEPS_DECL void forget_before(clock::time_point t);
 
   clock::duration window_;
   clock::time_point since_;
@@ -239,3 +179,7 @@ class stats_recorder {
 
 }  // namespace worker
 }  // namespace bps
+
+#if BYTEPS_INCLUDE_BODIES
+#include "byteps/worker/impl/stats.hpp"
+#endif

@@ -1,13 +1,14 @@
 #pragma once
 /// @file
 /// `Config::from_env()`: every variable read, parsed and range-checked (see core/config.hpp and
-/// docs/env.md). Included at the end of core/config.hpp.
+/// docs/env.md). Included at the end of core/config.hpp in header-only mode, compiled once into
+/// byteps::compiled otherwise (core/linkage.hpp).
 
 #include "byteps/core/config.hpp"
 
 namespace bps {
 
-inline Config Config::from_env() {
+Config Config::from_env() {
   using detail::env_integer;
   using detail::env_or_null;
   Config c;
@@ -61,8 +62,8 @@ inline Config Config::from_env() {
         fmt::format("BYTEPS_SERVER_CHUNK_BYTES='{}' is not valid: expected 0 (off) "
                     "or a multiple of 64 up to 67108864",
                     env_or_null("BYTEPS_SERVER_CHUNK_BYTES")));
-  c.server_landing_bytes = static_cast<std::size_t>(env_integer(
-      "BYTEPS_SERVER_LANDING_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 50));
+  c.server_landing_bytes = static_cast<std::size_t>(
+      env_integer("BYTEPS_SERVER_LANDING_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 50));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
   c.tcp_notsent_lowat = static_cast<std::size_t>(
       env_integer("BYTEPS_TCP_NOTSENT_LOWAT", 262144, 0, std::int64_t{1} << 30));
