@@ -2,7 +2,9 @@
 # Renders the Kubernetes manifests of one byteps job (templates/*.yaml) for a given size and
 # prints them as one YAML stream: a ConfigMap and a Secret, the scheduler (Deployment + Service),
 # the servers (StatefulSet + headless Service), standby servers if asked, and the workers
-# (an indexed Job). Apply the result with `kubectl apply -f`. See docs/deploy.md.
+# (an indexed Job). Apply the result with `kubectl apply -f`. See docs/deploy.md. The plan (the
+# counts, and each role's variables) comes from tools/byteps_plan.py, as byteps-launch's and
+# byteps-slurm's do; this script checks the Kubernetes options and fills in the templates.
 set -euo pipefail
 
 prog_name=$(basename "$0")
@@ -68,14 +70,22 @@ done
 command=("$@")
 ((${#command[@]} > 0)) || command=(train_mlp)
 
-count() {
-  if ! [[ $2 =~ ^[0-9]+$ ]] || ((10#$2 < $3)); then die "$1 '$2' is not valid: expected a whole number >= $3"; fi
-}
-count --workers "$workers" 1
-count --servers "$servers" 1
-count --standby "$standbys" 0
-count --failover-ms "$failover_ms" 0
-workers=$((10#$workers)) servers=$((10#$servers)) standbys=$((10#$standbys)) failover_ms=$((10#$failover_ms))
+planner=$here/../../tools/byteps_plan.py
+command -v python3 >/dev/null || die "python3 not found on PATH (tools/byteps_plan.py needs it)"
+# The plan's values, each as a line "@NAME@" followed by its lines (byteps_plan.py kubernetes).
+values=$(python3 "$planner" --prog "$prog_name" kubernetes --job "$job" --workers "$workers" \
+  --servers "$servers" --standby "$standbys" --failover-ms "$failover_ms") || exit $?
+declare -A planned=()
+key=
+while IFS= read -r line; do
+  if [[ $line =~ ^@([A-Z_]+)@$ ]]; then
+    key=${BASH_REMATCH[1]}
+    planned[$key]=
+  else
+    planned[$key]+=${planned[$key]:+$'\n'}$line
+  fi
+done <<<"$values"
+workers=${planned[WORKERS]} servers=${planned[SERVERS]} standbys=${planned[STANDBYS]}
 # Object names get suffixes of up to 10 characters; a Service name is a DNS-1035 label (63).
 [[ $job =~ ^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$ ]] ||
   die "--job '$job' is not valid: lower-case letters, digits and '-', starting with a letter, at most 40 characters"
@@ -84,9 +94,6 @@ workers=$((10#$workers)) servers=$((10#$servers)) standbys=$((10#$standbys)) fai
 for q in "--server-cpu:$server_cpu" "--worker-cpu:$worker_cpu" "--server-memory:$server_memory" "--worker-memory:$worker_memory"; do
   [[ ${q#*:} =~ ^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$ ]] || die "${q%%:*} '${q#*:}' is not a Kubernetes quantity"
 done
-if ((standbys > 0 && failover_ms == 0)); then
-  die "--standby needs server failover: --failover-ms above 0"
-fi
 if [[ -z $token ]]; then
   token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 fi
@@ -115,11 +122,8 @@ render() {
   t=${t//@JOB@/$job}
   t=${t//@NAMESPACE@/$namespace}
   t=${t//@IMAGE@/$image}
-  t=${t//@WORKERS@/$workers}
-  t=${t//@SERVERS@/$servers}
-  t=${t//@STANDBYS@/$standbys}
+  for key in "${!planned[@]}"; do t=${t//@$key@/${planned[$key]}}; done
   t=${t//@TOKEN@/$token}
-  t=${t//@FAILOVER_MS@/$failover_ms}
   t=${t//@SERVER_CPU@/$server_cpu}
   t=${t//@SERVER_MEMORY@/$server_memory}
   t=${t//@WORKER_CPU@/$worker_cpu}
