@@ -102,6 +102,10 @@ class hello_gate {
                                                    std::function<void()> close,
                                                    std::function<bool()> heard_from = {});
 
+  /// The owner's name in the gate's lines from now on: a server learns its rank ("server 1")
+  /// from the scheduler's welcome, after its listener already admits connections.
+  void rename(std::string who) { log_.rename(std::move(who)); }
+
   /// `t` proved itself: it no longer counts as pending.
   void passed(pending_hello& t) {
     if (t.settle()) done(nullptr);

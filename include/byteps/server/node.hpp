@@ -179,6 +179,7 @@ class node {
     }
     rank_ = welcome->rank;
     log_.rename(fmt::format("server {}", rank_));
+    gate_.rename(log_.who());
     trace_.name_node(rank_, log_.who(), rank_);
     log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
               cfg_.server_engine_threads, cfg_.num_workers);
