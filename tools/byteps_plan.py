@@ -424,7 +424,7 @@ def _check_field(v: str) -> str:
 
 
 def tsv(plan: Plan) -> str:
-    """every<TAB>K=V...; task<TAB>I<TAB>HOST<TAB>KIND<TAB>NAME<TAB>ENTRY<TAB>K=V...;
+    """every<TAB>K=V...; task<TAB>I<TAB>HOST (- if none)<TAB>KIND<TAB>NAME<TAB>ENTRY<TAB>K=V...;
     node<TAB>HOST<TAB>DESCRIPTION; count<TAB>servers=N<TAB>standbys=N<TAB>worker_nodes=N<TAB>
     worker_processes=N<TAB>tasks=N."""
     def kv(env):
@@ -432,7 +432,9 @@ def tsv(plan: Plan) -> str:
 
     rows = [["every"] + kv(plan.common)]
     for i, p in enumerate(plan.processes):
-        rows.append(["task", str(i), _check_field(p.host), p.kind, p.name, p.entry] + kv(p.env))
+        # No field is empty: bash's `read` (IFS=tab) would drop it.
+        rows.append(["task", str(i), _check_field(p.host) or "-", p.kind, p.name, p.entry]
+                    + kv(p.env))
     rows += [["node", _check_field(h), d] for h, d in plan.nodes]
     machines = {p.entry.split(":")[1] for p in plan.processes if p.kind == "worker"}
     rows.append(["count", f"servers={plan.count('server')}", f"standbys={plan.count('standby')}",

@@ -217,10 +217,10 @@ class SlurmPlan(unittest.TestCase):
     def test_a_task_gets_its_entry_s_variables(self):
         plan = "scheduler server:0 worker:0:0:2 worker:0:1:2 server:1 worker:1:0:2 worker:1:1:2"
         self.assertEqual(cli("task", "--plan", plan, "--index", "3"), (0, (
-            "task\t0\t\tworker\tworker 0.1\tworker:0:1:2\tDMLC_ROLE=worker\tDMLC_WORKER_ID=0\t"
+            "task\t0\t-\tworker\tworker 0.1\tworker:0:1:2\tDMLC_ROLE=worker\tDMLC_WORKER_ID=0\t"
             "BYTEPS_LOCAL_RANK=1\tBYTEPS_LOCAL_SIZE=2\n"), ""))
         self.assertEqual(cli("task", "--plan", plan, "--index", "4", "--node-host", "10.0.0.2"),
-                         (0, "task\t0\t\tserver\tserver 1\tserver:1\tDMLC_ROLE=server\t"
+                         (0, "task\t0\t-\tserver\tserver 1\tserver:1\tDMLC_ROLE=server\t"
                              "DMLC_NODE_HOST=10.0.0.2\n", ""))
         self.assertEqual(cli("--prog", "byteps-slurm", "task", "--plan", plan, "--index", "7"),
                          (2, "", "byteps-slurm: error: task 7 has no entry in the plan "
