@@ -20,7 +20,8 @@ build=(cmake ninja-build g++ make libasio-dev libfmt-dev libssl-dev)
 #   libibverbs-dev librdmacm-dev   bps::transport::rdma (BYTEPS_WITH_RDMA), tested over the
 #                                  emulated verbs layer (tests/rdma); no device needed
 #   openssl                        the command that makes the tls tests' certificates
-#   python3                        the hostile-client test and the Conan recipe's check
+#   python3                        tools/byteps_plan.py (the launchers' planner, its unit test),
+#                                  the hostile-client test and the Conan recipe's check
 #   gnuplot-nox                    byteps-trace plot in the timeline test
 #   slurm-wlm munge iproute2       a real Slurm, run in network namespaces (tests/deploy)
 #   procps                         pkill (tests/process/flood_job.sh); cmake depends on it too,

@@ -51,7 +51,8 @@ declare -A package_of=(
   [Threads]=- [byteps]=- [CUDAToolkit]=- [NCCL]=- [PkgConfig]=-
   [fmt]=libfmt-dev [asio]=libasio-dev [OpenSSL]=libssl-dev
   [RdmaCore]="libibverbs-dev librdmacm-dev" [Catch2]=catch2 [Python3]=python3
-  [openssl]=openssl [gnuplot]=gnuplot-nox [node]="nodejs npm" [srun]=slurm-wlm
+  [openssl]=openssl [gnuplot]=gnuplot-nox [node]="nodejs npm" [srun]=slurm-wlm [scontrol]=slurm-wlm
+  [python3]=python3
   [byteps-server]=- [dpkg-query]=- [Torch]=libtorch-dev
 )
 mapfile -t wanted < <(
