@@ -2,7 +2,8 @@
 # byteps-launch's prefixes agree with what each process logs (issue 36): every line of "[server I]"
 # that names a server names "server I", the gate's lines too once the server has its rank.
 # A job of 2 machines x 2 local ranks and 2 servers runs push_pull_check; once both servers say
-# "serving on", a stranger sends each an HTTP request, which its gate drops with a WARNING.
+# "serving on", the workers are stopped (SIGSTOP, so the job cannot end meanwhile), a stranger
+# sends each server an HTTP request, which its gate drops with a WARNING, and the workers go on.
 # Usage: launch_prefix_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [CHECK_ARGS...]
 set -uo pipefail
 launch=${1:?usage: launch_prefix_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [CHECK_ARGS...]}
@@ -14,8 +15,9 @@ trap '[[ -n $launcher ]] && kill -TERM "$launcher" 2>/dev/null; wait; rm -rf -- 
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+mkdir "$work/pids"
 BYTEPS_LOG_LEVEL=INFO "$launch" --workers 2 --local-size 2 --servers 2 --timeout 240 \
-  -- "$check" "$@" >"$work/job.log" 2>&1 &
+  --pid-dir "$work/pids" -- "$check" "$@" >"$work/job.log" 2>&1 &
 launcher=$!
 # Each server's port, from its own "serving on" line.
 declare -A port=()
@@ -29,19 +31,33 @@ for _ in $(seq 3000); do
   kill -0 "$launcher" 2>/dev/null || break
   sleep 0.01
 done
+# gate_line S: server S's gate's line about the stranger, named as the server's rank.
+gate_line() {
+  grep -E "^\[server $1\] .* WARNING server $1: the connection from 127\.0\.0\.1:[0-9]+ closed before its hello: .*bad magic" "$work/job.log"
+}
+stopped=()
+for f in "$work"/pids/worker-*.pid; do
+  [[ -f $f ]] && kill -STOP -- "-$(cat "$f")" 2>/dev/null && stopped+=("$(cat "$f")")
+done
 for s in 0 1; do
   if [[ -z ${port[$s]:-} ]]; then
     fail "no '[server $s] ... server $s: serving on' line: the prefix and the rank the server logs differ"
     continue
   fi
-  # A stranger: its first 64 bytes are not a frame header, so the gate refuses it.
-  if exec 3<>"/dev/tcp/127.0.0.1/${port[$s]}"; then
+  # A stranger: its first 64 bytes are not a frame header, so the gate drops it. In a subshell
+  # that ignores SIGPIPE: a write after the server closed fails instead of ending this script.
+  (
+    trap '' PIPE
+    exec 3<>"/dev/tcp/127.0.0.1/${port[$s]}" || exit 1
     printf 'GET /%s HTTP/1.0\r\n\r\n' "$(printf 'x%.0s' {1..80})" >&3
     exec 3>&-
-  else
-    fail "could not connect to server $s on port ${port[$s]} (had the job ended?)"
-  fi
+  ) 2>/dev/null || fail "could not send to server $s on port ${port[$s]}"
 done
+for _ in $(seq 500); do # both gates' lines, at most 5 s; the workers are stopped meanwhile
+  gate_line 0 >/dev/null && gate_line 1 >/dev/null && break
+  sleep 0.01
+done
+for pgid in "${stopped[@]}"; do kill -CONT -- "-$pgid" 2>/dev/null; done
 wait "$launcher"
 rc=$?
 launcher=
@@ -61,7 +77,7 @@ bad=$(awk '
   }' "$work/job.log")
 [[ -z $bad ]] || fail "lines whose prefix differs from the server they name:"$'\n'"$bad"
 for s in 0 1; do
-  if grep -qE "^\[server $s\] .* WARNING server $s: the connection from 127\.0\.0\.1:[0-9]+ closed before its hello: .*bad magic" "$work/job.log"; then
+  if gate_line "$s" >/dev/null; then
     echo "ok: [server $s]'s gate logged the stranger as 'server $s'"
   else
     fail "no '[server $s] ... WARNING server $s: the connection from ... closed before its hello' line (the gate's name)"
