@@ -14,7 +14,7 @@ build=${1:?usage: gpu-stage.sh BUILD_DIR STAGE}
 stage=${2:?usage: gpu-stage.sh BUILD_DIR STAGE}
 rm -rf "$stage"
 mkdir -p "$stage/lib"
-files=(tools/byteps-launch tools/byteps-server tools/byteps-trace
+files=(tools/byteps-launch tools/byteps_plan.py tools/byteps-server tools/byteps-trace
        tests/gpu/byteps_order_board_tests tests/gpu/byteps_nccl_unit_tests
        tests/gpu/byteps_nccl_fake_device_tests tests/gpu/byteps_nccl_push_pull_check
        examples/train_mlp_cuda examples/train_mlp benchmarks/bps-gpu-bench benchmarks/bps-bench
