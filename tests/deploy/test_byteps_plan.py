@@ -15,6 +15,7 @@ import unittest
 TOOLS = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
 sys.path.insert(0, TOOLS)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import byteps_plan as bp  # noqa: E402
 
 
