@@ -308,8 +308,8 @@ def plan_slurm(hosts: Sequence[str], layout: SlurmLayout, tasks_per_node: str = 
         here: List[str] = ["scheduler"] if i == 0 else []
         n_servers = colocated if i < worker_nodes else servers_per_node
         for c in range(n_servers):
-            if not layout.mixed:
-                here.append(f"server:{rank}")
+            if not layout.mixed:  # each server asks for its rank, which its prefix names
+                here.append(f"server:{rank}:{rank}")
             elif i < worker_nodes:  # mixed mode: colocated servers have ranks 0 .. workers-1
                 here.append(f"server:{rank}:{i}")
             else:
@@ -324,7 +324,7 @@ def plan_slurm(hosts: Sequence[str], layout: SlurmLayout, tasks_per_node: str = 
         for e in here:
             p = process_of(e, local)
             f = e.split(":")
-            names.append(p.name + (f" (rank {f[2]})" if p.kind == "server" and len(f) == 3 else ""))
+            names.append(p.name + (f" (rank {f[2]})" if layout.mixed and p.kind == "server" else ""))
         descriptions.append((host, ", ".join(names)))
 
     common: List[Tuple[str, Value]] = [("DMLC_NUM_WORKER", str(worker_nodes)),

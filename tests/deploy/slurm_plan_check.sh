@@ -52,10 +52,10 @@ alloc=(SLURM_JOB_ID=7 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST='node[1-2]' SLURM
 expect "colocated (default): 2 nodes x 2 tasks, a server on each node" "${alloc[@]}" -- --root-uri 10.0.0.1 <<'EOF'
 every task: DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=2 DMLC_PS_ROOT_URI=10.0.0.1 DMLC_PS_ROOT_PORT=20007
 task 0 on node1: scheduler: DMLC_ROLE=scheduler
-task 1 on node1: server 0: DMLC_ROLE=server
+task 1 on node1: server 0: DMLC_ROLE=server BYTEPS_SERVER_ID=0
 task 2 on node1: worker 0.0: DMLC_ROLE=worker DMLC_WORKER_ID=0 BYTEPS_LOCAL_RANK=0 BYTEPS_LOCAL_SIZE=2
 task 3 on node1: worker 0.1: DMLC_ROLE=worker DMLC_WORKER_ID=0 BYTEPS_LOCAL_RANK=1 BYTEPS_LOCAL_SIZE=2
-task 4 on node2: server 1: DMLC_ROLE=server
+task 4 on node2: server 1: DMLC_ROLE=server BYTEPS_SERVER_ID=1
 task 5 on node2: worker 1.0: DMLC_ROLE=worker DMLC_WORKER_ID=1 BYTEPS_LOCAL_RANK=0 BYTEPS_LOCAL_SIZE=2
 task 6 on node2: worker 1.1: DMLC_ROLE=worker DMLC_WORKER_ID=1 BYTEPS_LOCAL_RANK=1 BYTEPS_LOCAL_SIZE=2
 EOF
@@ -67,10 +67,10 @@ every task: DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=4 DMLC_PS_ROOT_URI=10.0.0.1 DMLC_P
 task 0 on gpu07: scheduler: DMLC_ROLE=scheduler
 task 1 on gpu07: worker 0: DMLC_ROLE=worker DMLC_WORKER_ID=0 BYTEPS_LOCAL_RANK=0 BYTEPS_LOCAL_SIZE=1
 task 2 on gpu08: worker 1: DMLC_ROLE=worker DMLC_WORKER_ID=1 BYTEPS_LOCAL_RANK=0 BYTEPS_LOCAL_SIZE=1
-task 3 on cpu1: server 0: DMLC_ROLE=server
-task 4 on cpu1: server 1: DMLC_ROLE=server
-task 5 on cpu3: server 2: DMLC_ROLE=server
-task 6 on cpu3: server 3: DMLC_ROLE=server
+task 3 on cpu1: server 0: DMLC_ROLE=server BYTEPS_SERVER_ID=0
+task 4 on cpu1: server 1: DMLC_ROLE=server BYTEPS_SERVER_ID=1
+task 5 on cpu3: server 2: DMLC_ROLE=server BYTEPS_SERVER_ID=2
+task 6 on cpu3: server 3: DMLC_ROLE=server BYTEPS_SERVER_ID=3
 EOF
 
 expect "mixed mode: colocated ranks 0..n-1, CPU servers after them; --interface sets DMLC_NODE_HOST" \
@@ -98,7 +98,7 @@ task 1 on a: worker 0.0: DMLC_ROLE=worker DMLC_WORKER_ID=0 BYTEPS_LOCAL_RANK=0 B
 task 2 on a: worker 0.1: DMLC_ROLE=worker DMLC_WORKER_ID=0 BYTEPS_LOCAL_RANK=1 BYTEPS_LOCAL_SIZE=2
 task 3 on b: worker 1.0: DMLC_ROLE=worker DMLC_WORKER_ID=1 BYTEPS_LOCAL_RANK=0 BYTEPS_LOCAL_SIZE=2
 task 4 on b: worker 1.1: DMLC_ROLE=worker DMLC_WORKER_ID=1 BYTEPS_LOCAL_RANK=1 BYTEPS_LOCAL_SIZE=2
-task 5 on c: server 0: DMLC_ROLE=server
+task 5 on c: server 0: DMLC_ROLE=server BYTEPS_SERVER_ID=0
 task 6 on c: standby 0: DMLC_ROLE=server BYTEPS_SERVER_STANDBY=1
 task 7 on c: standby 1: DMLC_ROLE=server BYTEPS_SERVER_STANDBY=1
 EOF
@@ -107,7 +107,7 @@ EOF
 cases=$((cases + 1))
 cmd=$(env -i PATH="$PATH" "${alloc[@]}" "$slurm" --dry-run --root-uri 10.0.0.1 --server-bin /opt/bps/byteps-server --srun-arg=--cpu-bind=none -- /bin/prog arg 2>/dev/null | sed -n 's/^command: //p')
 want="srun --nodes=2 --ntasks=7 --distribution=arbitrary --overcommit --kill-on-bad-exit=1 --export=ALL --cpu-bind=none "
-if [[ $cmd == "$want"*"/byteps-slurm --task --plan scheduler\\ server:0\\ worker:0:0:2\\ worker:0:1:2\\ server:1\\ worker:1:0:2\\ worker:1:1:2 --server-bin /opt/bps/byteps-server -- /bin/prog arg" ]]; then
+if [[ $cmd == "$want"*"/byteps-slurm --task --plan scheduler\\ server:0:0\\ worker:0:0:2\\ worker:0:1:2\\ server:1:1\\ worker:1:0:2\\ worker:1:1:2 --server-bin /opt/bps/byteps-server -- /bin/prog arg" ]]; then
   echo "ok: the srun command"
 else
   echo "FAIL: the srun command: $cmd"

@@ -135,16 +135,16 @@ class SlurmPlan(unittest.TestCase):
                   "DMLC_PS_ROOT_PORT": "20007"}
         self.assertEqual(full_env(plan), [
             ("scheduler", {**common, "DMLC_ROLE": "scheduler"}),
-            ("server 0", {**common, "DMLC_ROLE": "server"}),
+            ("server 0", {**common, "DMLC_ROLE": "server", "BYTEPS_SERVER_ID": "0"}),
             ("worker 0.0", {**common, **worker(0, 0, 2)}),
             ("worker 0.1", {**common, **worker(0, 1, 2)}),
-            ("server 1", {**common, "DMLC_ROLE": "server"}),
+            ("server 1", {**common, "DMLC_ROLE": "server", "BYTEPS_SERVER_ID": "1"}),
             ("worker 1.0", {**common, **worker(1, 0, 2)}),
             ("worker 1.1", {**common, **worker(1, 1, 2)}),
         ])
         self.assertEqual([p.host for p in plan.processes], ["node1"] * 4 + ["node2"] * 3)
         self.assertEqual(" ".join(p.entry for p in plan.processes),
-                         "scheduler server:0 worker:0:0:2 worker:0:1:2 server:1 worker:1:0:2 "
+                         "scheduler server:0:0 worker:0:0:2 worker:0:1:2 server:1:1 worker:1:0:2 "
                          "worker:1:1:2")
         self.assertEqual(plan.nodes, (("node1", "scheduler, server 0, worker 0.0, worker 0.1"),
                                       ("node2", "server 1, worker 1.0, worker 1.1")))
