@@ -307,13 +307,11 @@ def plan_slurm(hosts: Sequence[str], layout: SlurmLayout, tasks_per_node: str = 
     for i, host in enumerate(nodes):
         here: List[str] = ["scheduler"] if i == 0 else []
         n_servers = colocated if i < worker_nodes else servers_per_node
-        for c in range(n_servers):
-            if not layout.mixed:  # each server asks for its rank, which its prefix names
-                here.append(f"server:{rank}:{rank}")
-            elif i < worker_nodes:  # mixed mode: colocated servers have ranks 0 .. workers-1
-                here.append(f"server:{rank}:{i}")
-            else:
-                here.append(f"server:{rank}:{worker_nodes + (i - worker_nodes) * servers_per_node + c}")
+        for _ in range(n_servers):
+            # Each server asks for its rank, which its prefix names. Worker nodes come first, one
+            # colocated server each in mixed mode, so its colocated servers get ranks 0 ..
+            # workers-1, as mixed mode needs.
+            here.append(f"server:{rank}:{rank}")
             rank += 1
         here += [f"standby:{s}" for s in range(standbys) if standby_on[s] == i]
         if i < worker_nodes:
