@@ -15,6 +15,7 @@
 // Built with BYTEPS_CHECK_TLS=1 (tests/tls) it runs over transport::tls<tcp> instead of tcp.
 #include <byteps/byteps.hpp>
 #if BYTEPS_CHECK_TLS
+#include <byteps/bodies.hpp>  // compiled mode: the communicators over tls are instantiated here
 #include <byteps/transport/tls.hpp>
 #endif
 
