@@ -17,7 +17,7 @@ namespace bps::test {
 
 using namespace std::chrono_literals;
 
-constexpr int rounds = 12;
+constexpr int async_rounds = 12;
 constexpr std::size_t big_count = 5000, small_count = 7;
 
 // Worker `rank`'s initial values (only rank 0's become the parameters) and its delta of round
@@ -45,7 +45,7 @@ std::vector<T> expected_final(std::size_t n, int workers) {
   for (std::size_t i = 0; i < n; ++i) {
     T x = initial<T>(0, i);
     for (int w = 0; w < workers; ++w)
-      for (int r = 1; r <= rounds; ++r) x = wrap_add(x, delta<T>(w, r, i));
+      for (int r = 1; r <= async_rounds; ++r) x = wrap_add(x, delta<T>(w, r, i));
     v[i] = x;
   }
   return v;
@@ -54,8 +54,8 @@ std::vector<T> expected_final(std::size_t n, int workers) {
 // One worker of the exact-sum run (`issued`, if given, runs after each round's push_pulls
 // were issued and before they are awaited): the first push_pull of each tensor gives rank 0's
 // initial values (a barrier after it, so that no delta is in yet: a worker whose first push_pull
-// comes later gets the parameters as they are then); then `rounds` deltas; then, after a barrier
-// (every delta is in), one zero-delta push_pull reads the final parameters.
+// comes later gets the parameters as they are then); then `async_rounds` deltas; then, after a
+// barrier (every delta is in), one zero-delta push_pull reads the final parameters.
 template <class Comm>
 void exact_worker(Comm& comm, int rank, int workers,
                   const std::function<void(int round)>& issued = nullptr) {
@@ -74,7 +74,7 @@ void exact_worker(Comm& comm, int rank, int workers,
     BPS_EXPECT(small[i] == initial<std::int64_t>(0, i), "rank {}: small[{}] is not rank 0's", rank,
                i);
   comm.barrier();
-  for (int r = 1; r <= rounds; ++r) {
+  for (int r = 1; r <= async_rounds; ++r) {
     for (std::size_t i = 0; i < big_count; ++i) big[i] = delta<std::int32_t>(rank, r, i);
     for (std::size_t i = 0; i < small_count; ++i) small[i] = delta<std::int64_t>(rank, r, i);
     a = comm.push_pull("big", std::span(big));

@@ -56,8 +56,8 @@ TEST_CASE("async: one operation record per push_pull and one per partition", "[c
   async_cluster c(cfg);
   c.run_workers([&](test::comm_t& comm, int rank) {
     exact_worker(comm, rank, 2);
-    // exact_worker: the initial push_pull of each tensor, `rounds` deltas, one final read.
-    const std::uint64_t ops_per_tensor = test::rounds + 2;
+    // exact_worker: the initial push_pull of each tensor, `async_rounds` deltas, one final read.
+    const std::uint64_t ops_per_tensor = test::async_rounds + 2;
     const partition::by_bytes p(cfg);
     const std::uint64_t parts_per_round =
         p.split(test::big_count * sizeof(std::int32_t), sizeof(std::int32_t)).size() +

@@ -25,7 +25,7 @@ struct tensor_spec {
 };
 
 // With 4096-byte partitions these spread over both servers, several partitions each.
-constexpr tensor_spec tensors[] = {
+constexpr tensor_spec failover_tensors[] = {
     {"fo.a", dtype::float32, 5000},  // 5 partitions
     {"fo.b", dtype::float16, 6000},  // 3 partitions
     {"fo.c", dtype::int32, 100},     // 1 partition
@@ -49,15 +49,15 @@ template <class Comm>
 void exact_round(Comm& comm, int rank, int workers, int r, const std::function<void()>& between) {
   std::vector<std::vector<std::byte>> data;
   std::vector<handle> handles;
-  for (const auto& t : tensors) data.push_back(test::fill(t.type, t.count, rank, r));
+  for (const auto& t : failover_tensors) data.push_back(test::fill(t.type, t.count, rank, r));
   bps::test::issue_then_wait_all(handles, [&] {  // every buffer outlives its handle
-    for (std::size_t i = 0; i < std::size(tensors); ++i)
-      handles.push_back(comm.push_pull(tensors[i].name, data[i].data(), tensors[i].count,
-                                       tensors[i].type));
+    for (std::size_t i = 0; i < std::size(failover_tensors); ++i)
+      handles.push_back(comm.push_pull(failover_tensors[i].name, data[i].data(),
+                                       failover_tensors[i].count, failover_tensors[i].type));
     if (between) between();
   });
-  for (std::size_t i = 0; i < std::size(tensors); ++i) {
-    const auto& t = tensors[i];
+  for (std::size_t i = 0; i < std::size(failover_tensors); ++i) {
+    const auto& t = failover_tensors[i];
     const auto wrong = test::first_wrong(t.type, data[i], t.count, workers, r);
     BPS_EXPECT(wrong == t.count, "worker {} round {}: {} element {} is {}, not the exact sum",
                rank, r, t.name, wrong, test::load(t.type, data[i].data(), wrong));
@@ -92,7 +92,7 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
   // A re-sent partition is the same record: one per push_pull and one per partition, however
   // many times the replacement made a worker send it.
   std::uint64_t parts_per_round = 0;
-  for (const auto& t : tensors)
+  for (const auto& t : failover_tensors)
     parts_per_round +=
         partition::by_bytes(cfg).split(t.count * dtype_size(t.type), dtype_size(t.type)).size();
   c.run_workers([&](comm_type& comm, int rank) {
@@ -107,9 +107,9 @@ TEST_CASE("failover: a server killed mid-run is replaced by a standby and every 
       }
     }
     const auto st = comm.stats();
-    BPS_EXPECT(st.operation_records == rounds * std::size(tensors),
+    BPS_EXPECT(st.operation_records == rounds * std::size(failover_tensors),
                "rank {}: {} operation records for {} push_pulls", rank, st.operation_records,
-               rounds * std::size(tensors));
+               rounds * std::size(failover_tensors));
     BPS_EXPECT(st.partition_records == rounds * parts_per_round,
                "rank {}: {} partition records for {} partitions", rank, st.partition_records,
                rounds * parts_per_round);

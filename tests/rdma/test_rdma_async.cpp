@@ -34,10 +34,10 @@ TEST_CASE("rdma async: landed pushes, every delta applied exactly once, pushes d
       });
   const auto wc = worker_tally->snapshot();
   const auto sc = server_tally->snapshot();
-  // Each worker push_pulls "big" rounds + 2 times (the seed, the deltas, the final read).
+  // Each worker push_pulls "big" async_rounds + 2 times (the seed, the deltas, the final read).
   constexpr std::uint64_t large = workers * 4;  // large pushes per push_pull of "big", all workers
   CHECK(wc.announced == large);
-  CHECK(wc.cached == large * (rounds + 1));
+  CHECK(wc.cached == large * (async_rounds + 1));
   CHECK(sc.advertised == large);
   CHECK(sc.granted_in_place == large);
   CHECK(sc.moved == 0);

@@ -18,8 +18,8 @@ using bps::detail::buffer_pool;
 using bps::server::outcome;
 using kind = bps::server::outcome::kind;
 
-struct driver {
-  explicit driver(int workers, bool failover = false) : workers(workers), failover(failover) {}
+struct sync_driver {
+  explicit sync_driver(int workers, bool failover = false) : workers(workers), failover(failover) {}
 
   // Worker `worker` sends `v` as round `round` of tensor 'grad' (key 42, partition 0).
   outcome send(bps::wire::msg type, int worker, std::uint64_t round, std::vector<float> v) {
@@ -67,14 +67,14 @@ static_assert(!bps::ServerHandler<wrong_result>);
 static_assert(!bps::ServerHandler<no_constructor>);
 
 TEST_CASE("sync_sum answers a round of 3 workers with the exact sum", "[server][handler]") {
-  driver d(3);
+  sync_driver d(3);
   for (std::uint64_t round = 0; round < 3; ++round) {
     CAPTURE(round);
     CHECK(d.push(1, round, {1.0f, 2.0f, 3.0f}).what == kind::wait);
     CHECK(d.push(0, round, {10.0f, 20.0f, 30.0f}).what == kind::wait);
     const auto o = d.push(2, round, {100.0f, 200.0f, static_cast<float>(round)});
     REQUIRE(o.what == kind::release);
-    CHECK(driver::floats(o) ==
+    CHECK(sync_driver::floats(o) ==
           std::vector<float>{111.0f, 222.0f, 33.0f + static_cast<float>(round)});
     CHECK(o.answer.round == round);
     CHECK(o.answer.type == bps::dtype::float32);
@@ -85,7 +85,7 @@ TEST_CASE("sync_sum answers a round of 3 workers with the exact sum", "[server][
 }
 
 TEST_CASE("sync_sum keeps round r's sum while round r+1 is summed", "[server][handler]") {
-  driver d(2);
+  sync_driver d(2);
   REQUIRE(d.push(0, 0, {1.0f}).what == kind::wait);
   const auto first = d.push(1, 0, {2.0f});
   REQUIRE(first.what == kind::release);
@@ -93,13 +93,13 @@ TEST_CASE("sync_sum keeps round r's sum while round r+1 is summed", "[server][ha
   const auto second = d.push(1, 1, {6.0f});
   REQUIRE(second.what == kind::release);
   // Round 0's answer may still be going out while round 1 is summed: its bytes did not change.
-  CHECK(driver::floats(first) == std::vector<float>{3.0f});
-  CHECK(driver::floats(second) == std::vector<float>{11.0f});
+  CHECK(sync_driver::floats(first) == std::vector<float>{3.0f});
+  CHECK(sync_driver::floats(second) == std::vector<float>{11.0f});
 }
 
 TEST_CASE("sync_sum refuses a wrong-size push with a message naming the tensor",
           "[server][handler]") {
-  driver d(2);
+  sync_driver d(2);
   const auto h = bps_test::grad_frame(bps::wire::msg::push, 0, 6);
   auto b = d.pool.take(6);  // one and a half floats
   std::memset(b.data.get(), 0, 6);
@@ -111,7 +111,7 @@ TEST_CASE("sync_sum refuses a wrong-size push with a message naming the tensor",
 
 TEST_CASE("sync_sum fails the whole round when workers push different shapes",
           "[server][handler]") {
-  driver d(2);
+  sync_driver d(2);
   REQUIRE(d.push(0, 0, {1.0f, 2.0f}).what == kind::wait);
   const auto o = d.push(1, 0, {1.0f, 2.0f, 3.0f});
   REQUIRE(o.what == kind::fail_round);
@@ -120,12 +120,12 @@ TEST_CASE("sync_sum fails the whole round when workers push different shapes",
   CHECK(o.error.find("worker 1 pushed 3 x float32") != std::string::npos);
   // The next round starts clean.
   REQUIRE(d.push(0, 1, {1.0f, 2.0f}).what == kind::wait);
-  CHECK(driver::floats(d.push(1, 1, {3.0f, 4.0f})) == std::vector<float>{4.0f, 6.0f});
+  CHECK(sync_driver::floats(d.push(1, 1, {3.0f, 4.0f})) == std::vector<float>{4.0f, 6.0f});
 }
 
 TEST_CASE("sync_sum refuses a second push of one round and a push of another round",
           "[server][handler]") {
-  driver d(2);
+  sync_driver d(2);
   REQUIRE(d.push(0, 0, {1.0f}).what == kind::wait);
   const auto twice = d.push(0, 0, {1.0f});
   REQUIRE(twice.what == kind::refuse);
@@ -135,31 +135,31 @@ TEST_CASE("sync_sum refuses a second push of one round and a push of another rou
   REQUIRE(ahead.what == kind::refuse);
   CHECK(ahead.error.find("pushed round 3") != std::string::npos);
   // Neither refusal counted: worker 1's push of round 0 completes the round.
-  CHECK(driver::floats(d.push(1, 0, {2.0f})) == std::vector<float>{3.0f});
+  CHECK(sync_driver::floats(d.push(1, 0, {2.0f})) == std::vector<float>{3.0f});
 }
 
 TEST_CASE("sync_sum with failover answers a re-push of the previous round at once",
           "[server][handler][failover]") {
-  driver d(2, true);
+  sync_driver d(2, true);
   REQUIRE(d.push(0, 5, {1.0f}).what == kind::wait);  // a replacement adopts round 5
   REQUIRE(d.push(1, 5, {2.0f}).what == kind::release);
   // Worker 1 never got round 5's answer from the server that died; it re-pushes it.
   const auto o = d.push(1, 5, {2.0f});
   REQUIRE(o.what == kind::answer_now);
   CHECK(o.answer.round == 5);
-  CHECK(driver::floats(o) == std::vector<float>{3.0f});
+  CHECK(sync_driver::floats(o) == std::vector<float>{3.0f});
 }
 
 TEST_CASE("sync_sum with failover takes sum offers and releases a round with one",
           "[server][handler][failover]") {
-  driver d(2, true);
+  sync_driver d(2, true);
   // Worker 0 got round 4's sum from the dead server; worker 1 did not and re-pushes round 4.
   CHECK(d.send(bps::wire::msg::sum_offer, 1, 3, {7.0f}).what == kind::taken);
   REQUIRE(d.push(1, 4, {99.0f}).what == kind::wait);
   const auto o = d.send(bps::wire::msg::sum_offer, 0, 4, {10.0f});
   REQUIRE(o.what == kind::release);  // the server answers the waiting worker 1 only
   CHECK(o.answer.round == 4);
-  CHECK(driver::floats(o) == std::vector<float>{10.0f});  // the offer wins over the re-push
+  CHECK(sync_driver::floats(o) == std::vector<float>{10.0f});  // the offer wins over the re-push
   const auto far = d.send(bps::wire::msg::sum_offer, 0, 9, {1.0f});
   REQUIRE(far.what == kind::refuse);
   CHECK(far.error.find("'grad'") != std::string::npos);
