@@ -103,12 +103,18 @@ counts counts_of(const bps::server::reply& r) {
 TEST_CASE("async failover: answers carry each worker's count of applied deltas",
           "[server][handler][async][failover]") {
   replacement s;  // a server from the start: round 0 of everyone, then deltas
-  auto o = s.push(0, 0);
-  REQUIRE(o.what == kind::release);
+  REQUIRE(s.push(0, 0).what == kind::wait);  // answers wait until every worker was heard from
+  REQUIRE(s.push(1, 0).what == kind::wait);
+  auto o = s.push(2, 0);  // the last: answered, and the two held with it
+  REQUIRE(o.what == kind::release_each);
   CHECK(params_of(o.answer) == seed());
   CHECK(counts_of(o.answer) == counts{0, 0, 0});
-  REQUIRE(s.push(1, 0).what == kind::answer_now);
-  REQUIRE(s.push(2, 0).what == kind::answer_now);
+  REQUIRE(o.released.size() == 2);
+  for (int w = 0; w < 2; ++w) {
+    CHECK(o.released[static_cast<std::size_t>(w)].worker == w);
+    CHECK(o.released[static_cast<std::size_t>(w)].answer.round == 0);
+    CHECK(params_of(o.released[static_cast<std::size_t>(w)].answer) == seed());
+  }
   REQUIRE(s.push(1, 1).what == kind::answer_now);
   o = s.push(0, 1);
   REQUIRE(o.what == kind::answer_now);
@@ -126,14 +132,20 @@ TEST_CASE(
   // answer was lost, so it re-pushes r2); w2 after its r1 {1,1,1}.
   replacement s;
   REQUIRE(s.offer(1, {1, 1, 0}).what == kind::taken);  // seeds the replacement
-  REQUIRE(s.push(1, 2).what == kind::answer_now);      // not in that offer: applied
+  REQUIRE(s.push(1, 2).what == kind::wait);  // not in that offer: applied; answered later
   CHECK(s.handler.version(bps_test::grad_key, 0) == 3u);
   REQUIRE(s.offer(2, {1, 1, 1}).what == kind::taken);  // newer: w1's r2 kept on top
-  auto o = s.push(2, 2);                               // w2's next delta, new to everyone
-  REQUIRE(o.what == kind::answer_now);
-  CHECK(params_of(o.answer) == holding({1, 2, 2}));
-  CHECK(counts_of(o.answer) == counts{1, 2, 2});
-  REQUIRE(s.offer(0, {2, 2, 1}).what == kind::taken);  // newest: it holds w1's r2 already
+  REQUIRE(s.push(2, 2).what == kind::wait);            // w2's next delta, new to everyone
+  auto o = s.offer(0, {2, 2, 1});  // newest: it holds w1's r2 already; everyone heard from
+  REQUIRE(o.what == kind::release_each);
+  REQUIRE(o.released.size() == 2);
+  for (int w = 1; w <= 2; ++w) {
+    const auto& a = o.released[static_cast<std::size_t>(w - 1)];
+    CHECK(a.worker == w);
+    CHECK(a.answer.round == 2);
+    CHECK(params_of(a.answer) == holding({2, 2, 2}));  // w1's r2 once, w2's r2 on top
+    CHECK(counts_of(a.answer) == counts{2, 2, 2});
+  }
   o = s.push(0, 3);
   REQUIRE(o.what == kind::answer_now);
   CHECK(params_of(o.answer) == holding({3, 2, 2}));  // w1's r2 once, w2's r2 kept
@@ -149,12 +161,15 @@ TEST_CASE("async failover: a re-pushed delta the newest offer holds is answered,
           "[server][handler][async][failover]") {
   replacement s;
   REQUIRE(s.offer(0, {2, 2, 1}).what == kind::taken);
-  auto o = s.push(1, 2);  // the dead server had applied it: w0's answer holds it
-  REQUIRE(o.what == kind::answer_now);
-  CHECK(params_of(o.answer) == holding({2, 2, 1}));
-  CHECK(o.answer.round == 2);
+  REQUIRE(s.push(1, 2).what == kind::wait);  // the dead server had applied it: w0's offer holds it
   CHECK(s.handler.version(bps_test::grad_key, 0) == 5u);
-  REQUIRE(s.offer(2, {1, 1, 1}).what == kind::taken);  // older: ignored
+  auto o = s.offer(2, {1, 1, 1});  // older: ignored; everyone heard from
+  REQUIRE(o.what == kind::release_each);
+  REQUIRE(o.released.size() == 1);
+  CHECK(o.released[0].worker == 1);
+  CHECK(o.released[0].answer.round == 2);
+  CHECK(params_of(o.released[0].answer) == holding({2, 2, 1}));
+  CHECK(s.handler.version(bps_test::grad_key, 0) == 5u);
   o = s.push(1, 3);
   CHECK(params_of(o.answer) == holding({2, 3, 1}));
 }
@@ -163,14 +178,17 @@ TEST_CASE("async failover: workers that waited for the seed get the offered para
           "[server][handler][async][failover]") {
   replacement s;
   REQUIRE(s.push(2, 0).what == kind::wait);  // its round 0 was never answered; no seed here
-  auto o = s.offer(1, {1, 1, 0});
-  REQUIRE(o.what == kind::release);  // the waiting room gets round 0's answer
+  REQUIRE(s.offer(1, {1, 1, 0}).what == kind::taken);  // the seed; worker 0 not heard from yet
+  // Rank 0's re-pushed round 0 is answered with the parameters, not taken as a new seed, and
+  // worker 2's round 0 with it.
+  auto o = s.push(0, 0);
+  REQUIRE(o.what == kind::release_each);
   CHECK(o.answer.round == 0);
   CHECK(params_of(o.answer) == holding({1, 1, 0}));
-  // Rank 0's re-pushed round 0 is answered with the parameters, not taken as a new seed.
-  o = s.push(0, 0);
-  REQUIRE(o.what == kind::answer_now);
-  CHECK(params_of(o.answer) == holding({1, 1, 0}));
+  REQUIRE(o.released.size() == 1);
+  CHECK(o.released[0].worker == 2);
+  CHECK(o.released[0].answer.round == 0);
+  CHECK(params_of(o.released[0].answer) == holding({1, 1, 0}));
 }
 
 TEST_CASE("async failover: malformed offers and pushes are refused, naming the worker",
@@ -191,10 +209,34 @@ TEST_CASE("async failover: malformed offers and pushes are refused, naming the w
   o = s.send(bps::wire::msg::sum_offer, 2, 1, holding({1, 1, 1}), &wrong);
   REQUIRE(o.what == kind::refuse);
   CHECK(contains(o.error, "is of round 1, but its counts say the parameters hold 4"));
-  REQUIRE(s.push(1, 2).what == kind::answer_now);
+  REQUIRE(s.push(1, 2).what == kind::wait);  // workers 0 and 2 not heard from
   o = s.offer(1, {1, 1, 0});
   REQUIRE(o.what == kind::refuse);
   CHECK(contains(o.error, "worker 1 offered 'grad' partition 0 after it pushed it here"));
+}
+
+TEST_CASE(
+    "async failover: a replacement answers nobody until every worker was heard from, so no "
+    "answer of its own lacks a delta another worker was answered for",
+    "[server][handler][async][failover]") {
+  // The dead server applied the seed and round 1 of w0, w1, w2, answering each: last answers
+  // w0 {1,0,0}, w1 {1,1,0}, w2 {1,1,1}. Replacement 1 hears w1 only, then dies too.
+  replacement first;
+  REQUIRE(first.offer(1, {1, 1, 0}).what == kind::taken);
+  // Answered, w1 would keep {1,2,0} and push r3, r4...: an offer counting more deltas than
+  // w2's {1,1,1} but without w2's r1, which no worker would push again.
+  REQUIRE(first.push(1, 2).what == kind::wait);
+  // Replacement 2: w1's last answer is still the dead server's, and it pushes r2 again.
+  replacement second;
+  REQUIRE(second.offer(1, {1, 1, 0}).what == kind::taken);
+  REQUIRE(second.offer(2, {1, 1, 1}).what == kind::taken);
+  REQUIRE(second.push(1, 2).what == kind::wait);
+  auto o = second.offer(0, {1, 0, 0});
+  REQUIRE(o.what == kind::release_each);
+  REQUIRE(o.released.size() == 1);
+  CHECK(o.released[0].worker == 1);
+  CHECK(params_of(o.released[0].answer) == holding({1, 2, 1}));
+  CHECK(counts_of(o.released[0].answer) == counts{1, 2, 1});
 }
 
 }  // namespace async_failover_test

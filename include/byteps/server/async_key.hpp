@@ -17,12 +17,21 @@
 /// `since_base`, plus each kept first delta the offer does not hold (its round > c[w]).
 /// A worker's offers reach the server before its pushes, so once every worker was heard from
 /// for a key no offer can come: the key stops keeping deltas apart.
+///
+/// Why nobody is answered before then. An answer is an offer to the next replacement, and the
+/// newest offer must hold every delta any worker was answered for. A replacement that has not
+/// heard from worker u lacks what u's last answer from the dead server holds, so an answer of
+/// its own could count more deltas and still lack one of those; if the replacement then died,
+/// that delta would be lost (u never pushes it again). So with failover every answer of a key
+/// waits (`held`) until every worker was heard from; the first push of each worker does that on
+/// a server that has had the key from the start.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,7 +53,7 @@ struct async_key {
   std::vector<bool> started;          // by worker: a push of it came here (its round 0, or a
                                       // re-joining worker's first push to a replacement)
   std::vector<std::uint64_t> pushes;  // by worker: its deltas the parameters hold (rounds 1..n)
-  std::vector<std::uint64_t> held;    // by worker: the round its answer is held for (0: none)
+  std::vector<std::optional<std::uint64_t>> held;  // by worker: the round its answer waits for
 
   // Failover only, while some worker has not been heard from (see the file comment).
   std::vector<bool> heard;  // by worker: an offer or a push of it came here
@@ -73,7 +82,7 @@ struct async_key {
     const auto n = static_cast<std::size_t>(num_workers);
     started.assign(n, false);
     pushes.assign(n, 0);
-    held.assign(n, 0);
+    held.assign(n, std::nullopt);
     failover = with_failover;
     if (!failover) return;
     heard.assign(n, false);

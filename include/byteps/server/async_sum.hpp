@@ -32,6 +32,9 @@
 ///   and applies exactly the re-pushed deltas that offer does not hold, however the offers and
 ///   pushes of different workers interleave (server/async_key.hpp says why that is enough). A
 ///   re-joining worker's first push to the replacement may so be of any round up to its next.
+///   Until every worker was heard from for a key (an offer or a push), its answers are held, and
+///   the offer or push that completes it answers them (async_key.hpp says why): on a server that
+///   has the key from the start, each worker's round 0 waits for every worker's.
 
 #include <fmt/core.h>
 
@@ -92,15 +95,21 @@ class async_sum {
   BYTEPS_DECL static std::string check(key& k, const wire::header& h, const request& r);
 
   // Failover: worker r.worker's last answer from a server that died since. The offer that holds
-  // the most deltas becomes the parameters (with the deltas applied here that it lacks). If the
-  // key was not seeded, its waiting workers get the parameters now; if the offer raised the
-  // slowest count, held workers it frees are answered.
+  // the most deltas becomes the parameters (with the deltas applied here that it lacks). When it
+  // is the last worker the key had not heard from, or it raised the slowest count, the held
+  // workers it frees are answered.
   BYTEPS_DECL outcome take_offer(key& k, const request& r);
 
-  // The pusher's answer `now` and, when the slowest count rose past `slowest_before` under a
-  // staleness bound, each held worker no longer more than s ahead, with the same bytes and its
-  // own round. From an offer, `now` is not sent (its worker is answered already).
-  BYTEPS_DECL outcome answer_and_release(key& k, reply now, std::uint64_t slowest_before);
+  // Worker w's push of `round` is in the parameters (`applied`: it added its delta now): w is
+  // answered, or held while the key is recovering (async_key.hpp says why) or, after applying,
+  // while w is more than s ahead of the slowest worker. When this push `recovered` the key or
+  // raised the slowest count past `slowest_before`, the held workers it frees are answered too.
+  BYTEPS_DECL outcome settle(key& k, std::size_t w, std::uint64_t round, bool applied,
+                             bool recovered, std::uint64_t slowest_before);
+
+  // Each held worker no longer more than s ahead, answered with `shared`'s bytes and its own
+  // round, and no longer held. Called only when the key is not recovering.
+  BYTEPS_DECL std::vector<held_answer> release_held(key& k, const reply& shared) const;
 
   // A copy of the parameters in the tensor's dtype, owned by the reply; with failover, followed
   // by each worker's count of deltas they hold (wire::flag_applied).

@@ -137,13 +137,16 @@ struct outcome {
     /// which must be waiting in the key's list, with its own reply; the others keep waiting
     /// (asynchronous training's bounded staleness, server/async_sum.hpp)
     release_each,
+    /// the worker waits, as for `wait`, and each worker of `released` is answered as for
+    /// `release_each`
+    wait_and_release,
   };
 
   kind what = kind::taken;
   std::string error;  ///< refuse, fail_round: the message, naming the tensor and the worker
   reply answer;       ///< answer_now, release, piece
   bool last = false;  ///< piece: the round's last piece
-  std::vector<held_answer> released;  ///< release_each: the held workers it answers
+  std::vector<held_answer> released;  ///< release_each, wait_and_release: whom it answers
 
   static outcome refuse(std::string why) { return make(kind::refuse, std::move(why), {}); }
   static outcome wait() { return make(kind::wait, {}, {}); }
@@ -158,6 +161,11 @@ struct outcome {
   }
   static outcome release_each(reply r, std::vector<held_answer> held) {
     outcome o = make(kind::release_each, {}, std::move(r));
+    o.released = std::move(held);
+    return o;
+  }
+  static outcome wait_and_release(std::vector<held_answer> held) {
+    outcome o = make(kind::wait_and_release, {}, {});
     o.released = std::move(held);
     return o;
   }

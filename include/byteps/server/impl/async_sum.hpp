@@ -24,23 +24,25 @@ outcome async_sum::handle(const request& r) {
   const auto w = static_cast<std::size_t>(r.worker);
   const bool rejoined = !k.started[w] && h.round > 0;  // failover: its first push here
   k.started[w] = true;
+  const bool was_recovering = k.recovering();
   k.hear(r.worker);
+  const bool recovered = was_recovering && !k.recovering();
   if (!k.seeded) {
-    if (r.worker != 0) return outcome::wait();  // waits for the seed (or an offer)
+    if (r.worker != 0) {  // waits for the seed (or an offer)
+      if (k.failover) k.held[w] = 0;
+      return outcome::wait();
+    }
     k.seeded = true;
     reduce::accumulate_init(k.master.data(), r.whole().data(), k.count(), k.type);
-    return outcome::release(snapshot(k, 0));  // rank 0 and everyone who waited for the seed
+    if (!k.failover) return outcome::release(snapshot(k, 0));  // rank 0 and who waited for it
+    return settle(k, w, 0, false, recovered, k.slowest());
   }
-  if (h.round == 0) return outcome::answer_now(snapshot(k, 0));
-  if (h.round <= k.pushes[w])  // a re-push the replacement's parameters already hold
-    return outcome::answer_now(snapshot(k, h.round));
+  // A round 0 after the seed, or a re-push the replacement's parameters already hold.
+  if (h.round == 0 || h.round <= k.pushes[w])
+    return settle(k, w, h.round, false, recovered, k.slowest());
   const std::uint64_t slowest_before = k.slowest();
   k.apply(r.worker, h.round, r.whole().data(), rejoined);
-  if (staleness_ >= 0 && k.pushes[w] - k.slowest() > static_cast<std::uint64_t>(staleness_)) {
-    k.held[w] = h.round;
-    return outcome::wait();
-  }
-  return answer_and_release(k, snapshot(k, h.round), slowest_before);
+  return settle(k, w, h.round, true, recovered, slowest_before);
 }
 
 std::string async_sum::check(key& k, const wire::header& h, const request& r) {
@@ -110,33 +112,48 @@ outcome async_sum::take_offer(key& k, const request& r) {
         "parameters hold {} of its deltas",
         r.worker, r.tensor_name(), r.head.part, r.head.round,
         counts[static_cast<std::size_t>(r.worker)]));
-  const bool was_seeded = k.seeded;
+  const bool was_recovering = k.recovering();
   const std::uint64_t slowest_before = k.slowest();
-  const bool taken = k.rebase(params, counts);
+  k.rebase(params, counts);
   k.hear(r.worker);
-  if (!taken) return outcome::taken();
-  if (!was_seeded) {
-    const bool waiting = std::find(k.started.begin(), k.started.end(), true) != k.started.end();
-    return waiting ? outcome::release(snapshot(k, 0)) : outcome::taken();
-  }
-  outcome o = answer_and_release(k, {}, slowest_before);
-  return o.what == outcome::kind::release_each ? o : outcome::taken();
+  if (k.recovering() || (!was_recovering && k.slowest() == slowest_before))
+    return outcome::taken();
+  auto released = release_held(k, snapshot(k, 0));
+  if (released.empty()) return outcome::taken();
+  return outcome::release_each({}, std::move(released));  // the offer's worker has its answer
 }
 
-outcome async_sum::answer_and_release(key& k, reply now, std::uint64_t slowest_before) {
-  const std::uint64_t slowest = k.slowest();
-  if (staleness_ < 0 || slowest == slowest_before) return outcome::answer_now(std::move(now));
-  std::vector<held_answer> released;
-  reply shared = now.bytes.empty() ? snapshot(k, 0) : now;
-  for (std::size_t u = 0; u < k.held.size(); ++u) {
-    if (k.held[u] == 0 || k.pushes[u] - slowest > static_cast<std::uint64_t>(staleness_)) continue;
-    reply mine = shared;  // the same bytes, its own round
-    mine.round = k.held[u];
-    released.push_back({static_cast<int>(u), std::move(mine)});
-    k.held[u] = 0;
+outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool applied,
+                          bool recovered, std::uint64_t slowest_before) {
+  const bool too_far = applied && staleness_ >= 0 &&
+                       k.pushes[w] - k.slowest() > static_cast<std::uint64_t>(staleness_);
+  const bool hold = k.recovering() || too_far;
+  if (hold) k.held[w] = round;
+  const bool frees = !k.recovering() && (recovered || k.slowest() != slowest_before);
+  if (hold) {
+    if (!frees) return outcome::wait();
+    auto released = release_held(k, snapshot(k, 0));
+    return released.empty() ? outcome::wait() : outcome::wait_and_release(std::move(released));
   }
+  reply now = snapshot(k, round);
+  if (!frees) return outcome::answer_now(std::move(now));
+  auto released = release_held(k, now);
   if (released.empty()) return outcome::answer_now(std::move(now));
   return outcome::release_each(std::move(now), std::move(released));
+}
+
+std::vector<held_answer> async_sum::release_held(key& k, const reply& shared) const {
+  std::vector<held_answer> released;
+  const std::uint64_t slowest = k.slowest();
+  for (std::size_t u = 0; u < k.held.size(); ++u) {
+    if (!k.held[u]) continue;
+    if (staleness_ >= 0 && k.pushes[u] - slowest > static_cast<std::uint64_t>(staleness_)) continue;
+    reply mine = shared;  // the same bytes, its own round
+    mine.round = *k.held[u];
+    released.push_back({static_cast<int>(u), std::move(mine)});
+    k.held[u].reset();
+  }
+  return released;
 }
 
 reply async_sum::snapshot(const key& k, std::uint64_t round) {

@@ -84,6 +84,10 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
                       call.bytes_in, call.first, call.complete, codec.get()});
   using kind = server::outcome::kind;
   const key_id id{h.key, h.part};
+  const auto answer_released = [&] {
+    for (const auto& a : o.released)
+      if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1), batch);
+  };
   switch (o.what) {
     case kind::refuse:
       return s->send_error(h, o.error, wire::flag_usage);
@@ -97,9 +101,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
     case kind::release_each:          // held workers of one key may wait for different rounds
       if (h.type == wire::msg::push)  // an offer's worker has its answer already
         answer(h, o.answer, std::span(&s, 1), batch);
-      for (const auto& a : o.released)
-        if (auto w = e.waiting.take(id, a.worker)) answer(h, a.answer, std::span(&w, 1), batch);
-      return;
+      return answer_released();
     default:
       break;
   }
@@ -108,6 +110,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
   if (traced && h.type == wire::msg::push)
     server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
   if (o.what == kind::wait) return;
+  if (o.what == kind::wait_and_release) return answer_released();
   if (o.what == kind::piece) {
     for (auto& w : room.workers) w->send_piece(h, o.answer, o.last);
     stats_.sent(o.answer.bytes.size() * room.workers.size());
