@@ -90,13 +90,16 @@ struct async_key {
     uncertain.resize(n);
   }
 
-  void hear(int worker) {
+  /// Notes an offer or a push of `worker`. True when it was the last worker the key had not
+  /// heard from: the key has just stopped recovering.
+  bool hear(int worker) {
     const auto w = static_cast<std::size_t>(worker);
-    if (heard.empty() || heard[w]) return;
+    if (heard.empty() || heard[w]) return false;
     heard[w] = true;
-    if (--unheard > 0) return;
+    if (--unheard > 0) return false;
     since_base = {};  // no offer can come any more: what rebase needs is not kept
     uncertain = {};
+    return true;
   }
 
   /// Adds worker `worker`'s delta (in the tensor's dtype). `first`: its first push here, which
@@ -118,10 +121,10 @@ struct async_key {
 
   /// An offer of parameters `params` holding worker w's rounds 1..counts[w]: when it holds more
   /// deltas than the parameters were last based on (or nothing is seeded yet), the parameters
-  /// become it plus every delta applied here that it does not hold. True when it was taken.
-  bool rebase(const std::byte* params, std::span<const std::uint64_t> counts) {
+  /// become it plus every delta applied here that it does not hold; otherwise nothing changes.
+  void rebase(const std::byte* params, std::span<const std::uint64_t> counts) {
     const std::uint64_t total = std::accumulate(counts.begin(), counts.end(), std::uint64_t{0});
-    if (seeded && total <= base_total) return false;
+    if (seeded && total <= base_total) return;
     reduce::accumulate_init(master.data(), params, count(), type);
     if (!since_base.empty())
       reduce::accumulate_add(master.data(), since_base.data(), count(), accumulator_type());
@@ -138,7 +141,6 @@ struct async_key {
     version = std::accumulate(pushes.begin(), pushes.end(), std::uint64_t{0});
     base_total = total;
     seeded = true;
-    return true;
   }
 
  private:

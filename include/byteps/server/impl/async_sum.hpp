@@ -24,9 +24,7 @@ outcome async_sum::handle(const request& r) {
   const auto w = static_cast<std::size_t>(r.worker);
   const bool rejoined = !k.started[w] && h.round > 0;  // failover: its first push here
   k.started[w] = true;
-  const bool was_recovering = k.recovering();
-  k.hear(r.worker);
-  const bool recovered = was_recovering && !k.recovering();
+  const bool recovered = k.hear(r.worker);
   if (!k.seeded) {
     if (r.worker != 0) {  // waits for the seed (or an offer)
       if (k.failover) k.held[w] = 0;
@@ -112,11 +110,10 @@ outcome async_sum::take_offer(key& k, const request& r) {
         "parameters hold {} of its deltas",
         r.worker, r.tensor_name(), r.head.part, r.head.round,
         counts[static_cast<std::size_t>(r.worker)]));
-  const bool was_recovering = k.recovering();
   const std::uint64_t slowest_before = k.slowest();
   k.rebase(params, counts);
-  k.hear(r.worker);
-  if (k.recovering() || (!was_recovering && k.slowest() == slowest_before))
+  const bool recovered = k.hear(r.worker);
+  if (k.recovering() || (!recovered && k.slowest() == slowest_before))
     return outcome::taken();
   auto released = release_held(k, snapshot(k, 0));
   if (released.empty()) return outcome::taken();
