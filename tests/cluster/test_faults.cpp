@@ -5,6 +5,7 @@
 #include <future>
 
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 
 using namespace bps;
 using bps::test::cluster;
@@ -151,6 +152,46 @@ TEST_CASE("an unreachable scheduler fails within the connect timeout", "[faults]
   auto m = message_of<communicator_error>([&] { comm_t comm(cfg); });
   CHECK(seconds_since(start) < 5.0);
   CHECK_THAT(m, Contains("cannot reach the scheduler") && Contains("DMLC_PS_ROOT_PORT"));
+}
+
+TEST_CASE("a scheduler that stops right after reading a node's hello is noticed within the "
+          "heartbeat timeout, not the connect timeout",
+          "[faults][rendezvous]") {
+  using namespace std::chrono_literals;
+  Config base = test::base_config(2, 1);  // one worker comes: the cluster never forms
+  base.heartbeat_interval = 100ms;
+  base.heartbeat_timeout = 600ms;
+  base.connect_timeout = 10s;
+  base.rendezvous_timeout = 20s;
+  // After its challenge and the one frame behind it the scheduler says nothing more, and never
+  // answers a clock probe: as if it stopped (SIGSTOP) between reading the hello and the probe.
+  auto plan = std::make_shared<transport::fault_plan>();
+  plan->add({.when = {.from = role::scheduler,
+                      .also =
+                          [](const transport::outgoing_frame& f) {
+                            return f.index >= 2 || (f.header.type == wire::msg::heartbeat &&
+                                                    f.header.round != 0);
+                          }},
+             .action = transport::fault::drop(),
+             .times = transport::fault_rule::always});
+  Config sc = base;
+  sc.node_role = role::scheduler;
+  SchedulerNode<test::faulty_tcp> scheduler(sc, test::transport_options<test::faulty_tcp>(sc, plan));
+  base.scheduler_port = scheduler.port();
+  std::thread scheduler_thread([&] {
+    try {
+      scheduler.run();
+    } catch (const std::exception&) {  // the worker it lost, or the rendezvous timeout
+    }
+  });
+  Config wc = base;
+  wc.worker_id = 0;
+  auto start = clock_type::now();
+  auto m = message_of<communicator_error>([&] { comm_t comm(wc); });
+  const double took = seconds_since(start);
+  scheduler_thread.join();
+  CHECK_THAT(m, Contains("the scheduler") && Contains("stopped responding"));
+  CHECK(took < 5.0);  // the heartbeat timeout (0.6 s) and slack; the connect timeout is 10 s
 }
 
 TEST_CASE("a malformed or foreign frame drops that connection only", "[faults]") {

@@ -150,8 +150,8 @@ class client {
 
  private:
   std::optional<welcome> join_until(const hello& h, clock::time_point deadline) {
-    // The scheduler reads the hello, then the clock probe behind it, which it answers. Until
-    // then a flood may still get this connection closed (gate.hpp), and a scheduler too busy to
+    // The scheduler reads the hello and beats at once, then answers the clock probe behind
+    // it. Until then a flood may still get this connection closed (gate.hpp), and a scheduler too busy to
     // read it within BYTEPS_HELLO_TIMEOUT_MS closes it: a close before the answer, with nothing
     // said, means the hello was lost, so it goes again on a fresh connection, until
     // BYTEPS_CONNECT_TIMEOUT_MS. The node hears of no failure meanwhile, however slow the
@@ -161,14 +161,16 @@ class client {
     std::string why;
     for (;;) {
       hold_failures(true);
+      const auto hello_sent = clock::now();
       send_hello(h);
-      // The answer (read), a word from the scheduler (a welcome, a refusal, a failure, the end
-      // of the job: it read the hello, or says why), or a close, whichever comes first; with
-      // none of them by the connect deadline, wait for the welcome as ever.
+      // Anything heard since (the scheduler's first heartbeat, which it sends on reading the
+      // hello, or the probe's answer), a word from the scheduler (a welcome, a refusal, a
+      // failure, the end of the job: it read the hello, or says why), or a close, whichever
+      // comes first; with none of them by the connect deadline, wait for the welcome as ever.
       bool closed = false;
       for (;;) {
         const auto slice = std::min(hello_deadline, clock::now() + std::chrono::milliseconds(10));
-        if (inbox_->wait_clock_samples(1, slice)) break;
+        if (inbox_->wait_clock_samples(1, slice) || inbox_->last_heard() > hello_sent) break;
         f = inbox_->take(
             {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
             clock::now(), why);

@@ -155,6 +155,10 @@ void scheduler<T>::hello_locked(session& s, std::span<std::byte> payload) {
   s.node_index = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(n));
   gate_.passed(*s.ticket);
+  // The first heartbeat, now: it tells the node its hello was read, so it starts watching the
+  // scheduler's heartbeats at once (a scheduler that stops right after this is noticed within
+  // BYTEPS_HEARTBEAT_TIMEOUT_MS, not after the node's connect timeout as well).
+  s.link_->send(wire::header{.type = wire::msg::heartbeat}, {}, {});
   if (nodes_.back().standby)
     log_.info("standby server at {} joined; it waits to replace a server that dies",
               nodes_.back().peer);
