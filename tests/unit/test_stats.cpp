@@ -1,8 +1,10 @@
 // worker::stats_recorder: throughput over the time operations were in flight, in a window.
 
 #include <byteps/worker/stats.hpp>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 using namespace bps;
@@ -94,4 +96,70 @@ TEST_CASE("stats: operations older than the window are forgotten", "[stats]") {
   CHECK(s.busy_seconds == 0.0);
   CHECK(s.bytes_per_second() == 0.0);
   CHECK(s.window_seconds == Approx(0.05));
+}
+
+TEST_CASE("stats: running_union equals the union of intervals that arrive in order of their "
+          "ends, and settles its oldest runs past its bound",
+          "[stats]") {
+  const auto t0 = clock_type::now();
+  auto at = [&](int ms) { return t0 + milliseconds(ms); };
+  using span = std::pair<clock_type::time_point, clock_type::time_point>;
+  // Seeded intervals, ends increasing, starts reaching back over 0-3 earlier ones.
+  std::uint32_t seed = 12345;
+  auto next = [&](std::uint32_t n) {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int>((seed >> 8) % n);
+  };
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<span> all;
+    worker::running_union u;
+    int end = 0;
+    for (int i = 0; i < 40; ++i) {
+      end += next(30);
+      const int start = std::max(0, end - next(120));
+      all.emplace_back(at(start), at(end));
+      u.add(at(start), at(end));
+    }
+    const double exact = stats_recorder::union_seconds(all);
+    CHECK(u.seconds() == Approx(exact).margin(1e-9));
+  }
+  // Bound 2: [0 10] [20 30] [40 50] settles [0 10]; [5 60] then counts from 10, which is exact
+  // here ([0 60]); one reaching back over a settled gap would count that gap as idle.
+  worker::running_union small(2);
+  small.add(at(0), at(10));
+  small.add(at(20), at(30));
+  small.add(at(40), at(50));
+  CHECK(small.seconds() == Approx(0.030).margin(1e-9));
+  small.add(at(5), at(60));
+  CHECK(small.seconds() == Approx(0.060).margin(1e-9));
+  worker::running_union none;
+  CHECK(none.seconds() == 0.0);
+}
+
+TEST_CASE("stats: since_start keeps the totals the window forgets", "[stats]") {
+  stats_recorder r(milliseconds(50));
+  const std::string a = "a", b = "b";
+  worker::op_timing t;
+  t.started = clock_type::now() - milliseconds(20);
+  t.stages.add(stage::push, 0.002);
+  t.stages.add(stage::pull, 0.003);
+  r.operation(a, 1000, t);
+  r.operation(b, 3000, t);
+  stage_times local;
+  local.add(stage::local_reduce, 0.004);
+  r.local_steps(local);
+  std::this_thread::sleep_for(milliseconds(120));
+  auto s = r.snapshot(0);
+  CHECK(s.operations == 0);  // the window forgot them
+  const auto& total = s.since_start;
+  CHECK(total.operations == 2);
+  CHECK(total.bytes == 4000);
+  CHECK(total.stages[stage::push].partitions == 2);
+  CHECK(total.mean_seconds(stage::pull) == Approx(0.003));
+  CHECK(total.stages[stage::local_reduce].partitions == 1);
+  // Both ran over the same 20 ms (and the few microseconds between their ends): counted once.
+  CHECK(total.busy_seconds >= 0.020);
+  CHECK(total.busy_seconds < 0.030);
+  CHECK(total.bytes_per_second() == Approx(4000 / total.busy_seconds));
+  CHECK(total.seconds >= 0.120);
 }

@@ -64,7 +64,20 @@ struct tensor_stats {
   double bytes_per_second() const noexcept { return busy_seconds > 0 ? bytes / busy_seconds : 0; }
 };
 
-/// A worker's communication over the last `window_seconds` (operations that finished in it).
+/// A worker's communication since it joined: what `comm_stats` says of its window, in total,
+/// so a trainer that reads the stats after a long evaluation still sees what was done.
+struct comm_totals {
+  double seconds = 0;            ///< since joining
+  std::uint64_t operations = 0;  ///< push_pulls and broadcasts that succeeded
+  std::uint64_t bytes = 0;       ///< their tensors' bytes
+  double busy_seconds = 0;       ///< time at least one of them was in flight
+  double bytes_per_second() const noexcept { return busy_seconds > 0 ? bytes / busy_seconds : 0; }
+  stage_times stages;  ///< as `comm_stats::stages`
+  double mean_seconds(stage s) const noexcept { return stages[s].mean(); }
+};
+
+/// A worker's communication over the last `window_seconds` (operations that finished in it),
+/// and in `since_start` since it joined.
 struct comm_stats {
   double window_seconds = 0;     ///< how far back the figures reach (the window, or less so far)
   std::uint64_t operations = 0;  ///< push_pulls and broadcasts that succeeded
@@ -95,6 +108,7 @@ struct comm_stats {
   /// partition this process pushes).
   std::uint64_t operation_records = 0, partition_records = 0;
   std::vector<tensor_stats> tensors;  ///< most bytes first
+  comm_totals since_start;
 };
 
 namespace worker {
@@ -103,6 +117,48 @@ namespace worker {
 struct op_timing {
   std::chrono::steady_clock::time_point started;
   stage_times stages;
+};
+
+/// The length of the union of intervals that arrive in the order of their ends (each ends no
+/// earlier than any before it: an operation's, added when it finishes), in bounded memory. It
+/// keeps the disjoint runs so far, merged as a later interval reaches back over them; past
+/// `max_runs` the oldest is settled, and a later interval that reaches back over a settled run
+/// counts from that run's end. So it is exact unless one interval spans `max_runs` idle gaps.
+class running_union {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit running_union(std::size_t max_runs = std::size_t{1} << 16) : max_runs_(max_runs) {}
+
+  void add(clock::time_point from, clock::time_point to) {
+    if (settled_ && from < settled_reach_) from = settled_reach_;
+    if (to < from) return;  // wholly inside what was settled
+    while (!runs_.empty() && runs_.back().second >= from) {
+      from = std::min(from, runs_.back().first);
+      to = std::max(to, runs_.back().second);
+      open_ -= runs_.back().second - runs_.back().first;
+      runs_.pop_back();
+    }
+    runs_.emplace_back(from, to);
+    open_ += to - from;
+    if (runs_.size() > max_runs_) {
+      const auto [oldest_from, oldest_to] = runs_.front();
+      settled_total_ += oldest_to - oldest_from;
+      open_ -= oldest_to - oldest_from;
+      settled_reach_ = oldest_to;
+      settled_ = true;
+      runs_.pop_front();
+    }
+  }
+
+  double seconds() const { return std::chrono::duration<double>(settled_total_ + open_).count(); }
+
+ private:
+  std::size_t max_runs_;
+  std::deque<std::pair<clock::time_point, clock::time_point>> runs_;  // disjoint, in order
+  clock::duration open_{}, settled_total_{};
+  clock::time_point settled_reach_{};
+  bool settled_ = false;
 };
 
 class stats_recorder {
@@ -137,6 +193,7 @@ class stats_recorder {
   /// stages came with `operation`).
   void local_steps(const stage_times& t) {
     const auto now = clock::now();
+    totals_.stages.add(t);
     local_records_.push_back(local_record{now, t});
     forget_before(now - window_);
     if (local_records_.size() > max_records) local_records_.pop_front();
@@ -175,6 +232,8 @@ class stats_recorder {
   std::vector<std::uint64_t> bytes_per_server_;
   std::uint64_t batches_ = 0, batched_partitions_ = 0;
   std::uint64_t answer_batches_ = 0, batched_answers_ = 0;
+  comm_totals totals_;  // all but `seconds` and `busy_seconds`, kept as they come
+  running_union busy_since_start_;
 };
 
 }  // namespace worker

@@ -8,6 +8,10 @@ namespace bps::worker {
 void stats_recorder::operation(const std::string& tensor, std::uint64_t bytes, const op_timing& t) {
   const auto now = clock::now();
   records_.push_back(record{&tensor, bytes, t.started, now, t});
+  ++totals_.operations;
+  totals_.bytes += bytes;
+  totals_.stages.add(t.stages);
+  busy_since_start_.add(t.started, now);
   forget_before(now - window_);
   if (records_.size() > max_records) records_.pop_front();
 }
@@ -23,6 +27,9 @@ comm_stats stats_recorder::snapshot(std::size_t in_flight) {
   s.answer_batches = answer_batches_;
   s.batched_answers = batched_answers_;
   s.in_flight = in_flight;
+  s.since_start = totals_;
+  s.since_start.seconds = seconds(now - since_);
+  s.since_start.busy_seconds = busy_since_start_.seconds();
   std::unordered_map<const std::string*,
                      std::vector<std::pair<clock::time_point, clock::time_point>>>
       spans;
