@@ -82,7 +82,9 @@ struct LMShape {
 
 struct TransformerLMImpl : torch::nn::Module {
   explicit TransformerLMImpl(const LMShape& s)
-      : embed(s.vocab, s.width), norm(torch::nn::LayerNormOptions({s.width})), out(s.width, s.vocab) {
+      : embed(s.vocab, s.width), norm(torch::nn::LayerNormOptions({s.width})), out(nullptr) {
+    // Built in benchmarks/torch_ddp.py's order (the output projection last), so that both
+    // draw the same initial values from the seed.
     register_module("embed", embed);
     position = register_parameter("position", torch::randn({s.context, s.width}) * 0.02);
     for (int64_t l = 0; l < s.layers; ++l) {
@@ -93,7 +95,7 @@ struct TransformerLMImpl : torch::nn::Module {
       register_module("block" + std::to_string(l), blocks.back());
     }
     register_module("norm", norm);
-    register_module("out", out);
+    out = register_module("out", torch::nn::Linear(s.width, s.vocab));
   }
   torch::Tensor forward(const torch::Tensor& tokens) {  // [B, T] -> logits [B, T, vocab]
     const int64_t t = tokens.size(1);
