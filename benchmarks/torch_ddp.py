@@ -141,7 +141,7 @@ def main():
         seconds = time.perf_counter() - start
         if rank == 0:
             print(f"epoch {e}/{a.epochs} loss {mean.item() / n:.6f} | "
-                  f"{a.steps * a.batch / seconds:.1f} samples/s | "
+                  f"{a.steps * a.batch / seconds:.2f} samples/s | "
                   f"step {1000 * seconds / a.steps:.1f} ms", flush=True)
     dist.barrier()
     dist.destroy_process_group()

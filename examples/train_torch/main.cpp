@@ -202,7 +202,7 @@ int run(const bps::Config& cfg, const Args& a) {
     epoch_loss.push_back(mean[0]);
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
     if (rank == 0)
-      std::printf("epoch %d/%d loss %.6f | %.1f samples/s | %.0f%% of communication hidden "
+      std::printf("epoch %d/%d loss %.6f | %.2f samples/s | %.0f%% of communication hidden "
                   "behind backward\n",
                   e, a.epochs, mean[0], double(a.steps) * a.batch / seconds,
                   span > 0 ? 100.0 * std::max(0.0, 1.0 - blocked / span) : 0.0);
