@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include <malloc.h>
+
 #include "../train_mlp_checks.hpp"
 #include "args.hpp"
 #include "data.hpp"
@@ -235,6 +237,13 @@ int run(const bps::Config& cfg, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // glibc serves blocks above its mmap threshold (128 KiB at first, raised only as such blocks
+  // are freed) with fresh pages, and gives the free top of its heap back to the kernel: a
+  // trainer that makes and frees its activations every step then pays page faults in every
+  // step. A fixed 32 MiB threshold (glibc's largest) and a 256 MiB trim threshold keep them in
+  // the heap (docs/performance.md, "libtorch").
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   try {
     const Args args = parse_args(argc, argv);
     if (args.help) {
