@@ -13,9 +13,34 @@
 
 #include "fake_comm.hpp"
 
+namespace bps::test {
+// fake_comm as a communicator of CUDA buffers (as with bps::local::nccl) sees it.
+struct fake_cuda_comm : fake_comm {
+  using fake_comm::fake_comm;
+};
+}  // namespace bps::test
+
+namespace bps::torch {
+template <>
+inline constexpr buffer_home buffers_of<test::fake_cuda_comm> = buffer_home::cuda;
+}  // namespace bps::torch
+
+// Which communicators take CUDA buffers: known from the type alone, without CUDA's headers
+// (the types are only named, never defined, here).
+struct some_policy;
+static_assert(bps::torch::buffers_of<bps::Communicator<some_policy, bps::local::nccl, some_policy,
+                                                       some_policy>> ==
+              bps::torch::buffer_home::cuda);
+static_assert(bps::torch::buffers_of<
+                  bps::Communicator<some_policy, some_policy, some_policy, some_policy>> ==
+              bps::torch::buffer_home::host);
+static_assert(bps::torch::DistributedOptimizer<bps::test::fake_cuda_comm>::home ==
+              bps::torch::buffer_home::cuda);
+
 namespace {
 
 using bps::test::fake_comm;
+using bps::test::fake_cuda_comm;
 using bps::torch::DistributedOptimizer;
 
 // The message of the bps::usage_error that f throws, or what happened instead.
@@ -90,6 +115,25 @@ TEST_CASE("a parameter that is not on the CPU is refused when the optimizer is b
   CHECK(usage_error_of([&] { DistributedOptimizer opt(comm, sgd, *m); }) ==
         "bps::torch: parameter 'w' is on meta, not the CPU: this plugin exchanges CPU tensors "
         "only; move the module to the CPU (module->to(torch::kCPU))");
+}
+
+TEST_CASE("with a communicator of CUDA buffers (bps::local::nccl) a CPU parameter is refused "
+          "when the optimizer is built, and by the broadcasts, naming it") {
+  One m(torch::zeros({2, 2}, torch::TensorOptions().requires_grad(true)));
+  torch::optim::SGD sgd(m->parameters(), 0.1);
+  fake_cuda_comm comm;
+  const std::string after =
+      " is on cpu, but this communicator (bps::local::nccl) exchanges CUDA device buffers; move "
+      "the module to this local rank's GPU (module->to(torch::Device(torch::kCUDA, local_rank)))";
+  CHECK(usage_error_of([&] { DistributedOptimizer opt(comm, sgd, *m); }) ==
+        "bps::torch: parameter 'w'" + after);
+  CHECK(usage_error_of([&] { bps::torch::broadcast_parameters(comm, *m, 0); }) ==
+        "bps::torch: tensor 'w'" + after);
+  CHECK(usage_error_of([&] { bps::torch::broadcast_optimizer_state(comm, sgd, 0); }) ==
+        "bps::torch::broadcast_optimizer_state: the optimizer has no parameter on a CUDA device, "
+        "and this communicator (bps::local::nccl) exchanges CUDA device buffers only; build the "
+        "optimizer from the module once it is on the GPU");
+  CHECK(comm.calls.empty());
 }
 
 TEST_CASE("a complex parameter is refused when the optimizer is built") {

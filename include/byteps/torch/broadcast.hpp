@@ -34,11 +34,41 @@ namespace detail {
 inline std::string group_options_key(std::size_t group) {
   return "bps_param_group_options_" + std::to_string(group);
 }
+
+// Broadcasts `count` elements of `type` at `host` from `root`, in place; through a copy on
+// `device` where the communicator takes CUDA buffers only.
+template <class Comm>
+void broadcast_host(Comm& comm, const std::string& name, void* host, std::size_t count,
+                    dtype type, int root, const at::Device& device) {
+  if constexpr (buffers_of<Comm> == buffer_home::cuda) {
+    const at::Tensor on_host = at::from_blob(
+        host, {static_cast<std::int64_t>(count * dtype_size(type))}, at::kByte);
+    at::Tensor on_device = on_host.to(device);
+    comm.broadcast(name, on_device.data_ptr(), count, type, root).wait();
+    on_host.copy_(on_device);
+  } else {
+    (void)device;
+    comm.broadcast(name, host, count, type, root).wait();
+  }
+}
+
+// Where the optimizer's bytes are staged for a communicator of CUDA buffers: the device of
+// its first parameter.
+inline at::Device staging_device(::torch::optim::Optimizer& optimizer, buffer_home home) {
+  if (home == buffer_home::host) return at::Device(at::kCPU);
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      if (p.device().is_cuda()) return p.device();
+  throw usage_error("bps::torch::broadcast_optimizer_state: the optimizer has no parameter on a "
+                    "CUDA device, and this communicator (bps::local::nccl) exchanges CUDA device "
+                    "buffers only; build the optimizer from the module once it is on the GPU");
+}
 }  // namespace detail
 
 /// Copies the root's values of `tensors` into every worker's, in place (a tensor that is not
-/// contiguous goes through a contiguous copy). CPU tensors of a type `to_dtype` maps; anything
-/// else is refused with `usage_error` naming it.
+/// contiguous goes through a contiguous copy). Tensors where the communicator exchanges
+/// buffers (`buffers_of<Comm>`: the CPU, or a CUDA device with `bps::local::nccl`) of a type
+/// `to_dtype` maps; anything else is refused with `usage_error` naming it.
 template <class Comm>
 void broadcast_tensors(Comm& comm, const ::torch::OrderedDict<std::string, at::Tensor>& tensors,
                        int root, const std::string& prefix) {
@@ -50,7 +80,7 @@ void broadcast_tensors(Comm& comm, const ::torch::OrderedDict<std::string, at::T
   std::vector<item> items;
   for (const auto& kv : tensors) {
     const at::Tensor t = kv.value().detach();
-    const dtype type = check_device_and_type(t, "tensor '" + kv.key() + "'");
+    const dtype type = check_device_and_type(t, "tensor '" + kv.key() + "'", buffers_of<Comm>);
     if (t.numel() == 0) continue;
     item it{t, t.is_contiguous() ? t : t.contiguous(), {}};
     it.h = comm.broadcast(prefix + kv.key(), it.buffer.data_ptr(),
@@ -81,6 +111,7 @@ void broadcast_parameters(Comm& comm, const ::torch::nn::Module& module, int roo
 template <class Comm>
 void broadcast_optimizer_state(Comm& comm, ::torch::optim::Optimizer& optimizer, int root,
                                const std::string& name = "broadcast.optimizer_state") {
+  const at::Device device = detail::staging_device(optimizer, buffers_of<Comm>);
   std::string bytes;
   if (comm.rank() == root) {
     ::torch::serialize::OutputArchive archive;
@@ -96,10 +127,11 @@ void broadcast_optimizer_state(Comm& comm, ::torch::optim::Optimizer& optimizer,
     bytes = std::move(out).str();
   }
   std::int64_t size = static_cast<std::int64_t>(bytes.size());
-  comm.broadcast(name + ".size", std::span<std::int64_t>(&size, 1), root).wait();
+  detail::broadcast_host(comm, name + ".size", &size, 1, dtype::int64, root, device);
   std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
   if (comm.rank() == root) data.assign(bytes.begin(), bytes.end());
-  comm.broadcast(name + "." + std::to_string(size), std::span<std::uint8_t>(data), root).wait();
+  detail::broadcast_host(comm, name + "." + std::to_string(size), data.data(), data.size(),
+                         dtype::uint8, root, device);
   if (comm.rank() == root) return;
   ::torch::serialize::InputArchive archive;
   archive.load_from(reinterpret_cast<const char*>(data.data()), data.size());

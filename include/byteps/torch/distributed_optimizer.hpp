@@ -32,14 +32,22 @@
 ///   it) and takes the servers' parameters back. The first exchange, when this object is built,
 ///   gives every worker rank 0's parameters (server/async_sum.hpp).
 ///
-/// Refused with `bps::usage_error` naming the parameter: a parameter not on the CPU or of a
-/// type byteps cannot carry (when built), a gradient that is sparse or not contiguous (when
-/// autograd produces it: the exception leaves `backward()`).
+/// - CUDA tensors: with a communicator whose local collective is `bps::local::nccl`
+///   (`buffers_of<Comm>`), parameters must be on a CUDA device, and each gradient is exchanged
+///   in place in device memory, starting after the work queued on `stream` (libtorch's
+///   default stream, the legacy default stream, unless the trainer runs backward on a stream
+///   of its own and names it here). With any other communicator, CPU tensors.
+///
+/// Refused with `bps::usage_error` naming the parameter: a parameter on the wrong device (the
+/// CPU, or a CUDA device with `bps::local::nccl`) or of a type byteps cannot carry (when
+/// built), a gradient that is sparse or not contiguous (when autograd produces it: the
+/// exception leaves `backward()`).
 ///
 /// @par Thread Safety
 /// One trainer thread: `backward()`, `step()`, `synchronize()` and `zero_grad()` from the
-/// same thread (CPU autograd runs the hooks on the thread that called `backward()`). The
-/// communicator and the wrapped optimizer must outlive this object.
+/// same thread. CPU autograd runs the hooks on the thread that called `backward()`, CUDA
+/// autograd on its device thread; what they share with the trainer's thread is under one
+/// mutex. The communicator and the wrapped optimizer must outlive this object.
 
 #include <algorithm>
 #include <atomic>
@@ -78,6 +86,9 @@ struct distributed_options {
   std::shared_ptr<const compress::spec> compressor = nullptr;
   bool async = false;                ///< asynchronous training: set from Config::enable_async
   std::string prefix = "grad.";      ///< tensor names are prefix + the parameter's name
+  /// CUDA tensors only: the `cudaStream_t` backward queues the gradients on
+  /// (`push_pull_options::stream`); null is the legacy default stream, libtorch's default.
+  void* stream = nullptr;
 };
 
 /// The last step's exchange, for a trainer's report.
@@ -94,6 +105,8 @@ template <class Comm>
 class DistributedOptimizer {
  public:
   using clock = std::chrono::steady_clock;
+  /// Where the communicator exchanges buffers, so where parameters must be.
+  static constexpr buffer_home home = buffers_of<Comm>;
   using named_tensors = ::torch::OrderedDict<std::string, at::Tensor>;
 
   /// Hooks every parameter of `named_parameters` that requires grad (`module->named_parameters()`,
@@ -118,7 +131,7 @@ class DistributedOptimizer {
       s.name = item.key();
       s.key = s_->opts.prefix + s.name;
       s.param = p;
-      s.type = check_device_and_type(p, "parameter '" + s.name + "'");
+      s.type = check_device_and_type(p, "parameter '" + s.name + "'", home);
       s_->slots.push_back(std::move(s));
     }
     check_optimizer_covered(seen);
@@ -254,14 +267,17 @@ class DistributedOptimizer {
     void launch(int i) {
       slot& s = slots[i];
       at::Tensor g = s.param.grad();
-      const dtype type = check_exchangeable(g, "the gradient of parameter '" + s.name + "'");
+      const dtype type =
+          check_exchangeable(g, "the gradient of parameter '" + s.name + "'", home);
       if (g.numel() == 0) return;
       if (!first_call) first_call = clock::now();
       s.exchanged = g;
       s.pending = comm->push_pull(
           s.key, g.data_ptr(), static_cast<std::size_t>(g.numel()), type,
-          push_pull_options{
-              .priority = s.priority, .average = opts.average, .compressor = opts.compressor});
+          push_pull_options{.priority = s.priority,
+                            .average = opts.average,
+                            .stream = opts.stream,
+                            .compressor = opts.compressor});
       s.pending.when_done([last = last_done] {
         const clock::rep now = clock::now().time_since_epoch().count();
         clock::rep prev = last->load();
@@ -347,7 +363,7 @@ class DistributedOptimizer {
 
   handle exchange_buffer(const slot& s, at::Tensor& buf) {
     return comm_->push_pull(s.key, buf.data_ptr(), static_cast<std::size_t>(buf.numel()), s.type,
-                            push_pull_options{.priority = s.priority});
+                            push_pull_options{.priority = s.priority, .stream = s_->opts.stream});
   }
 
   Comm* comm_;
