@@ -9,18 +9,15 @@
 #   gnuplot-nox                benchmarks/plot.sh (busbw against size, PNG)
 #   python3-torch              PyTorch with gloo, for DistributedDataParallel in
 #                              benchmarks/torch-vs-ddp.sh (benchmarks/torch_ddp.py)
-#   libopenblas0-openmp        OpenBLAS as the system BLAS (libblas.so.3), which both libtorch
-#                              trainers of torch-vs-ddp.sh use: with Debian's reference BLAS a
-#                              transformer's forward pass took 28 times as long, so the benchmark
-#                              measured matrix products rather than the exchange. Its OpenMP
-#                              build honours torch::set_num_threads (one thread per worker).
+#   (OpenBLAS, which the torch trainers need to measure the exchange rather than matrix
+#   products, comes with install-deps.sh.)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
 packages=(libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 iproute2 ethtool gnuplot-nox
-          python3-torch libopenblas0-openmp)
+          python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

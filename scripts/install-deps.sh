@@ -32,8 +32,12 @@ build=(cmake ninja-build g++ make libasio-dev libfmt-dev libssl-dev)
 #                                  examples/train_torch, tests/torch); Debian 12 ships 1.13.1,
 #                                  CPU only. Optional for the build: without it the plugin is
 #                                  not built and its tests are not registered
+#   libopenblas0-openmp            the system BLAS libtorch calls: with Debian's reference BLAS
+#                                  a transformer's forward pass took 28 times as long
+#                                  (docs/performance.md, "libtorch"), and the torch tests
+#                                  56 core-seconds in the suite instead of 33
 test=(catch2 libibverbs-dev librdmacm-dev openssl python3 gnuplot-nox slurm-wlm munge iproute2
-      procps libtorch-dev)
+      procps libtorch-dev libopenblas0-openmp)
 # node: the Kubernetes manifests' offline validator (tests/deploy). A node that came from
 # elsewhere (with its own npm) is kept; else Debian's nodejs and npm are installed (npm brings
 # ca-certificates, which npm ci needs to reach the registry).
