@@ -77,15 +77,18 @@ TEST_CASE("stats: a snapshot sums operations and bytes per tensor - most bytes f
   CHECK(s.bytes_per_second() == Approx(7000 / s.busy_seconds));
 }
 
-TEST_CASE("stats: operations older than the window are forgotten", "[stats]") {
+TEST_CASE("stats: operations older than the window are forgotten, and since_start keeps them",
+          "[stats]") {
   stats_recorder r(milliseconds(50));
-  const std::string a = "a";
+  const std::string a = "a", b = "b";
   worker::op_timing t;
-  t.started = clock_type::now();
-  t.stages.add(stage::pull, 0.001);
-  r.operation(a, 10, t);
+  t.started = clock_type::now() - milliseconds(20);
+  t.stages.add(stage::push, 0.002);
+  t.stages.add(stage::pull, 0.003);
+  r.operation(a, 1000, t);
+  r.operation(b, 3000, t);
   stage_times local;
-  local.add(stage::local_reduce, 0.001);
+  local.add(stage::local_reduce, 0.004);
   r.local_steps(local);
   std::this_thread::sleep_for(milliseconds(120));
   auto s = r.snapshot(0);
@@ -96,6 +99,17 @@ TEST_CASE("stats: operations older than the window are forgotten", "[stats]") {
   CHECK(s.busy_seconds == 0.0);
   CHECK(s.bytes_per_second() == 0.0);
   CHECK(s.window_seconds == Approx(0.05));
+  const auto& total = s.since_start;
+  CHECK(total.operations == 2);
+  CHECK(total.bytes == 4000);
+  CHECK(total.stages[stage::push].partitions == 2);
+  CHECK(total.mean_seconds(stage::pull) == Approx(0.003));
+  CHECK(total.stages[stage::local_reduce].partitions == 1);
+  // Both ran over the same 20 ms (and the few microseconds between their ends): counted once.
+  CHECK(total.busy_seconds >= 0.020);
+  CHECK(total.busy_seconds < 0.030);
+  CHECK(total.bytes_per_second() == Approx(4000 / total.busy_seconds));
+  CHECK(total.seconds >= 0.120);
 }
 
 TEST_CASE("stats: running_union equals the union of intervals that arrive in order of their "
@@ -134,32 +148,4 @@ TEST_CASE("stats: running_union equals the union of intervals that arrive in ord
   CHECK(small.seconds() == Approx(0.060).margin(1e-9));
   worker::running_union none;
   CHECK(none.seconds() == 0.0);
-}
-
-TEST_CASE("stats: since_start keeps the totals the window forgets", "[stats]") {
-  stats_recorder r(milliseconds(50));
-  const std::string a = "a", b = "b";
-  worker::op_timing t;
-  t.started = clock_type::now() - milliseconds(20);
-  t.stages.add(stage::push, 0.002);
-  t.stages.add(stage::pull, 0.003);
-  r.operation(a, 1000, t);
-  r.operation(b, 3000, t);
-  stage_times local;
-  local.add(stage::local_reduce, 0.004);
-  r.local_steps(local);
-  std::this_thread::sleep_for(milliseconds(120));
-  auto s = r.snapshot(0);
-  CHECK(s.operations == 0);  // the window forgot them
-  const auto& total = s.since_start;
-  CHECK(total.operations == 2);
-  CHECK(total.bytes == 4000);
-  CHECK(total.stages[stage::push].partitions == 2);
-  CHECK(total.mean_seconds(stage::pull) == Approx(0.003));
-  CHECK(total.stages[stage::local_reduce].partitions == 1);
-  // Both ran over the same 20 ms (and the few microseconds between their ends): counted once.
-  CHECK(total.busy_seconds >= 0.020);
-  CHECK(total.busy_seconds < 0.030);
-  CHECK(total.bytes_per_second() == Approx(4000 / total.busy_seconds));
-  CHECK(total.seconds >= 0.120);
 }
