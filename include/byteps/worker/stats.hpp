@@ -64,22 +64,9 @@ struct tensor_stats {
   double bytes_per_second() const noexcept { return busy_seconds > 0 ? bytes / busy_seconds : 0; }
 };
 
-/// A worker's communication since it joined: what `comm_stats` says of its window, in total,
-/// so a trainer that reads the stats after a long evaluation still sees what was done.
-struct comm_totals {
-  double seconds = 0;            ///< since joining
-  std::uint64_t operations = 0;  ///< push_pulls and broadcasts that succeeded
-  std::uint64_t bytes = 0;       ///< their tensors' bytes
-  double busy_seconds = 0;       ///< time at least one of them was in flight
-  double bytes_per_second() const noexcept { return busy_seconds > 0 ? bytes / busy_seconds : 0; }
-  stage_times stages;  ///< as `comm_stats::stages`
-  double mean_seconds(stage s) const noexcept { return stages[s].mean(); }
-};
-
-/// A worker's communication over the last `window_seconds` (operations that finished in it),
-/// and in `since_start` since it joined.
-struct comm_stats {
-  double window_seconds = 0;     ///< how far back the figures reach (the window, or less so far)
+/// What a worker's operations that succeeded over some span of time amount to: the window of
+/// `comm_stats`, or `comm_totals`'s whole run.
+struct comm_figures {
   std::uint64_t operations = 0;  ///< push_pulls and broadcasts that succeeded
   std::uint64_t bytes = 0;       ///< their tensors' bytes (this process's share with local ranks)
   double busy_seconds = 0;       ///< time at least one of them was in flight
@@ -95,6 +82,18 @@ struct comm_stats {
   stage_times stages;
   /// Mean seconds a partition spent in `s`.
   double mean_seconds(stage s) const noexcept { return stages[s].mean(); }
+};
+
+/// A worker's communication since it joined, so that a trainer that reads the stats after a
+/// long evaluation still sees what was done.
+struct comm_totals : comm_figures {
+  double seconds = 0;  ///< since joining
+};
+
+/// A worker's communication over the last `window_seconds` (operations that finished in it),
+/// and in `since_start` since it joined.
+struct comm_stats : comm_figures {
+  double window_seconds = 0;  ///< how far back the figures reach (the window, or less so far)
   /// Bytes pushed to each server since joining (re-sends after a failover included).
   std::vector<std::uint64_t> bytes_per_server;
   /// Tensor fusion (BYTEPS_FUSION_BYTES) since joining: `push_batch` frames sent, and the
@@ -130,26 +129,7 @@ class running_union {
 
   explicit running_union(std::size_t max_runs = std::size_t{1} << 16) : max_runs_(max_runs) {}
 
-  void add(clock::time_point from, clock::time_point to) {
-    if (settled_ && from < settled_reach_) from = settled_reach_;
-    if (to < from) return;  // wholly inside what was settled
-    while (!runs_.empty() && runs_.back().second >= from) {
-      from = std::min(from, runs_.back().first);
-      to = std::max(to, runs_.back().second);
-      open_ -= runs_.back().second - runs_.back().first;
-      runs_.pop_back();
-    }
-    runs_.emplace_back(from, to);
-    open_ += to - from;
-    if (runs_.size() > max_runs_) {
-      const auto [oldest_from, oldest_to] = runs_.front();
-      settled_total_ += oldest_to - oldest_from;
-      open_ -= oldest_to - oldest_from;
-      settled_reach_ = oldest_to;
-      settled_ = true;
-      runs_.pop_front();
-    }
-  }
+  BYTEPS_DECL void add(clock::time_point from, clock::time_point to);
 
   double seconds() const { return std::chrono::duration<double>(settled_total_ + open_).count(); }
 

@@ -5,6 +5,27 @@
 
 namespace bps::worker {
 
+void running_union::add(clock::time_point from, clock::time_point to) {
+  if (settled_ && from < settled_reach_) from = settled_reach_;
+  if (to < from) return;  // wholly inside what was settled
+  while (!runs_.empty() && runs_.back().second >= from) {
+    from = std::min(from, runs_.back().first);
+    to = std::max(to, runs_.back().second);
+    open_ -= runs_.back().second - runs_.back().first;
+    runs_.pop_back();
+  }
+  runs_.emplace_back(from, to);
+  open_ += to - from;
+  if (runs_.size() > max_runs_) {
+    const auto [oldest_from, oldest_to] = runs_.front();
+    settled_total_ += oldest_to - oldest_from;
+    open_ -= oldest_to - oldest_from;
+    settled_reach_ = oldest_to;
+    settled_ = true;
+    runs_.pop_front();
+  }
+}
+
 void stats_recorder::operation(const std::string& tensor, std::uint64_t bytes, const op_timing& t) {
   const auto now = clock::now();
   records_.push_back(record{&tensor, bytes, t.started, now, t});
