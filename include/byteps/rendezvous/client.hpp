@@ -163,14 +163,13 @@ class client {
       hold_failures(true);
       const auto hello_sent = clock::now();
       send_hello(h);
-      // Anything heard since (the scheduler's first heartbeat, which it sends on reading the
-      // hello, or the probe's answer), a word from the scheduler (a welcome, a refusal, a
-      // failure, the end of the job: it read the hello, or says why), or a close, whichever
-      // comes first; with none of them by the connect deadline, wait for the welcome as ever.
+      // Any frame since (the scheduler beats on reading the hello; a welcome, a refusal, a
+      // failure or the end of the job say it read it too), or a close, whichever comes first;
+      // with neither by the connect deadline, wait for the welcome as ever.
       bool closed = false;
       for (;;) {
         const auto slice = std::min(hello_deadline, clock::now() + std::chrono::milliseconds(10));
-        if (inbox_->wait_clock_samples(1, slice) || inbox_->last_heard() > hello_sent) break;
+        if (inbox_->wait_heard_after(hello_sent, slice)) break;
         f = inbox_->take(
             {wire::msg::welcome, wire::msg::refuse, wire::msg::node_failed, wire::msg::shutdown},
             clock::now(), why);

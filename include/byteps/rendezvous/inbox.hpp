@@ -68,6 +68,14 @@ class inbox final : public transport::receiver {
            !closed_;
   }
 
+  /// Waits until a frame came in after `t`, the link is gone, or `deadline`; true for the
+  /// first.
+  bool wait_heard_after(clock::time_point t, clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return closed_ || last_heard_ > t; }) &&
+           !closed_;
+  }
+
   /// When the peer was last heard from (any frame).
   clock::time_point last_heard() const {
     std::lock_guard lock(mu_);

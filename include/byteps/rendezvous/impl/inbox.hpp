@@ -38,6 +38,7 @@ void inbox::on_message(const wire::header& h, std::span<std::byte> payload) {
     std::lock_guard lock(mu_);
     last_heard_ = clock::now();
   }
+  cv_.notify_all();  // wait_heard_after
   if (h.type == wire::msg::heartbeat) {
     // The scheduler's answer to a clock probe (client::probe_clock) echoes our time in
     // `round` and carries its own in `offset`; its own heartbeats have round 0.
