@@ -5,8 +5,8 @@
 /// (or, for a compressed operation, into its partition's encoded buffer, then decoded: the
 /// decode stage), averaged if asked, and its partition marked answered; an error frame fails the
 /// tensor's operation (or, when fatal, the server); a closed link fails the communicator or hands
-/// the server to failover. With failover on, answers go through `failover<Node>` instead, which
-/// keeps a copy of each sum.
+/// the server to failover. With failover on, answers land where its `answer_keeper` says
+/// (`failover`, which keeps a copy of each sum), and a lost server is handed to it.
 ///
 /// @par Thread Safety
 /// Called on the links' I/O threads; takes the node's mutex briefly, and decodes, copies and
@@ -34,34 +34,55 @@
 
 namespace bps::worker {
 
-template <class Node>
+/// What failover changes in how answers land (`worker::failover` implements it): each is
+/// called instead of what `answers` would do itself.
+class answer_keeper {
+ public:
+  /// Under the worker's mutex: where the answer for `p` lands, `at` bytes into it.
+  virtual std::span<std::byte> answer_destination(const wire::header& h, pending_part& p,
+                                                  std::size_t at, op_ptr& receiving) = 0;
+  /// I/O thread: the answer for `h` (`last`), or one more piece of it, is in.
+  virtual void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload,
+                        bool last) = 0;
+  /// Under the worker's mutex: the link to `server` dropped or the server gave up.
+  virtual void server_down_locked(int server, const std::string& reason) = 0;
+
+ protected:
+  ~answer_keeper() = default;
+};
+
+/// `State` is the worker's `shared_state`.
+template <class State>
 class answers {
  public:
-  explicit answers(Node& node) : node_(node) {}
+  explicit answers(State& state) : state_(state) {}
   answers(const answers&) = delete;
   answers& operator=(const answers&) = delete;
+
+  /// Failover's, from when it is made (before any link starts).
+  void keep_with(answer_keeper* k) noexcept { keeper_ = k; }
 
   // I/O thread: where an answer lands. Marks the operation as being written into. An answer
   // comes whole or, from a server summing as pushes arrive, in pieces: each lands after the last.
   std::span<std::byte> answer_destination(const wire::header& h, op_ptr& receiving) {
-    std::lock_guard lock(node_.mu_);
-    auto* p = node_.ops().awaiting(key_id{h.key, h.part});
+    std::lock_guard lock(state_.mu);
+    auto* p = state_.ops().awaiting(key_id{h.key, h.part});
     if (p == nullptr || p->round != h.round || p->op->failure) return {};
-    tensor* t = p->op->compressed ? &node_.ops().at(h.key) : nullptr;
+    tensor* t = p->op->compressed ? &state_.ops().at(h.key) : nullptr;
     // A server encodes the answer exactly when it decodes the pushes.
     if (((h.flags & wire::flag_compressed) != 0) != (t != nullptr && t->server_decoded)) return {};
     // Async training with failover: the parameters end with the counts failover keeps.
     const bool counted = (h.flags & wire::flag_applied) != 0;
-    if (counted && !(node_.failover_ && node_.async_mode())) return {};
+    if (counted && !(keeper_ != nullptr && state_.cfg.enable_async)) return {};
     const std::size_t at = p->answered_bytes, n = h.payload_bytes,
                       whole = p->bytes +
-                              (counted ? wire::applied_counts_bytes(node_.cfg_.num_workers) : 0);
+                              (counted ? wire::applied_counts_bytes(state_.cfg.num_workers) : 0);
     const bool fits = t != nullptr
                           ? at + n <= t->codecs[h.part]->max_encoded_bytes(p->bytes, t->type)
                           : (is_last(h) ? at + n == whole : at + n < p->bytes);
     const bool in_order = (h.flags & wire::flag_piece) != 0 ? h.offset == p->offset + at : at == 0;
     if (!fits || !in_order) return {};
-    if (node_.failover_) return node_.failover_->answer_destination(h, *p, at, receiving);
+    if (keeper_ != nullptr) return keeper_->answer_destination(h, *p, at, receiving);
     ++p->op->receiving;
     receiving = p->op;
     if (t == nullptr) return p->op->data.subspan(p->data_offset + at, n);
@@ -73,8 +94,8 @@ class answers {
   // I/O thread: an answer_batch of `records` came in (tensor fusion); its records follow as
   // pull_responses.
   void answer_batch(std::size_t records) {
-    std::lock_guard lock(node_.mu_);
-    node_.ops().stats().answers_batched(records);
+    std::lock_guard lock(state_.mu);
+    state_.ops().stats().answers_batched(records);
   }
 
   // Memory the trainer registered (Communicator::register_memory): an answer's destination
@@ -96,24 +117,24 @@ class answers {
     compress::any* codec = nullptr;
     int server = 0;
     {
-      std::lock_guard lock(node_.mu_);
-      auto* p = node_.ops().awaiting(key_id{h.key, h.part});
+      std::lock_guard lock(state_.mu);
+      auto* p = state_.ops().awaiting(key_id{h.key, h.part});
       if (p == nullptr || p->op != op || op->failure) return false;
       dest = op->data.subspan(p->data_offset, p->bytes);
       server = p->server;
-      if (op->compressed) codec = node_.ops().at(h.key).codecs[h.part].get();
+      if (op->compressed) codec = state_.ops().at(h.key).codecs[h.part].get();
     }
     if (codec != nullptr) {
       try {
         const auto began = op_table::clock::now();
         codec->decode(in, op->type, dest);
         const auto took = stats_recorder::seconds(op_table::clock::now() - began);
-        std::lock_guard lock(node_.mu_);
-        if (auto* t = node_.ops().find_tensor(h.key); t != nullptr && t->active == op)
+        std::lock_guard lock(state_.mu);
+        if (auto* t = state_.ops().find_tensor(h.key); t != nullptr && t->active == op)
           t->timing.stages.add(stage::decode, took);
       } catch (const std::exception& e) {  // a malformed answer: this operation fails, no crash
-        std::lock_guard lock(node_.mu_);
-        node_.ops().fail(op, std::make_exception_ptr(communicator_error(fmt::format(
+        std::lock_guard lock(state_.mu);
+        state_.ops().fail(op, std::make_exception_ptr(communicator_error(fmt::format(
                                  "{}: the answer for partition {} from server {} does not "
                                  "decode with compressor '{}': {}",
                                  op->what, h.part, server, codec->name(), e.what()))));
@@ -123,7 +144,7 @@ class answers {
       std::memcpy(dest.data(), in.data(), dest.size());
     if (op->average)
       reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type,
-                    1.0 / node_.global_size_);
+                    1.0 / state_.global_size);
     return true;
   }
 
@@ -134,83 +155,84 @@ class answers {
       std::size_t index = 0;
       bool awaited = false;
       {
-        std::lock_guard lock(node_.mu_);
-        if (auto* p = node_.ops().awaiting(key_id{h.key, h.part}); p != nullptr && p->op == op) {
+        std::lock_guard lock(state_.mu);
+        if (auto* p = state_.ops().awaiting(key_id{h.key, h.part}); p != nullptr && p->op == op) {
           index = p->index;
           awaited = true;
         }
       }
-      if (awaited) node_.trace_.answered(*op, index, h.key, h.part);
+      if (awaited) state_.trace.answered(*op, index, h.key, h.part);
     }
-    if (node_.failover_) return node_.failover_->answered(h, op, payload, last);
+    if (keeper_ != nullptr) return keeper_->answered(h, op, payload, last);
     if (op->compressed) {
       if (last) {
         std::span<const std::byte> encoded;
         {
-          std::lock_guard lock(node_.mu_);
-          encoded = node_.ops().at(h.key).answers[h.part];
+          std::lock_guard lock(state_.mu);
+          encoded = state_.ops().at(h.key).answers[h.part];
         }
         deliver(h, op, encoded);
       }
     } else if (op->average && !op->failure) {
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
-                    1.0 / node_.global_size_);
+                    1.0 / state_.global_size);
     }
-    std::lock_guard lock(node_.mu_);
+    std::lock_guard lock(state_.mu);
     --op->receiving;
-    if (last) return node_.ops().answered(key_id{h.key, h.part}, op);
+    if (last) return state_.ops().answered(key_id{h.key, h.part}, op);
     piece_in(key_id{h.key, h.part}, op, payload.size());
   }
 
   // Under the node's mutex: a piece (not the last) of `id`'s answer is in.
   void piece_in(key_id id, const op_ptr& op, std::size_t bytes) {
-    if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->answered_bytes += bytes;
-    node_.ops().release_if_done(op);
+    if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->answered_bytes += bytes;
+    state_.ops().release_if_done(op);
   }
 
   void server_error(int server, std::uint64_t generation, const wire::header& h,
                     const std::string& text) {
-    std::lock_guard lock(node_.mu_);
-    auto& slot = node_.links_[server];
+    std::lock_guard lock(state_.mu);
+    auto& slot = state_.links[server];
     if (generation != slot.generation) return;  // from a server already replaced
     if (h.flags & wire::flag_fatal) {
-      if (!node_.failover_)
-        return node_.die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
+      if (keeper_ == nullptr)
+        return state_.die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
       // Failover: a server that gave up (it lost the scheduler, or a worker) is lost to us; the
       // scheduler either replaces it or fails the job (naming the real cause).
-      if (slot.up && node_.dead_.empty() && !node_.closing_) {
-        node_.failover_->server_down_locked(server, "it reported: " + text);
+      if (slot.up && !state_.gone_locked()) {
+        keeper_->server_down_locked(server, "it reported: " + text);
         slot.link->close();
       }
       return;
     }
-    auto* t = node_.ops().find_tensor(h.key);
+    auto* t = state_.ops().find_tensor(h.key);
     if (t == nullptr || !t->active) return;
-    node_.ops().fail(t->active, std::make_exception_ptr(
+    state_.ops().fail(t->active, std::make_exception_ptr(
                                     usage_error(fmt::format("{}: {}", t->active->what, text))));
   }
 
   void server_closed(int server, std::uint64_t generation, const op_ptr& receiving, key_id id,
                      const std::string& reason) {
-    std::lock_guard lock(node_.mu_);
+    std::lock_guard lock(state_.mu);
     if (receiving) {
-      if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == receiving)
+      if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == receiving)
         p->receiving = false;
       --receiving->receiving;
-      node_.ops().release_if_done(receiving);
+      state_.ops().release_if_done(receiving);
     }
-    node_.links_.closed(server, generation);
-    if (node_.closing_ || !node_.dead_.empty()) return;
-    auto& slot = node_.links_[server];
-    if (!node_.failover_)
-      return node_.die_locked(
+    state_.links.closed(server, generation);
+    if (state_.gone_locked()) return;
+    auto& slot = state_.links[server];
+    if (keeper_ == nullptr)
+      return state_.die_locked(
           fmt::format("lost server {} at {}: {}", server, slot.address, reason));
     if (generation == slot.generation && slot.up)
-      node_.failover_->server_down_locked(server, reason);
+      keeper_->server_down_locked(server, reason);
   }
 
  private:
-  Node& node_;
+  State& state_;
+  answer_keeper* keeper_ = nullptr;  // failover, when it is on
   registered_memory registered_;
 };
 

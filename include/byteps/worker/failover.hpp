@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// `bps::worker::failover<Node>`: how a worker survives the loss of a server (failover on:
+/// `bps::worker::failover<State>`: how a worker survives the loss of a server (failover on:
 /// `Config::failover_timeout` > 0). A strategy that owns its state (the kept sums, the notices,
-/// its timer thread); the worker node calls it only where failover changes what happens: where
-/// an answer lands, when a server link drops. With failover off there is no such object.
+/// its timer thread), handed the worker's `shared_state` and two hooks (`failover_hooks`: connect
+/// to a replacement, send what was held back). `answers` calls it, as its `answer_keeper`, only
+/// where failover changes what happens: where an answer lands, when a server link drops. With
+/// failover off there is no such object.
 ///
 /// The protocol, from the worker's side:
 /// 1. Answers are received into a per-partition `kept_sum`, not into the caller's buffer, and
@@ -34,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -49,6 +52,7 @@
 #include "byteps/rendezvous/inbox.hpp"
 #include "byteps/rendezvous/messages.hpp"
 #include "byteps/wire/frame.hpp"
+#include "byteps/worker/answers.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/op_table.hpp"
 
@@ -68,20 +72,36 @@ struct kept_sum {
   std::uint32_t flags = 0;
 };
 
-/// `Node` is worker::node, whose mutex guards everything here but the timer thread; this class
-/// is its friend.
-template <class Node>
-class failover {
+/// What failover asks of the worker beyond its shared state.
+template <class LinkPtr>
+struct failover_hooks {
+  /// Connects to server `server`'s replacement at `where` as link generation `generation` and
+  /// says hello; null once `gone()`; throws `communicator_error` at BYTEPS_CONNECT_TIMEOUT_MS.
+  std::function<LinkPtr(const rendezvous::address& where, int server, std::uint64_t generation,
+                        std::function<bool()> gone)>
+      connect;
+  /// Under the worker's mutex: one dispatch pass (what was held back for a lost server goes).
+  std::function<void()> dispatch_locked;
+};
+
+/// `State` is the worker's `shared_state`, whose mutex guards everything here but the timer
+/// thread.
+template <class State>
+class failover final : public answer_keeper {
  public:
   using clock = std::chrono::steady_clock;
+  using link_ptr = typename State::link_ptr;
 
-  explicit failover(Node& node) : node_(node) {}
+  failover(State& state, worker::answers<State>& answers, failover_hooks<link_ptr> hooks)
+      : state_(state), answers_(answers), hooks_(std::move(hooks)) {}
   failover(const failover&) = delete;
   failover& operator=(const failover&) = delete;
 
-  /// After the server table is complete: a notice that came earlier waits in the client.
-  void listen() {
-    node_.control_.on_notice(wire::msg::server_replaced,
+  /// After the server table is complete: a notice that came earlier waits in `control` (the
+  /// rendezvous client).
+  template <class Control>
+  void listen(Control& control) {
+    control.on_notice(wire::msg::server_replaced,
                              [this](const rendezvous::frame& f) { on_server_replaced(f); });
   }
 
@@ -94,7 +114,7 @@ class failover {
   /// the replacement is offered. `at`: where this frame's bytes start (a piece of the answer
   /// after the first, from a cut-through server).
   std::span<std::byte> answer_destination(const wire::header& h, pending_part& p, std::size_t at,
-                                          op_ptr& receiving) {
+                                          op_ptr& receiving) override {
     if (p.receiving) return {};  // an old link still writes it (cannot happen: we wait for it)
     kept_sum& kept = kept_[key_id{h.key, h.part}];
     p.receiving = true;
@@ -108,46 +128,47 @@ class failover {
   /// piece of it is in); the caller's buffer gets a copy (decoded, averaged if asked), and then
   /// it becomes the kept sum. Nothing else touches the incoming bytes meanwhile: a
   /// replacement's link starts only after this one closed, and an offer sends the kept ones.
-  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload, bool last) {
+  void answered(const wire::header& h, const op_ptr& op, std::span<std::byte> payload,
+                bool last) override {
     const key_id id{h.key, h.part};
     if (!last) {
-      std::lock_guard lock(node_.mu_);
-      if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+      std::lock_guard lock(state_.mu);
+      if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
       --op->receiving;
-      return node_.answers_.piece_in(id, op, payload.size());
+      return answers_.piece_in(id, op, payload.size());
     }
     std::span<const std::byte> sum = payload;
     if ((h.flags & wire::flag_piece) != 0) {
-      std::lock_guard lock(node_.mu_);
+      std::lock_guard lock(state_.mu);
       sum = kept_[id].incoming;
     }
-    if (!node_.answers_.deliver(h, op, sum)) {
-      std::lock_guard lock(node_.mu_);
-      if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+    if (!answers_.deliver(h, op, sum)) {
+      std::lock_guard lock(state_.mu);
+      if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
       --op->receiving;
-      node_.ops().release_if_done(op);
+      state_.ops().release_if_done(op);
       return;
     }
-    std::lock_guard lock(node_.mu_);
+    std::lock_guard lock(state_.mu);
     kept_sum& kept = kept_[id];
     kept.bytes.swap(kept.incoming);
     kept.round = h.round;
     kept.flags = h.flags & wire::flag_applied;
     kept.valid = true;
-    if (auto* p = node_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
+    if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
     --op->receiving;
-    node_.ops().answered(id, op);
+    state_.ops().answered(id, op);
   }
 
   /// Under the node's mutex. The link to `server` dropped: wait for the scheduler's
   /// `server_replaced`, bounded.
-  void server_down_locked(int server, const std::string& reason) {
-    auto& slot = node_.links_[server];
+  void server_down_locked(int server, const std::string& reason) override {
+    auto& slot = state_.links[server];
     slot.up = false;
     slot.down_since = clock::now();
     slot.down_reason = reason;
-    const auto& cfg = node_.cfg_;
-    node_.log_.warn(
+    const auto& cfg = state_.cfg;
+    state_.log.warn(
         "lost server {} at {}: {}; waiting up to {} ms for its replacement "
         "(BYTEPS_FAILOVER_TIMEOUT_MS)",
         server, slot.address, reason, cfg.failover_timeout.count());
@@ -161,11 +182,11 @@ class failover {
   // Timer thread. The scheduler fails the job itself when no replacement comes; this is the
   // worker's own bound, for when its link to a server dropped but the scheduler saw nothing.
   void replacement_overdue(int server, std::uint64_t generation) {
-    std::lock_guard lock(node_.mu_);
-    const auto& slot = node_.links_[server];
-    if (slot.up || slot.generation != generation || node_.closing_) return;
-    const auto& cfg = node_.cfg_;
-    node_.die_locked(
+    std::lock_guard lock(state_.mu);
+    const auto& slot = state_.links[server];
+    if (slot.up || slot.generation != generation || state_.closing) return;
+    const auto& cfg = state_.cfg;
+    state_.die_locked(
         fmt::format("lost server {} at {} ({}), and no replacement came within {} "
                     "ms (BYTEPS_FAILOVER_TIMEOUT_MS={} plus "
                     "BYTEPS_HEARTBEAT_TIMEOUT_MS={})",
@@ -180,38 +201,36 @@ class failover {
     try {
       m = rendezvous::decode_server_replaced(f.payload);
     } catch (const wire::decode_error& e) {
-      std::lock_guard lock(node_.mu_);
-      return node_.die_locked(
+      std::lock_guard lock(state_.mu);
+      return state_.die_locked(
           fmt::format("malformed server_replaced from the scheduler: {}", e.what()));
     }
     std::uint64_t notice = 0;
     {
-      std::lock_guard lock(node_.mu_);
+      std::lock_guard lock(state_.mu);
       notice = ++notices_;
-      if (node_.links_.known(m.rank)) node_.links_[m.rank].latest_notice = notice;
+      if (state_.links.known(m.rank)) state_.links[m.rank].latest_notice = notice;
     }
     timer_.post_at(clock::now(), [this, m, notice](bool cancelled) {
       if (!cancelled) reconnect(m.rank, m.where, notice);
     });
   }
 
-  bool gone_locked() const { return node_.closing_ || !node_.dead_.empty(); }
-
   // Timer thread: server `server` now listens at `where`. Drop the old link (waiting, bounded,
   // until it reported its close, so no answer is still being written), connect, and re-send.
   void reconnect(int server, const rendezvous::address& where, std::uint64_t notice) {
     const auto address = fmt::format("{}:{}", where.host, where.port);
-    typename Node::link_ptr old;
+    link_ptr old;
     std::uint64_t generation = 0;
     {
-      std::lock_guard lock(node_.mu_);
-      if (gone_locked()) return;
-      if (!node_.links_.known(server))
-        return node_.die_locked(
+      std::lock_guard lock(state_.mu);
+      if (state_.gone_locked()) return;
+      if (!state_.links.known(server))
+        return state_.die_locked(
             fmt::format("the scheduler replaced server {}, but this job has "
                         "{} servers",
-                        server, node_.links_.size()));
-      auto& slot = node_.links_[server];
+                        server, state_.links.size()));
+      auto& slot = state_.links[server];
       if (slot.latest_notice != notice) return;  // replaced again since: go to the newest
       if (slot.up) {  // the scheduler saw it die first (it stopped responding); drop it now
         slot.up = false;
@@ -223,26 +242,24 @@ class failover {
     }
     old->close();
     {
-      std::unique_lock lock(node_.mu_);
-      if (!node_.links_.wait_closed(lock, server, std::chrono::seconds(5)))
-        node_.log_.warn("the old link to server {} did not report its close within 5 s", server);
+      std::unique_lock lock(state_.mu);
+      if (!state_.links.wait_closed(lock, server, std::chrono::seconds(5)))
+        state_.log.warn("the old link to server {} did not report its close within 5 s", server);
     }
     // The handshake waits for the replacement's challenge on the link's I/O thread, which takes
     // the node's mutex for anything it reads: so outside it. Nothing is sent on the link before
     // the hello, and nothing comes back for it until this worker pushes there. A replacement
     // that closes connections before their challenge (its pending limit is full: a flood) is
     // tried again on fresh ones until BYTEPS_CONNECT_TIMEOUT_MS.
-    typename Node::link_ptr fresh;
+    link_ptr fresh;
     try {
-      fresh = node_.connect_link(
-          where, server, generation + 1, [](const typename Node::link_ptr&) {},
-          [&] {
-            std::lock_guard lock(node_.mu_);
-            return gone_locked() || node_.links_[server].latest_notice != notice;
-          });
+      fresh = hooks_.connect(where, server, generation + 1, [&] {
+        std::lock_guard lock(state_.mu);
+        return state_.gone_locked() || state_.links[server].latest_notice != notice;
+      });
     } catch (const communicator_error& e) {
-      std::lock_guard lock(node_.mu_);
-      if (gone_locked() || node_.links_[server].latest_notice != notice) return;
+      std::lock_guard lock(state_.mu);
+      if (state_.gone_locked() || state_.links[server].latest_notice != notice) return;
       // The replacement may have died too before its challenge, and the scheduler's next notice
       // not be here yet: wait for it as for any lost server (bounded; the job fails naming this
       // if none comes).
@@ -253,18 +270,18 @@ class failover {
     if (!fresh) return;
     std::pair<std::size_t, std::size_t> sent;
     {
-      std::lock_guard lock(node_.mu_);
-      auto& slot = node_.links_[server];
-      if (gone_locked() || slot.latest_notice != notice) return fresh->close();
+      std::lock_guard lock(state_.mu);
+      auto& slot = state_.links[server];
+      if (state_.gone_locked() || slot.latest_notice != notice) return fresh->close();
       slot.generation = generation + 1;
       slot.link = fresh;
       slot.link_closed = false;
       slot.address = address;
       slot.up = true;
       sent = resend_locked(server);
-      node_.dispatch_locked();
+      hooks_.dispatch_locked();
     }
-    node_.log_.warn(
+    state_.log.warn(
         "server {} replaced by {}: re-sent {} sum(s) this worker had received and "
         "{} partition(s) in flight",
         server, address, sent.first, sent.second);
@@ -275,23 +292,23 @@ class failover {
   // (sums, pushes).
   std::pair<std::size_t, std::size_t> resend_locked(int server) {
     std::size_t sums = 0, pushes = 0;
-    const auto& link = node_.links_[server].link;
-    auto& ops = node_.ops();
+    const auto& link = state_.links[server].link;
+    auto& ops = state_.ops();
     ops.for_each_tensor([&](std::uint64_t key, tensor& t) {
       t.declared[static_cast<std::size_t>(server)] = false;
       for (std::uint32_t i = 0; i < t.parts.size(); ++i) {
-        if (node_.dispatcher_.server_for(key, i) != server) continue;
+        if (state_.dispatcher.server_for(key, i) != server) continue;
         auto kept = kept_.find(key_id{key, i});
         const bool offer = kept != kept_.end() && kept->second.valid;
         auto* p = ops.awaiting(key_id{key, i});
         const bool push = p != nullptr && p->dispatched && !p->op->failure;
         if (!offer && !push) continue;
-        declare_once(t, key, server, *link, node_.rank_);
+        declare_once(t, key, server, *link, state_.machine);
         if (offer) {
           wire::header h;
           h.type = wire::msg::sum_offer;
           h.flags = kept->second.flags;
-          h.sender = static_cast<std::uint32_t>(node_.rank_);
+          h.sender = static_cast<std::uint32_t>(state_.machine);
           h.key = key;
           h.part = i;
           h.dtype = static_cast<std::uint32_t>(t.type);
@@ -306,9 +323,9 @@ class failover {
         if (push) {
           p->answered_bytes = 0;  // the replacement answers from the start
           ++p->op->in_transport;
-          auto payload = node_.dispatcher_.push_payload(t, i, *p, false);  // encoded already
-          node_.ops().stats().pushed(server, payload.size());
-          link->send(push_frame(t, key, i, *p, node_.rank_), payload,
+          auto payload = state_.dispatcher.push_payload(t, i, *p, false);  // encoded already
+          state_.ops().stats().pushed(server, payload.size());
+          link->send(push_frame(t, key, i, *p, state_.machine), payload,
                      [this, op = p->op] { repushed(op); });
           ++pushes;
         }
@@ -319,12 +336,14 @@ class failover {
 
   // A re-push left (or was dropped): it took no scheduling credit, so it returns none.
   void repushed(const op_ptr& op) {
-    std::lock_guard lock(node_.mu_);
+    std::lock_guard lock(state_.mu);
     --op->in_transport;
-    node_.ops().release_if_done(op);
+    state_.ops().release_if_done(op);
   }
 
-  Node& node_;
+  State& state_;
+  worker::answers<State>& answers_;
+  failover_hooks<link_ptr> hooks_;
   std::unordered_map<key_id, kept_sum, key_id_hash> kept_;  // by partition: the last sum
   std::uint64_t notices_ = 0;                               // server_replaced notices so far
   detail::timer_thread timer_;  // reconnects and replacement deadlines; last: stops first

@@ -1,10 +1,11 @@
 #pragma once
 /// @file
 /// `bps::worker::node<Transport, LocalCollective, Partitioner, Scheduler>`: the worker behind
-/// `bps::Communicator`. It joins the cluster, owns the parts that each do one job (the links to
-/// the servers, the dispatcher, the local stage, failover when it is on, the timeline) and the
-/// one failure path: whatever goes wrong, `die_locked` fails every operation in flight with the
-/// reason and closes the links, once.
+/// `bps::Communicator`. It joins the cluster and owns the parts that each do one job (the links to
+/// the servers, the dispatcher, the local stage, failover when it is on, the timeline). What the
+/// parts share lives in one `shared_state` they are handed, with the one failure path: whatever
+/// goes wrong, `shared_state::die_locked` fails every operation in flight with the reason and
+/// closes the links, once.
 ///
 /// An operation's way: with a local collective, the local stage (worker/local_stage.hpp) runs it
 /// and hands its owned partitions to the network stage here one by one as it reduces them
@@ -14,8 +15,9 @@
 /// comes.
 ///
 /// @par Thread Safety
-/// One mutex guards the node's state; the links' I/O threads, the local stage's thread, the
-/// failover timer and the callers' threads all take it briefly. Sends never block under it.
+/// The shared state's mutex guards what the parts share; the links' I/O threads, the local
+/// stage's thread, the failover timer and the callers' threads all take it briefly. Sends never
+/// block under it.
 
 #include <fmt/core.h>
 
@@ -53,6 +55,7 @@
 #include "byteps/worker/request_checks.hpp"
 #include "byteps/worker/server_links.hpp"
 #include "byteps/worker/server_receiver.hpp"
+#include "byteps/worker/shared_state.hpp"
 #include "byteps/worker/stats.hpp"
 
 namespace bps::worker {
@@ -73,23 +76,24 @@ class node {
         log_(cfg.log, "worker"),
         local_(cfg),
         compressor_choice_(cfg),
-        dispatcher_(cfg),
         trace_(cfg, role::worker),
         stage_(
             local_, network_port_for_stage(),
             [this](const std::string& why) {
-              std::lock_guard lock(mu_);
-              die_locked(why);
+              std::lock_guard lock(state_.mu);
+              state_.die_locked(why);
             },
             trace_, segment_sharing()) {
+    if constexpr (!L::is_identity)
+      state_.also_fail = [this](const std::string& why) { stage_.fail(why); };
     try {
       join();
     } catch (...) {
       {
-        std::lock_guard lock(mu_);
-        closing_ = true;
+        std::lock_guard lock(state_.mu);
+        state_.closing = true;
       }
-      control_.stop_heartbeats();  // their failure callback locks mu_, which goes before them
+      control_.stop_heartbeats();  // their failure callback locks state_.mu, which goes before them
       transport_.stop();
       stop_local();
       throw;
@@ -117,8 +121,8 @@ class node {
   /// BYTEPS_ENABLE_ASYNC: a push_pull pushes a delta and gets the parameters back.
   bool async_mode() const noexcept { return cfg_.enable_async; }
   int rank() const noexcept { return global_rank_; }
-  int size() const noexcept { return global_size_; }
-  int machine() const noexcept { return rank_; }
+  int size() const noexcept { return state_.global_size; }
+  int machine() const noexcept { return state_.machine; }
   int machines() const noexcept { return num_workers_; }
   std::uint64_t job_id() const noexcept { return job_id_; }
   int local_rank() const noexcept { return local_.local_rank(); }
@@ -140,8 +144,8 @@ class node {
     const auto deadline = clock::now() + cfg_.op_timeout;
     if constexpr (!L::is_identity) {
       {
-        std::lock_guard lock(mu_);
-        throw_if_dead_locked();
+        std::lock_guard lock(state_.mu);
+        state_.throw_if_dead_locked();
       }
       local::work w;
       w.name = std::move(name);
@@ -163,7 +167,7 @@ class node {
 
   /// Throughput and stage times over the last 10 s, bytes per server, operations in flight.
   comm_stats stats() {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(state_.mu);
     auto s = ops().stats().snapshot(ops().active().size());
     s.operation_records = ops().records();
     s.partition_records = ops().part_records();
@@ -171,8 +175,8 @@ class node {
   }
 
   void throw_if_failed() const {
-    std::lock_guard lock(mu_);
-    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
+    std::lock_guard lock(state_.mu);
+    if (!state_.dead.empty()) throw communicator_error("this communicator is dead: " + state_.dead);
   }
 
   /// Every compressor gets `lr` before its next encode (error feedback's rate ratio).
@@ -180,31 +184,28 @@ class node {
     if (!(lr > 0) || !std::isfinite(lr))
       throw usage_error(
           fmt::format("set_learning_rate: the rate must be positive and finite, got {}", lr));
-    std::lock_guard lock(mu_);
-    dispatcher_.set_learning_rate(lr);
+    std::lock_guard lock(state_.mu);
+    state_.dispatcher.set_learning_rate(lr);
   }
 
   void barrier() {
     std::uint64_t n;
     {
-      std::lock_guard lock(mu_);
-      throw_if_dead_locked();
+      std::lock_guard lock(state_.mu);
+      state_.throw_if_dead_locked();
       n = barriers_++;
     }
     try {
       control_.barrier(n, cfg_.op_timeout);
     } catch (const communicator_error& e) {
-      std::lock_guard lock(mu_);
-      die_locked(e.what());
+      std::lock_guard lock(state_.mu);
+      state_.die_locked(e.what());
       throw;
     }
   }
 
  private:
-  friend class answers<node>;
-  friend class failover<node>;
-
-  op_table& ops() noexcept { return dispatcher_.ops(); }
+  op_table& ops() noexcept { return state_.ops(); }
 
   // Joins the job: the rendezvous, the machine's local ranks, a link to every server
   // (worker/impl/node_join.hpp).
@@ -215,31 +216,31 @@ class node {
   network_port network_port_for_stage() {
     network_port port;
     port.plan = [this](const std::string& name, std::size_t count, dtype type) {
-      return dispatcher_.plan(name, count, type, slices_);
+      return state_.dispatcher.plan(name, count, type, slices_);
     };
     port.open = [this](const local::work& w, std::size_t first, std::size_t last) {
       const auto& op = w.state;
       const auto esize = dtype_size(w.type);
       const auto owned = w.parts.subspan(first, last - first);
-      std::lock_guard lock(mu_);
-      throw_if_dead_locked();
+      std::lock_guard lock(state_.mu);
+      state_.throw_if_dead_locked();
       op->data = {w.owned, (owned.back().last - owned.front().first) * esize};
-      op->average = w.opts.average && global_size_ > 1;
-      dispatcher_.open(op, w.name, owned, first, links_.size(), w.opts);
+      op->average = w.opts.average && state_.global_size > 1;
+      state_.dispatcher.open(op, w.name, owned, first, state_.links.size(), w.opts);
     };
     port.release = [this](const local::work& w, std::size_t i) {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(state_.mu);
       trace_.queued(*w.state, i);
-      dispatcher_.release(key_id{w.parts[i].key, w.parts[i].index});
+      state_.dispatcher.release(key_id{w.parts[i].key, w.parts[i].index});
       dispatch_locked();
     };
     port.cancel = [this](const op_ptr& op, std::exception_ptr e) {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(state_.mu);
       ops().fail(op, std::move(e));
     };
     port.expire = [this](detail::op_state& o) { expire(o); };
     port.record = [this](const stage_times& t) {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(state_.mu);
       ops().stats().local_steps(t);
     };
     return port;
@@ -263,7 +264,7 @@ class node {
   link_ptr connect_link(const rendezvous::address& where, int server, std::uint64_t generation,
                         Adopt&& adopt, Gone&& gone) {
     const typename server_links<T>::hello_terms terms{
-        .machine = rank_,
+        .machine = state_.machine,
         .local_rank = cfg_.local_rank,
         .job_token = cfg_.job_token,
         .hello_timeout = cfg_.hello_timeout,
@@ -272,7 +273,7 @@ class node {
     };
     return server_links<T>::connect_and_hello(
         transport_, where, server,
-        std::make_shared<server_receiver<answers<node>>>(&answers_, server, generation), terms,
+        std::make_shared<server_receiver<answers<state_type>>>(&answers_, server, generation), terms,
         std::forward<Adopt>(adopt), std::forward<Gone>(gone));
   }
 
@@ -280,19 +281,19 @@ class node {
     std::vector<link_ptr> links;
     std::string why = failure;
     {
-      std::lock_guard lock(mu_);
-      if (closing_) return;
-      closing_ = true;
+      std::lock_guard lock(state_.mu);
+      if (state_.closing) return;
+      state_.closing = true;
       if constexpr (!L::is_identity) stage_.close();
       for (auto& op : ops().active())
         ops().fail(op, std::make_exception_ptr(communicator_error(
                            op->what + ": the communicator was shut down before it finished")));
-      if (dead_.empty())
-        links = links_.live();
+      if (state_.dead.empty())
+        links = state_.links.live();
       else
-        why = dead_;  // its servers' links closed as it failed, after its last word to them
+        why = state_.dead;  // its servers' links closed as it failed, after its last word to them
     }
-    if (failover_) failover_->stop();  // a reconnect in progress ends first (closing_ is set)
+    if (failover_) failover_->stop();  // a reconnect in progress ends first (closing is set)
     // Bye, so that servers and the scheduler know whether this exit is a failure, and which.
     // A dead communicator's bye carries what killed it (a lost server, say): the scheduler
     // reports that node to the others, not the exit of this worker that fell after it.
@@ -308,11 +309,6 @@ class node {
     local_.shutdown();
   }
 
-  void throw_if_dead_locked() const {
-    if (closing_) throw usage_error("this communicator was shut down; create a new one");
-    if (!dead_.empty()) throw communicator_error("this communicator is dead: " + dead_);
-  }
-
   // The push and pull of `data` (the caller's buffer, or the local stage's slice in host
   // memory), bounded by `deadline`.
   handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
@@ -322,14 +318,14 @@ class node {
     op->what = std::move(what);
     op->data = {static_cast<std::byte*>(data), count * dtype_size(type)};
     op->type = type;
-    op->average = opts.average && global_size_ > 1;
+    op->average = opts.average && state_.global_size > 1;
     op->key = tensor_key(name);
     op->deadline = deadline;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
 
-    std::lock_guard lock(mu_);
-    throw_if_dead_locked();
-    tensor& t = dispatcher_.enqueue(op, std::move(name), count, links_.size(), opts);
+    std::lock_guard lock(state_.mu);
+    state_.throw_if_dead_locked();
+    tensor& t = state_.dispatcher.enqueue(op, std::move(name), count, state_.links.size(), opts);
     if (t.parts.empty()) {
       op->released = true;
       op->finish(nullptr);
@@ -349,29 +345,16 @@ class node {
   // A handle's deadline passed: name what the operation still waits for, then give up on the
   // whole communicator (its servers' state for that round is unknown).
   void expire(detail::op_state& o) {
-    std::lock_guard lock(mu_);
-    if (o.released || !dead_.empty()) return;
-    auto detail = links_.describe_waiting(ops().unanswered_by_server(o, links_.size()));
-    die_locked(fmt::format(
+    std::lock_guard lock(state_.mu);
+    if (o.released || !state_.dead.empty()) return;
+    auto detail = state_.links.describe_waiting(ops().unanswered_by_server(o, state_.links.size()));
+    state_.die_locked(fmt::format(
         "{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
         "for {}. A worker may not have called it, or a node is stuck.",
         o.what, cfg_.op_timeout.count(), detail.empty() ? std::string("its sends") : detail));
   }
 
-  // The one failure path: every operation in flight fails with `why`, once.
-  void die_locked(const std::string& why) {
-    if (!dead_.empty() || closing_) return;
-    dead_ = why;
-    log_.error("{}", why);
-    for (auto& op : ops().active()) {
-      // The operation whose deadline passed is named at the start of `why` already.
-      auto text = why.starts_with(op->what) ? why : op->what + ": " + why;
-      ops().fail(op, std::make_exception_ptr(communicator_error(text)));
-    }
-    links_.say_failed(why);  // before the close: each server then names the cause
-    links_.close_all();
-    if constexpr (!L::is_identity) stage_.fail(why);
-  }
+  using state_type = shared_state<T, P, S>;
 
   Config cfg_;
   T transport_;  // first: the links below need its I/O context
@@ -379,24 +362,18 @@ class node {
   logger log_;
   L local_;
   compressor_choice compressor_choice_;  // checks BYTEPS_COMPRESSOR when the node is built
-  mutable std::mutex mu_;
-  dispatcher<P, S> dispatcher_;
+  detail::tracer trace_;                 // timeline: null when BYTEPS_TRACE_ON=0
+  state_type state_{cfg_, log_, trace_};  // what the parts below share under its mutex
   static constexpr bool registers_memory = requires { requires T::registers_memory; };
   push_fusion fusion_{cfg_, registers_memory};  // empty between dispatch passes
-  server_links<T> links_;
-  std::string dead_;
-  bool closing_ = false;
   std::uint64_t barriers_ = 0;
-  int rank_ = 0;  // the machine
   int num_workers_ = 1;
   int global_rank_ = 0;
-  int global_size_ = 1;
   int slices_ = 1;  // slices per tensor: the largest local size in the job
   std::uint64_t job_id_ = 0;
-  detail::tracer trace_;                      // timeline: null when BYTEPS_TRACE_ON=0
   local_stage_for<L> stage_;                  // after the members its callbacks use
-  answers<node> answers_{*this};              // what the servers send
-  std::unique_ptr<failover<node>> failover_;  // null with failover off; last: stops first
+  answers<state_type> answers_{state_};       // what the servers send
+  std::unique_ptr<failover<state_type>> failover_;  // null with failover off; last: stops first
 };
 
 }  // namespace bps::worker

@@ -5,6 +5,7 @@
 /// Included at the end of worker/node.hpp.
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,15 +20,15 @@ template <class T, class L, class P, class S>
 void node<T, L, P, S>::join() {
   cfg_.validate();
   auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
-  rank_ = welcome.rank;
+  state_.machine = welcome.rank;
   num_workers_ = welcome.num_workers;
   global_rank_ = welcome.global_rank;
-  global_size_ = welcome.global_size;
+  state_.global_size = welcome.global_size;
   job_id_ = welcome.job_id;
   slices_ = welcome.slices;
-  log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", rank_, local_.local_rank())
-                                      : fmt::format("worker {}", rank_));
-  trace_.name_node(global_rank_, log_.who(), rank_);
+  log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", state_.machine, local_.local_rank())
+                                      : fmt::format("worker {}", state_.machine));
+  trace_.name_node(global_rank_, log_.who(), state_.machine);
   if (L::is_identity && welcome.slices > 1)
     throw usage_error(fmt::format(
         "this job runs {} local ranks on some machine, so every machine must run a local "
@@ -39,16 +40,27 @@ void node<T, L, P, S>::join() {
   // mapped it, so a local rank that dies before its first push_pull leaves nothing behind.
   // Attached after the links, a survivor failing on its way here left the dead one's control
   // segment in /dev/shm.
-  const local::cluster machine{rank_,        num_workers_,   global_rank_,
-                               global_size_, welcome.slices, welcome.job_id};
+  const local::cluster machine{state_.machine,        num_workers_,   global_rank_,
+                               state_.global_size, welcome.slices, welcome.job_id};
   if constexpr (transport::SharesMemory<T> && requires { local_.share_segments(true); })
     local_.share_segments(transport_.shares_memory());
   local_.attach(machine);
   control_.on_failure([this](const std::string& why) {
-    std::lock_guard lock(mu_);
-    die_locked(why);
+    std::lock_guard lock(state_.mu);
+    state_.die_locked(why);
   });
-  if (cfg_.failover()) failover_ = std::make_unique<failover<node>>(*this);
+  if (cfg_.failover()) {
+    failover_hooks<link_ptr> hooks{
+        .connect =
+            [this](const rendezvous::address& where, int server, std::uint64_t generation,
+                   std::function<bool()> gone) {
+              return connect_link(where, server, generation, [](const link_ptr&) {}, gone);
+            },
+        .dispatch_locked = [this] { dispatch_locked(); },
+    };
+    failover_ = std::make_unique<failover<state_type>>(state_, answers_, std::move(hooks));
+    answers_.keep_with(failover_.get());
+  }
   try {
     for (std::size_t i = 0; i < welcome.servers.size(); ++i) {
       const int server = static_cast<int>(i);
@@ -56,38 +68,38 @@ void node<T, L, P, S>::join() {
       // which looks it up there. A retry (the server closed a connection before its
       // challenge) puts its fresh link in the same place.
       auto adopt = [&, added = false](const link_ptr& link) mutable {
-        std::lock_guard lock(mu_);
+        std::lock_guard lock(state_.mu);
         if (!added) {
           server_slot<typename T::link> s;
           s.address = fmt::format("{}:{}", welcome.servers[i].host, welcome.servers[i].port);
           s.link = link;
-          links_.add(std::move(s));
+          state_.links.add(std::move(s));
           added = true;
         }
-        links_[server].link = link;
+        state_.links[server].link = link;
       };
       // The hello waits for the server's challenge outside the mutex (as failover's does), so
       // a failure the scheduler reports meanwhile closes the links at once instead of waiting
       // for the hello timeout.
       if (!connect_link(welcome.servers[i], server, 0, adopt, [this] {
-            std::lock_guard lock(mu_);
-            return closing_ || !dead_.empty();
+            std::lock_guard lock(state_.mu);
+            return state_.closing || !state_.dead.empty();
           }))
         throw communicator_error(fmt::format("gave up connecting to server {}", server));
     }
   } catch (const communicator_error& e) {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(state_.mu);
     // The scheduler's word on why the job failed says more than the link that broke for it.
-    if (!dead_.empty())
+    if (!state_.dead.empty())
       throw communicator_error(
-          fmt::format("{} (while connecting to the servers: {})", dead_, e.what()));
+          fmt::format("{} (while connecting to the servers: {})", state_.dead, e.what()));
     throw;
   }
-  ops().stats().servers(links_.size());
-  if (failover_) failover_->listen();
+  ops().stats().servers(state_.links.size());
+  if (failover_) failover_->listen(control_);
   if constexpr (!L::is_identity) stage_.start(machine);
   log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
-            global_size_, num_workers_, links_.size());
+            state_.global_size, num_workers_, state_.links.size());
 }
 
 }  // namespace bps::worker

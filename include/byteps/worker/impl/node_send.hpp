@@ -22,15 +22,15 @@ void node<T, L, P, S>::dispatch_locked() {
     send_pushes(server, std::move(pushes));
   };
   try {
-    dispatcher_.dispatch(
-        !dead_.empty(), [this](int server) { return links_[server].up; },
+    state_.dispatcher.dispatch(
+        !state_.dead.empty(), [this](int server) { return state_.links[server].up; },
         [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
-          declare_once(t, key, p.server, *links_[p.server].link, rank_);
+          declare_once(t, key, p.server, *state_.links[p.server].link, state_.machine);
           ++p.op->in_transport;
           trace_.dispatched(*p.op, p.index, p.server);
-          auto payload = dispatcher_.push_payload(t, part, p, true);  // encode stage
+          auto payload = state_.dispatcher.push_payload(t, part, p, true);  // encode stage
           ops().stats().pushed(p.server, payload.size());
-          held_push push{push_frame(t, key, part, p, rank_), payload,
+          held_push push{push_frame(t, key, part, p, state_.machine), payload,
                          {p.op, p.bytes, key_id{key, part}, p.index}};
           if (fusion_.joins(t, payload.size()))
             return fusion_.hold(p.server, std::move(push), send);
@@ -47,12 +47,12 @@ void node<T, L, P, S>::dispatch_locked() {
 // A lone push as its frame; more as one push_batch, whose sending runs each one's sent path.
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) {
-  auto& link = *links_[server].link;
+  auto& link = *state_.links[server].link;
   if (pushes.size() == 1) {
     const held_push& p = pushes.front();
     return link.send(p.head, p.payload, [this, m = p.member] { sent(std::span(&m, 1)); });
   }
-  auto batch = push_fusion::fuse(pushes, rank_);
+  auto batch = push_fusion::fuse(pushes, state_.machine);
   ops().stats().batched(batch->members.size());
   link.send(batch->head, batch->bytes, [this, batch] { sent(batch->members); });
 }
@@ -62,18 +62,18 @@ void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) 
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::sent(std::span<const batch_member> members) {
   for (const auto& m : members) trace_.sent(*m.op, m.index, m.id.key, m.id.part);
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(state_.mu);
   for (const auto& m : members) {
     if (auto* p = ops().awaiting(m.id); p != nullptr && p->op == m.op) {
       p->sent_at = clock::now();
       ops().at(m.id.key).timing.stages.add(
           stage::push, stats_recorder::seconds(p->sent_at - p->dispatched_at));
     }
-    dispatcher_.sent(m.bytes);
+    state_.dispatcher.sent(m.bytes);
     --m.op->in_transport;
     ops().release_if_done(m.op);
   }
-  if (!closing_) dispatch_locked();
+  if (!state_.closing) dispatch_locked();
 }
 
 }  // namespace bps::worker
