@@ -326,6 +326,40 @@ TEST_CASE("a push_pull that cannot complete fails at its deadline naming the ser
   CHECK(took < 5.0);
 }
 
+TEST_CASE("a push_pull nobody waits for still fails at its deadline, and the communicator with it",
+          "[faults]") {
+  auto cfg = test::base_config(2, 1);
+  cfg.op_timeout = std::chrono::milliseconds(1000);
+  cluster c(cfg);
+  std::string error, dead;
+  double finished_after = -1;
+  std::atomic<bool> done{false};
+  c.run_workers(
+      [&](comm_t& comm, int rank) {
+        if (rank == 0) {
+          std::vector<float> v(10, 1.0f);
+          const auto start = clock_type::now();
+          auto finished = std::make_shared<std::promise<double>>();
+          auto h = comm.push_pull("unwatched", std::span(v));
+          h.when_done([finished, start] { finished->set_value(seconds_since(start)); });
+          // Not the handle: a trainer that polls something else is told all the same.
+          auto when = finished->get_future();
+          if (when.wait_for(std::chrono::seconds(8)) == std::future_status::ready)
+            finished_after = when.get();
+          dead = message_of<communicator_error>([&] { comm.throw_if_failed(); });
+          error = message_of<communicator_error>([&] { h.wait(); });
+          done = true;
+        } else {
+          while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      },
+      /*strict=*/false);
+  CHECK(finished_after >= 0.9);
+  CHECK(finished_after < 5.0);
+  CHECK_THAT(error, Contains("'unwatched'") && Contains("1000 ms") && Contains("server 0"));
+  CHECK_THAT(dead, Contains("'unwatched'") && Contains("did not finish"));
+}
+
 TEST_CASE("a job token keeps out other jobs' workers and strangers", "[faults]") {
   auto cfg = test::base_config(1, 1);
   cfg.job_token = "job-a";

@@ -1,10 +1,12 @@
 #pragma once
 /// @file
 /// `bps::handle`: what `push_pull` and `broadcast` return at once, so the caller can go on with
-/// its backward pass. Every wait has a deadline: the operation's own (`BYTEPS_OP_TIMEOUT_MS`
-/// after the call) even when the caller asks for none. When it passes, the communicator is
-/// declared dead, every pending operation fails with a message naming what it waited for, and
-/// `wait()` throws `communicator_error`.
+/// its backward pass. Every operation has a deadline (`BYTEPS_OP_TIMEOUT_MS` after the call),
+/// which the worker's deadline timer enforces whether anybody waits or not: when it passes, the
+/// communicator is declared dead, every pending operation fails with a message naming what it
+/// waited for, and `wait()` throws `communicator_error`. A wait is bounded by that deadline
+/// (plus the time a failing operation takes to let go of its buffer) even when the caller asks
+/// for none.
 ///
 /// @par Thread Safety
 /// A handle may be waited on from any thread; copies share one operation.
@@ -43,12 +45,7 @@ class handle {
   /// Done, successfully or not; does not throw.
   bool ready() const {
     check();
-    std::unique_lock lock(s_->mu);
-    if (s_->done) return true;
-    if (clock::now() < s_->deadline) return false;
-    lock.unlock();
-    expire();
-    lock.lock();
+    std::lock_guard lock(s_->mu);
     return s_->done;
   }
 
@@ -87,27 +84,24 @@ class handle {
     return wait_for_state(until, [&] { return s_->done; });
   }
 
-  // Waits (holding s_->mu in `reached`) until `reached()`, `until` or the deadline; rethrows
-  // the operation's error once it is done and failed.
+  // Waits (holding s_->mu in `reached`) until `reached()` or `until`, and past the deadline
+  // only as long as failing the operation takes; rethrows the operation's error once it is
+  // done and failed.
   template <class Pred>
   bool wait_for_state(clock::time_point until, Pred reached) const {
     check();
     std::unique_lock lock(s_->mu);
-    const auto limit = std::min(until, s_->deadline);
-    if (!s_->cv.wait_until(lock, limit, reached)) {
-      if (limit == until && until < s_->deadline) return false;
-      lock.unlock();
-      expire();
-      lock.lock();
-      // Failing an operation waits for the transport to let go of its buffer; links close fast.
-      if (!s_->cv.wait_for(lock, std::chrono::seconds(10), reached))
-        throw communicator_error(s_->what + " passed its deadline and could not be cancelled");
+    // The deadline timer fails the operation at its deadline; failing it waits for the
+    // transport to let go of its buffer, and links close fast.
+    constexpr auto grace = std::chrono::seconds(10);
+    const auto bound = s_->deadline < clock::time_point::max() - grace ? s_->deadline + grace
+                                                                      : clock::time_point::max();
+    if (!s_->cv.wait_until(lock, std::min(until, bound), reached)) {
+      if (until < bound) return false;
+      throw communicator_error(s_->what + " passed its deadline and could not be cancelled");
     }
     if (s_->done && s_->error) std::rethrow_exception(s_->error);
     return true;
-  }
-  void expire() const {
-    if (s_->on_deadline) s_->on_deadline(*s_);
   }
   void check() const {
     if (!s_) throw usage_error("bps::handle: waiting on an empty handle (default-constructed)");

@@ -53,7 +53,11 @@ struct op_state {
   bool compressed = false;  ///< its partitions pass through its tensor's compressors
   std::uint64_t key = 0;
   clock::time_point deadline;
-  std::function<void(op_state&)> on_deadline;  ///< declares the communicator dead
+  /// Called by the worker's deadline timer (worker/deadline_timer.hpp) once `deadline` passed
+  /// before the operation finished, after it set `expired`: the worker names what the
+  /// operation waits for and dies.
+  std::function<void(op_state&)> on_deadline;
+  std::atomic<bool> expired{false};  ///< the deadline passed first (set once, by the timer)
   /// GPU local collectives only: owns the `cudaEvent_t` that completes when the result is in
   /// the caller's device buffer (the deleter destroys it); null for host policies.
   std::shared_ptr<void> device_event;

@@ -15,7 +15,7 @@
 /// it, and the worker's network stage awaits its owned partitions in it (`network_port::open`;
 /// no push_pull is nested in another). The engine keeps the table of tensors (shape, round,
 /// partitions, the policy's per-tensor state) and what it knows of each operation
-/// (local_records.hpp), the deadline checks of the local steps and their failure path; `L`
+/// (local_records.hpp), what an expired operation waits for and the failure path; `L`
 /// supplies only its steps. The timeline (`detail::tracer`) gets the operation's span and a
 /// span per local step. One stage thread runs every operation: it sleeps on the machine's
 /// doorbell, which the other local ranks, the device and the network's answers ring, so an
@@ -24,7 +24,7 @@
 /// (`local::poll_window_of`): device steps finish sooner than a host function rings the bell.
 ///
 /// Failure: a step that throws `communicator_error`, or an operation past its deadline in a
-/// local step, declares the communicator dead (`die`, the worker's one failure path), which in
+/// local step (the worker's `deadline_timer` marks it expired and rings the doorbell), declares the communicator dead (`die`, the worker's one failure path), which in
 /// turn calls `fail` here: the stage thread then lets `L` abort the machine's collective and
 /// fails every operation, each once the network let go of its memory. An operation past its
 /// deadline on the network is the network's to name (`network_port::expire`). Any other
@@ -59,6 +59,7 @@
 #include "byteps/detail/tracer.hpp"
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
+#include "byteps/worker/deadline_timer.hpp"
 #include "byteps/worker/local_records.hpp"
 #include "byteps/worker/stats.hpp"
 
@@ -100,12 +101,13 @@ class local_stage {
   using share_fn = std::function<void(const std::string& name, std::span<std::byte> memory)>;
 
   local_stage(L& local, network_port network, die_fn die, detail::tracer& trace,
-              share_fn share = {})
+              deadline_timer& deadlines, share_fn share = {})
       : local_(local),
         network_(std::move(network)),
         die_(std::move(die)),
         share_(std::move(share)),
-        trace_(trace) {}
+        trace_(trace),
+        deadlines_(deadlines) {}
   local_stage(const local_stage&) = delete;
   local_stage& operator=(const local_stage&) = delete;
   ~local_stage() { stop(); }
@@ -132,7 +134,7 @@ class local_stage {
     state->type = op->w.type;
     state->key = op->w.key;
     state->deadline = op->w.deadline;
-    state->on_deadline = [this](detail::op_state&) { ring(); };
+    state->on_deadline = [this](detail::op_state&) { ring(); };  // the loop names the wait
     op->w.state = state;
     throw_if_closed(op->w.what);
     local_.begin(op->w, op->step);
@@ -153,6 +155,7 @@ class local_stage {
       trace_.begin(*state, op->w.name, t.round, t.plan.size());  // before the stage thread
       incoming_.push_back(op);
     }
+    deadlines_.watch(state);
     ring();
     return handle(state);
   }
@@ -381,6 +384,7 @@ class local_stage {
   share_fn share_;
   std::vector<std::string> shared_;  // segments shared so far; stage thread, then stop
   detail::tracer& trace_;
+  deadline_timer& deadlines_;
   local::cluster cluster_;
   std::atomic<std::atomic<std::uint32_t>*> bell_word_{nullptr};  // the machine's doorbell
   std::mutex mu_;

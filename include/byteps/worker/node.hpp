@@ -47,6 +47,7 @@
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/answers.hpp"
 #include "byteps/worker/compressor_choice.hpp"
+#include "byteps/worker/deadline_timer.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/fusion.hpp"
@@ -83,7 +84,7 @@ class node {
               std::lock_guard lock(state_.mu);
               state_.die_locked(why);
             },
-            trace_, segment_sharing()) {
+            trace_, deadlines_, segment_sharing()) {
     if constexpr (!L::is_identity)
       state_.also_fail = [this](const std::string& why) { stage_.fail(why); };
     try {
@@ -113,6 +114,7 @@ class node {
   /// `failure` goes with the bye: the scheduler and the servers then fail the job with it. A
   /// dead communicator's bye carries what killed it instead.
   void shutdown(const std::string& failure = {}) {
+    deadlines_.stop();  // what is in flight fails now, and its expiry must not race the stop
     leave(failure);
     stop_local();
     trace_.write(control_.clock_offset(), log_);
@@ -323,16 +325,19 @@ class node {
     op->deadline = deadline;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
 
-    std::lock_guard lock(state_.mu);
-    state_.throw_if_dead_locked();
-    tensor& t = state_.dispatcher.enqueue(op, std::move(name), count, state_.links.size(), opts);
-    if (t.parts.empty()) {
-      op->released = true;
-      op->finish(nullptr);
-      return handle(op);
+    {
+      std::lock_guard lock(state_.mu);
+      state_.throw_if_dead_locked();
+      tensor& t = state_.dispatcher.enqueue(op, std::move(name), count, state_.links.size(), opts);
+      if (t.parts.empty()) {
+        op->released = true;
+        op->finish(nullptr);
+        return handle(op);
+      }
+      trace_.begin(*op, t.name, t.round, t.parts.size());
+      dispatch_locked();
     }
-    trace_.begin(*op, t.name, t.round, t.parts.size());
-    dispatch_locked();
+    deadlines_.watch(op);
     return handle(op);
   }
 
@@ -342,8 +347,8 @@ class node {
   void send_pushes(int server, std::vector<held_push>&& pushes);
   void sent(std::span<const batch_member> members);
 
-  // A handle's deadline passed: name what the operation still waits for, then give up on the
-  // whole communicator (its servers' state for that round is unknown).
+  // An operation's deadline passed (the deadline timer's thread): name what it still waits
+  // for, then give up on the whole communicator (its servers' state for that round is unknown).
   void expire(detail::op_state& o) {
     std::lock_guard lock(state_.mu);
     if (o.released || !state_.dead.empty()) return;
@@ -371,7 +376,8 @@ class node {
   int global_rank_ = 0;
   int slices_ = 1;  // slices per tensor: the largest local size in the job
   std::uint64_t job_id_ = 0;
-  local_stage_for<L> stage_;                  // after the members its callbacks use
+  deadline_timer deadlines_{cfg_.op_timeout};  // every operation's deadline; stops first
+  local_stage_for<L> stage_;                   // after the members its callbacks use
   answers<state_type> answers_{state_};       // what the servers send
   std::unique_ptr<failover<state_type>> failover_;  // null with failover off; last: stops first
 };

@@ -73,22 +73,17 @@ void local_stage<L>::stage_loop() {
       std::this_thread::yield();
       continue;
     }
-    auto next = clock::time_point::max();
-    for (auto& op : active) next = std::min(next, op->w.deadline);
-    auto timeout = std::chrono::nanoseconds(-1);
-    if (next != clock::time_point::max())
-      timeout = std::max(std::chrono::nanoseconds(0), next - clock::now()) +
-                std::chrono::milliseconds(1);
     // Nothing rings for a device's copy in (it may wait behind the caller's stream): look
-    // again every copy_in_poll while one is pending.
-    if (awaits_copy_in(active) && (timeout < std::chrono::nanoseconds(0) || timeout > copy_in_poll))
-      timeout = copy_in_poll;
-    bell.wait(seen, timeout);
+    // again every copy_in_poll while one is pending. A deadline rings (the worker's timer).
+    bell.wait(seen, awaits_copy_in(active)
+                        ? std::chrono::duration_cast<std::chrono::nanoseconds>(copy_in_poll)
+                        : std::chrono::nanoseconds(-1));
   }
 }
 
 // One pass over everything; true when anything moved. Throws what kills the communicator:
-// a step's communicator_error, anything from `progress`, a deadline passed in a local step.
+// a step's communicator_error, anything from `progress`, a deadline passed in a local step
+// (the worker's deadline timer marks the operation expired and rings).
 template <LocalSteps L>
 bool local_stage<L>::step(std::vector<operation_ptr>& active) {
   bool progressed = false;
@@ -114,9 +109,8 @@ bool local_stage<L>::step(std::vector<operation_ptr>& active) {
     progressed = true;
     ring();
   }
-  const auto now = clock::now();
   for (auto& op : active) {
-    if (now <= op->w.deadline) continue;
+    if (!op->w.state->expired.load(std::memory_order_acquire)) continue;
     // The network names the servers it waits for, once every owned partition was released to it.
     if (op->net && !op->net->done.load(std::memory_order_acquire) &&
         op->next_reduce == op->t->owned_last) {
