@@ -79,9 +79,8 @@ inline std::uint64_t key_hash(std::uint64_t tensor, key_hash_fn fn) {
 
 /// The server (0 .. num_servers-1) that owns a partition. The hash picks the server of a
 /// tensor's first partition; the next partitions go to the next servers in turn. Hashing every
-/// partition on its own (as BytePS does) leaves servers unevenly loaded: measured with djb2, a
-/// 64 MiB tensor in 4096000-byte partitions put 27 MiB on one of 4 servers and none on another,
-/// and the busiest server bounds the push_pull time.
+/// partition on its own (as BytePS does) leaves servers unevenly loaded, and the busiest server
+/// bounds the push_pull time (docs/performance.md, "Placing partitions on servers").
 inline int server_for(std::uint64_t tensor, std::uint32_t part, int num_servers,
                       key_hash_fn fn) {
   const auto n = static_cast<std::uint64_t>(num_servers);

@@ -203,8 +203,9 @@ class nccl {
                         t.host->data() + at * esize, (p.last - p.first) * esize,
                         cudaMemcpyHostToDevice, device_.stream()),
         "cudaMemcpyAsync of a partition's sum to the device", w.what);
-    // No host function to ring the bell: each would hold the stream about 20 us, once per
-    // partition. The stage thread polls while a copy in is pending (`awaits_copy_in`).
+    // No host function to ring the bell: each would hold the stream, once per partition
+    // (docs/performance.md, "One GPU, one worker process (`local::nccl`), device against host
+    // buffers"). The stage thread polls while a copy in is pending (`awaits_copy_in`).
     nccl_detail::cuda_check(
         cudaEventRecord(nccl_detail::event_of(t.copied_in[i - t.owned_first]), device_.stream()),
         "cudaEventRecord", w.what);

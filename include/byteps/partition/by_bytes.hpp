@@ -8,9 +8,9 @@
 /// BytePS; with several servers, a tensor that would make fewer than 4 partitions per server is
 /// cut into up to 4 x `DMLC_NUM_SERVER` equal partitions of at least 64 KiB each (with one server
 /// the split is BytePS's). Otherwise a 4 MB tensor is one partition on one server, whose link
-/// then carries every worker's copy in and the sum out to every worker: measured on 4 workers +
-/// 4 servers at 1 Gbit/s, 8 times the bound, against 1.4 times with the tensor spread
-/// (docs/performance.md).
+/// then carries every worker's copy in and the sum out to every worker: far slower than with the
+/// tensor spread over the servers (docs/performance.md, "Emulated, 1 Gbit/s links, fp32, byteps
+/// defaults").
 ///
 /// Unset (auto): the same split with 4096000 bytes, then, where that leaves fewer,
 /// `auto_per_server` equal partitions per server, none under `auto_min_bytes`. A server answers
@@ -18,8 +18,8 @@
 /// and the last push of a tensor idles the links while it is summed: more, smaller partitions
 /// keep every server's link busy (64 MiB on 4 servers: 64 partitions of 1 MiB instead of 17 of
 /// 4 MB). The floor keeps the per-partition cost (frames, a sum, an answer) small against its
-/// bytes: on loopback, where the CPU is the limit, 256 KiB partitions made 256 MiB 18% slower
-/// than 4 MB ones (medians of three runs). docs/performance.md has the time against the partition size.
+/// bytes: on loopback, where the CPU is the limit, small partitions lose (docs/performance.md,
+/// "Partition size, and where the default lands", has the time against the partition size).
 
 #include <algorithm>
 #include <cstddef>

@@ -82,9 +82,8 @@ class ipc {
   static constexpr std::string_view name = "ipc";
   static constexpr std::size_t min_ipc_bytes = 16 * 1024;
   /// The way back (server to worker) takes the ring from this size on. Smaller answers went
-  /// faster by TCP (loopback, 2 workers + 2 servers, 64 KiB: p50 283-317 us through the ring
-  /// against 212-286 us by TCP, alternated on an idle machine; why was not found), and larger
-  /// ones faster through the ring (1 MiB: 459-556 us against 1004-1130).
+  /// faster by TCP (why was not found), and larger ones faster through the ring
+  /// (docs/performance.md, "One machine: answers through shared memory").
   static constexpr std::size_t min_ipc_answer_bytes = 256 * 1024;
   /// Ring payloads up to this size are copied by the sending thread, larger ones by the copier.
   static constexpr std::size_t inline_copy_bytes = 256 * 1024;

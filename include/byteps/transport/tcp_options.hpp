@@ -29,9 +29,8 @@ struct tcp_options {
   /// bytes are near the wire. Without it the kernel takes up to its whole send buffer (4 MiB
   /// here) per socket, in the order written, so a partition the scheduler sends first can
   /// still reach its server late, behind bytes of other partitions to the same link, and the
-  /// servers wait for the slowest worker's copy. 4 workers + 4 servers at 1 Gbit/s, 64 MiB, 6
-  /// alternated runs each: median 1.391 of the bound without, 1.178 with 256 KiB
-  /// (docs/performance.md, "A short unsent queue per TCP socket").
+  /// servers wait for the slowest worker's copy (docs/performance.md, "A short unsent queue per
+  /// TCP socket", has the runs).
   /// Bytes in flight on the network are not bounded by it, only the unsent queue. 0: the
   /// kernel's default (no bound).
   std::size_t notsent_lowat = 262144;

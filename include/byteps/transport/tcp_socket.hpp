@@ -44,9 +44,8 @@ BYTEPS_DECL void set_notsent_lowat(asio::basic_socket<asio::ip::tcp>& socket, st
 /// written whole, headers gathered with their payloads) and, for a connection that leaves the
 /// host, TCP_NOTSENT_LOWAT of `notsent_lowat` bytes (0: left as the kernel has it; see
 /// `tcp_options::notsent_lowat` for why). A connection within the host keeps the kernel's
-/// default: there the short unsent queue only adds wake-ups (TCP-only loopback, 2 workers + 2
-/// servers, 64 MiB: 81.8 ms with it against 73.3 ms without). A socket that refuses an option
-/// still works: ignored.
+/// default: there the short unsent queue only adds wake-ups (docs/performance.md, "Issue 12's
+/// targets, with the defaults"). A socket that refuses an option still works: ignored.
 BYTEPS_DECL void tune_connection(asio::basic_socket<asio::ip::tcp>& socket,
                                  std::size_t notsent_lowat);
 

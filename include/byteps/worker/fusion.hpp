@@ -64,8 +64,8 @@ class push_fusion {
   /// uncompressed (its payload is the caller's bytes) and in one partition (a small tensor, as
   /// Horovod fuses whole tensors), the partition at most the threshold. A tensor the partitioner
   /// spread over the servers keeps its partitions apart, each summed and answered as it comes:
-  /// fused, a 1 MiB tensor's 64 KiB partitions went as one frame per server and took 1.5 times
-  /// as long (docs/performance.md, "Tensor fusion").
+  /// fused, a server sums its frame only once the whole of it is in from every worker
+  /// (docs/performance.md, "Tensor fusion", has the cost).
   bool joins(const tensor& t, std::size_t bytes) const noexcept {
     return threshold_ != 0 && t.codecs.empty() && t.parts.size() == 1 && bytes <= threshold_;
   }

@@ -49,9 +49,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     std::optional<std::uint64_t> pos;
     if (by_shm) pos = reserve(payload.size());
     if (!pos && queued_ == 0) return inner_->send(h, payload, std::move(on_sent));
-    // A small copy costs less than waking the copier (loopback, 2 workers + 2 servers, 64 KiB:
-    // p50 371-388 us through the copier, 321-331 us copied here), so it is done here when
-    // nothing waits.
+    // A small copy costs less than waking the copier, so it is done here when nothing waits
+    // (docs/performance.md, "Figures moved from code comments").
     if (pos && queued_ == 0 && payload.size() <= inline_copy_bytes) {
       std::memcpy(ring_data() + *pos % ring_capacity_, payload.data(), payload.size());
       return send_ring_locked(h, *pos, payload.size(), std::move(on_sent));
