@@ -95,7 +95,7 @@ class handle {
     // transport to let go of its buffer, and links close fast.
     constexpr auto grace = std::chrono::seconds(10);
     const auto bound = s_->deadline < clock::time_point::max() - grace ? s_->deadline + grace
-                                                                      : clock::time_point::max();
+                                                                       : clock::time_point::max();
     if (!s_->cv.wait_until(lock, std::min(until, bound), reached)) {
       if (until < bound) return false;
       throw communicator_error(s_->what + " passed its deadline and could not be cancelled");

@@ -135,9 +135,9 @@ class answers {
       } catch (const std::exception& e) {  // a malformed answer: this operation fails, no crash
         std::lock_guard lock(state_.mu);
         state_.ops().fail(op, std::make_exception_ptr(communicator_error(fmt::format(
-                                 "{}: the answer for partition {} from server {} does not "
-                                 "decode with compressor '{}': {}",
-                                 op->what, h.part, server, codec->name(), e.what()))));
+                                  "{}: the answer for partition {} from server {} does not "
+                                  "decode with compressor '{}': {}",
+                                  op->what, h.part, server, codec->name(), e.what()))));
         return true;  // its partition is done with: the caller marks it answered
       }
     } else if (in.data() != dest.data())
@@ -185,7 +185,8 @@ class answers {
 
   // Under the node's mutex: a piece (not the last) of `id`'s answer is in.
   void piece_in(key_id id, const op_ptr& op, std::size_t bytes) {
-    if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->answered_bytes += bytes;
+    if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op)
+      p->answered_bytes += bytes;
     state_.ops().release_if_done(op);
   }
 
@@ -199,7 +200,7 @@ class answers {
         return state_.die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));
       // Failover: a server that gave up (it lost the scheduler, or a worker) is lost to us; the
       // scheduler either replaces it or fails the job (naming the real cause).
-      if (slot.up && !state_.gone_locked()) {
+      if (slot.up && !state_.life.gone()) {
         keeper_->server_down_locked(server, "it reported: " + text);
         slot.link->close();
       }
@@ -208,7 +209,7 @@ class answers {
     auto* t = state_.ops().find_tensor(h.key);
     if (t == nullptr || !t->active) return;
     state_.ops().fail(t->active, std::make_exception_ptr(
-                                    usage_error(fmt::format("{}: {}", t->active->what, text))));
+                                     usage_error(fmt::format("{}: {}", t->active->what, text))));
   }
 
   void server_closed(int server, std::uint64_t generation, const op_ptr& receiving, key_id id,
@@ -221,13 +222,12 @@ class answers {
       state_.ops().release_if_done(receiving);
     }
     state_.links.closed(server, generation);
-    if (state_.gone_locked()) return;
+    if (state_.life.gone()) return;
     auto& slot = state_.links[server];
     if (keeper_ == nullptr)
       return state_.die_locked(
           fmt::format("lost server {} at {}: {}", server, slot.address, reason));
-    if (generation == slot.generation && slot.up)
-      keeper_->server_down_locked(server, reason);
+    if (generation == slot.generation && slot.up) keeper_->server_down_locked(server, reason);
   }
 
  private:

@@ -112,7 +112,7 @@ class deadline_timer {
   const clock::duration timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<entry> queue_;  // by deadline
+  std::deque<entry> queue_;                               // by deadline
   clock::time_point wake_at_ = clock::time_point::max();  // when the thread looks next
   bool stopping_ = false;
   std::thread thread_;  // last: starts once the rest is built

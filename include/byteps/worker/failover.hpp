@@ -102,7 +102,7 @@ class failover final : public answer_keeper {
   template <class Control>
   void listen(Control& control) {
     control.on_notice(wire::msg::server_replaced,
-                             [this](const rendezvous::frame& f) { on_server_replaced(f); });
+                      [this](const rendezvous::frame& f) { on_server_replaced(f); });
   }
 
   /// Ends a reconnect in progress (the node is closing) and the replacement deadlines.
@@ -184,7 +184,7 @@ class failover final : public answer_keeper {
   void replacement_overdue(int server, std::uint64_t generation) {
     std::lock_guard lock(state_.mu);
     const auto& slot = state_.links[server];
-    if (slot.up || slot.generation != generation || state_.closing) return;
+    if (slot.up || slot.generation != generation || state_.life.closing()) return;
     const auto& cfg = state_.cfg;
     state_.die_locked(
         fmt::format("lost server {} at {} ({}), and no replacement came within {} "
@@ -224,7 +224,7 @@ class failover final : public answer_keeper {
     std::uint64_t generation = 0;
     {
       std::lock_guard lock(state_.mu);
-      if (state_.gone_locked()) return;
+      if (state_.life.gone()) return;
       if (!state_.links.known(server))
         return state_.die_locked(
             fmt::format("the scheduler replaced server {}, but this job has "
@@ -255,24 +255,24 @@ class failover final : public answer_keeper {
     try {
       fresh = hooks_.connect(where, server, generation + 1, [&] {
         std::lock_guard lock(state_.mu);
-        return state_.gone_locked() || state_.links[server].latest_notice != notice;
+        return state_.life.gone() || state_.links[server].latest_notice != notice;
       });
     } catch (const communicator_error& e) {
       std::lock_guard lock(state_.mu);
-      if (state_.gone_locked() || state_.links[server].latest_notice != notice) return;
+      if (state_.life.gone() || state_.links[server].latest_notice != notice) return;
       // The replacement may have died too before its challenge, and the scheduler's next notice
       // not be here yet: wait for it as for any lost server (bounded; the job fails naming this
       // if none comes).
       return server_down_locked(
-          server, fmt::format("its replacement at {} failed during the handshake: {}", address,
-                              e.what()));
+          server,
+          fmt::format("its replacement at {} failed during the handshake: {}", address, e.what()));
     }
     if (!fresh) return;
     std::pair<std::size_t, std::size_t> sent;
     {
       std::lock_guard lock(state_.mu);
       auto& slot = state_.links[server];
-      if (state_.gone_locked() || slot.latest_notice != notice) return fresh->close();
+      if (state_.life.gone() || slot.latest_notice != notice) return fresh->close();
       slot.generation = generation + 1;
       slot.link = fresh;
       slot.link_closed = false;

@@ -24,14 +24,19 @@
 /// (`local::poll_window_of`): device steps finish sooner than a host function rings the bell.
 ///
 /// Failure: a step that throws `communicator_error`, or an operation past its deadline in a
-/// local step (the worker's `deadline_timer` marks it expired and rings the doorbell), declares the communicator dead (`die`, the worker's one failure path), which in
-/// turn calls `fail` here: the stage thread then lets `L` abort the machine's collective and
-/// fails every operation, each once the network let go of its memory. An operation past its
-/// deadline on the network is the network's to name (`network_port::expire`). Any other
-/// exception fails its operation alone and refuses the tensor afterwards.
+/// local step (the worker's `deadline_timer` marks it expired and rings the doorbell), declares
+/// the communicator dead (`die`, the worker's one failure path). The stage keeps no failure of
+/// its own: it reads the worker's one flag (`liveness`), and once that says dead or closing
+/// (`wake_to_end` rings it) the stage thread lets `L` abort the machine's collective and fails
+/// every operation with the flag's reason, each once the network let go of its memory. An
+/// operation past its deadline on the network is the network's to name
+/// (`network_port::expire`). Any other exception fails its operation alone and refuses the
+/// tensor afterwards.
 ///
 /// @par Thread Safety
-/// `submit` and `fail` may be called from any thread; `stop` once, from the owner.
+/// `submit` and `wake_to_end` may be called from any thread; `stop` once, from the owner.
+
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,8 +52,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/core.h>
-
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/handle.hpp"
@@ -60,6 +63,7 @@
 #include "byteps/local/local_collective.hpp"
 #include "byteps/local/shm.hpp"
 #include "byteps/worker/deadline_timer.hpp"
+#include "byteps/worker/liveness.hpp"
 #include "byteps/worker/local_records.hpp"
 #include "byteps/worker/stats.hpp"
 
@@ -80,8 +84,7 @@ struct network_port {
   std::function<void(const local::work& w, std::size_t i)> release;
   /// Fails the network stage of `state` with `e` (nothing more is queued; `next.network_done`
   /// follows once the transport let go of its memory).
-  std::function<void(const std::shared_ptr<detail::op_state>& state, std::exception_ptr e)>
-      cancel;
+  std::function<void(const std::shared_ptr<detail::op_state>& state, std::exception_ptr e)> cancel;
   /// `state` passed its deadline on the network: the worker names what it still awaits and
   /// dies.
   std::function<void(detail::op_state& state)> expire;
@@ -93,18 +96,19 @@ template <LocalSteps L>
 class local_stage {
  public:
   using clock = std::chrono::steady_clock;
-  /// Declares the communicator dead (it calls `fail` back).
+  /// Declares the communicator dead (the worker then calls `wake_to_end`).
   using die_fn = std::function<void(const std::string& why)>;
   /// Tells the transport that a colocated peer may read `memory` by `name`
   /// (`work::owned_segment`), or with an empty `memory` that it may no longer. Null: nothing
   /// to tell.
   using share_fn = std::function<void(const std::string& name, std::span<std::byte> memory)>;
 
-  local_stage(L& local, network_port network, die_fn die, detail::tracer& trace,
-              deadline_timer& deadlines, share_fn share = {})
+  local_stage(L& local, network_port network, die_fn die, const liveness& life,
+              detail::tracer& trace, deadline_timer& deadlines, share_fn share = {})
       : local_(local),
         network_(std::move(network)),
         die_(std::move(die)),
+        life_(life),
         share_(std::move(share)),
         trace_(trace),
         deadlines_(deadlines) {}
@@ -160,30 +164,14 @@ class local_stage {
     return handle(state);
   }
 
-  /// The communicator is dead: every operation fails with `why` (after `L::abort`).
-  void fail(const std::string& why) {
-    {
-      std::lock_guard lock(mu_);
-      if (failure_.empty()) failure_ = why;
-    }
-    ring();
-  }
+  /// The worker's flag (`liveness`) says dead or closing: the stage thread fails every
+  /// operation with its reason (after `L::abort`, unless a clean shutdown found nothing in
+  /// flight), and later calls are refused.
+  void wake_to_end() { ring(); }
 
-  /// The communicator is leaving the job: what is in flight fails (the machine's collective is
-  /// aborted only if something was), later calls are refused. Idempotent.
-  void close() {
-    {
-      std::lock_guard lock(mu_);
-      closing_ = true;
-      if (failure_.empty()) failure_ = "the communicator was shut down before it finished";
-    }
-    ring();
-  }
-
-  /// Closes, ends the stage thread, and lets go of the tensors' state (their shared memory)
-  /// before the policy shuts down. Idempotent.
+  /// Ends the stage thread once the worker's flag says closing, and lets go of the tensors'
+  /// state (their shared memory) before the policy shuts down. Idempotent.
   void stop() {
-    close();
     {
       std::lock_guard lock(mu_);
       if (stopped_) return;
@@ -225,8 +213,7 @@ class local_stage {
   }
 
   // The same for partition `i` of `op` (`bytes` long).
-  void timed_part(operation& op, stage s, std::size_t i, std::int64_t began_ns,
-                  std::size_t bytes) {
+  void timed_part(operation& op, stage s, std::size_t i, std::int64_t began_ns, std::size_t bytes) {
     const auto now = detail::steady_ns();
     op.times.add(s, static_cast<double>(now - began_ns) * 1e-9);
     trace_.local_part(*op.w.state, s, i, began_ns, bytes);
@@ -237,9 +224,8 @@ class local_stage {
     throw_if_closed_locked(what);
   }
   void throw_if_closed_locked(const std::string& what) const {
-    if (stopped_ || closing_)
-      throw usage_error(what + ": this communicator was shut down; create a new one");
-    if (!failure_.empty()) throw communicator_error("this communicator is dead: " + failure_);
+    if (stopped_) throw usage_error(what + ": this communicator was shut down; create a new one");
+    life_.throw_if_gone(what);
     if (!started_)
       throw usage_error(what +
                         ": the local stage has not started (the communicator starts it "
@@ -247,7 +233,7 @@ class local_stage {
   }
 
   void ring() {
-    // fail() may come from an I/O thread before start() read the policy's doorbell.
+    // wake_to_end() may come from an I/O thread before start() read the policy's doorbell.
     if (auto* word = bell_word_.load(std::memory_order_acquire)) local::doorbell(word).ring();
   }
 
@@ -350,7 +336,8 @@ class local_stage {
     for (auto& op : active) {
       auto text = why.starts_with(op->w.what) ? why : op->w.what + ": " + why;
       auto e = std::make_exception_ptr(communicator_error(text));
-      if (op->net && !op->net->done.load(std::memory_order_acquire)) network_.cancel(op->w.state, e);
+      if (op->net && !op->net->done.load(std::memory_order_acquire))
+        network_.cancel(op->w.state, e);
       wait_for_network(*op, until);
       local_.abandon(op->w, op->t->local, op->step);
       finish(*op, e);
@@ -359,9 +346,9 @@ class local_stage {
   }
 
   // A failed operation's network stage ends once the transport let go of the memory it points
-  // into (bounded by `until`: links close fast). A push a colocated server reads by reference (`share_`)
-  // it may still read after that: its tensor is refused from then on, so nothing writes those
-  // bytes again (the network stage's payloads are only ever rewritten by their answers or by
+  // into (bounded by `until`: links close fast). A push a colocated server reads by reference
+  // (`share_`) it may still read after that: its tensor is refused from then on, so nothing writes
+  // those bytes again (the network stage's payloads are only ever rewritten by their answers or by
   // the tensor's next operation, both after the server read them).
   static void wait_for_network(operation& op, clock::time_point until) {
     if (!op.net) return;
@@ -381,6 +368,7 @@ class local_stage {
   L& local_;
   network_port network_;
   die_fn die_;
+  const liveness& life_;  // the worker's one failure flag
   share_fn share_;
   std::vector<std::string> shared_;  // segments shared so far; stage thread, then stop
   detail::tracer& trace_;
@@ -390,8 +378,6 @@ class local_stage {
   std::mutex mu_;
   local_tensors<L> tensors_;
   std::deque<operation_ptr> incoming_;
-  std::string failure_;
-  bool closing_ = false;
   bool started_ = false;
   bool stopped_ = false;
   std::thread stage_;

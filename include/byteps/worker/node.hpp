@@ -84,15 +84,15 @@ class node {
               std::lock_guard lock(state_.mu);
               state_.die_locked(why);
             },
-            trace_, deadlines_, segment_sharing()) {
+            state_.life, trace_, deadlines_, segment_sharing()) {
     if constexpr (!L::is_identity)
-      state_.also_fail = [this](const std::string& why) { stage_.fail(why); };
+      state_.also_fail = [this](const std::string&) { stage_.wake_to_end(); };
     try {
       join();
     } catch (...) {
       {
         std::lock_guard lock(state_.mu);
-        state_.closing = true;
+        state_.life.close();
       }
       control_.stop_heartbeats();  // their failure callback locks state_.mu, which goes before them
       transport_.stop();
@@ -147,7 +147,7 @@ class node {
     if constexpr (!L::is_identity) {
       {
         std::lock_guard lock(state_.mu);
-        state_.throw_if_dead_locked();
+        state_.life.throw_if_gone({});
       }
       local::work w;
       w.name = std::move(name);
@@ -178,7 +178,8 @@ class node {
 
   void throw_if_failed() const {
     std::lock_guard lock(state_.mu);
-    if (!state_.dead.empty()) throw communicator_error("this communicator is dead: " + state_.dead);
+    if (const auto why = state_.life.failure(); !why.empty())
+      throw communicator_error("this communicator is dead: " + why);
   }
 
   /// Every compressor gets `lr` before its next encode (error feedback's rate ratio).
@@ -194,7 +195,7 @@ class node {
     std::uint64_t n;
     {
       std::lock_guard lock(state_.mu);
-      state_.throw_if_dead_locked();
+      state_.life.throw_if_gone({});
       n = barriers_++;
     }
     try {
@@ -225,7 +226,7 @@ class node {
       const auto esize = dtype_size(w.type);
       const auto owned = w.parts.subspan(first, last - first);
       std::lock_guard lock(state_.mu);
-      state_.throw_if_dead_locked();
+      state_.life.throw_if_gone({});
       op->data = {w.owned, (owned.back().last - owned.front().first) * esize};
       op->average = w.opts.average && state_.global_size > 1;
       state_.dispatcher.open(op, w.name, owned, first, state_.links.size(), w.opts);
@@ -275,8 +276,8 @@ class node {
     };
     return server_links<T>::connect_and_hello(
         transport_, where, server,
-        std::make_shared<server_receiver<answers<state_type>>>(&answers_, server, generation), terms,
-        std::forward<Adopt>(adopt), std::forward<Gone>(gone));
+        std::make_shared<server_receiver<answers<state_type>>>(&answers_, server, generation),
+        terms, std::forward<Adopt>(adopt), std::forward<Gone>(gone));
   }
 
   void leave(const std::string& failure) {
@@ -284,16 +285,15 @@ class node {
     std::string why = failure;
     {
       std::lock_guard lock(state_.mu);
-      if (state_.closing) return;
-      state_.closing = true;
-      if constexpr (!L::is_identity) stage_.close();
+      if (!state_.life.close()) return;
+      if constexpr (!L::is_identity) stage_.wake_to_end();
       for (auto& op : ops().active())
         ops().fail(op, std::make_exception_ptr(communicator_error(
                            op->what + ": the communicator was shut down before it finished")));
-      if (state_.dead.empty())
+      if (const auto failure = state_.life.failure(); failure.empty())
         links = state_.links.live();
       else
-        why = state_.dead;  // its servers' links closed as it failed, after its last word to them
+        why = failure;  // its servers' links closed as it failed, after its last word to them
     }
     if (failover_) failover_->stop();  // a reconnect in progress ends first (closing is set)
     // Bye, so that servers and the scheduler know whether this exit is a failure, and which.
@@ -327,7 +327,7 @@ class node {
 
     {
       std::lock_guard lock(state_.mu);
-      state_.throw_if_dead_locked();
+      state_.life.throw_if_gone({});
       tensor& t = state_.dispatcher.enqueue(op, std::move(name), count, state_.links.size(), opts);
       if (t.parts.empty()) {
         op->released = true;
@@ -351,7 +351,7 @@ class node {
   // for, then give up on the whole communicator (its servers' state for that round is unknown).
   void expire(detail::op_state& o) {
     std::lock_guard lock(state_.mu);
-    if (o.released || !state_.dead.empty()) return;
+    if (o.released || state_.life.dead()) return;
     auto detail = state_.links.describe_waiting(ops().unanswered_by_server(o, state_.links.size()));
     state_.die_locked(fmt::format(
         "{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting "
@@ -366,8 +366,8 @@ class node {
   rendezvous::client<T> control_;
   logger log_;
   L local_;
-  compressor_choice compressor_choice_;  // checks BYTEPS_COMPRESSOR when the node is built
-  detail::tracer trace_;                 // timeline: null when BYTEPS_TRACE_ON=0
+  compressor_choice compressor_choice_;   // checks BYTEPS_COMPRESSOR when the node is built
+  detail::tracer trace_;                  // timeline: null when BYTEPS_TRACE_ON=0
   state_type state_{cfg_, log_, trace_};  // what the parts below share under its mutex
   static constexpr bool registers_memory = requires { requires T::registers_memory; };
   push_fusion fusion_{cfg_, registers_memory};  // empty between dispatch passes
@@ -376,9 +376,9 @@ class node {
   int global_rank_ = 0;
   int slices_ = 1;  // slices per tensor: the largest local size in the job
   std::uint64_t job_id_ = 0;
-  deadline_timer deadlines_{cfg_.op_timeout};  // every operation's deadline; stops first
-  local_stage_for<L> stage_;                   // after the members its callbacks use
-  answers<state_type> answers_{state_};       // what the servers send
+  deadline_timer deadlines_{cfg_.op_timeout};       // every operation's deadline; stops first
+  local_stage_for<L> stage_;                        // after the members its callbacks use
+  answers<state_type> answers_{state_};             // what the servers send
   std::unique_ptr<failover<state_type>> failover_;  // null with failover off; last: stops first
 };
 

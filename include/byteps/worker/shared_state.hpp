@@ -1,15 +1,16 @@
 #pragma once
 /// @file
 /// `bps::worker::shared_state<T, P, S>`: what the parts of a worker share under its one mutex:
-/// the dispatcher (and through it the operation table), the links to the servers, whether the
-/// worker is dead or closing, and the facts of the job they read. `worker::node` owns it and
+/// the dispatcher (and through it the operation table), the links to the servers, the worker's
+/// one failure flag (`liveness`, which its local stage reads too), and the facts of the job
+/// they read. `worker::node` owns it and
 /// hands it to the parts that read the servers' answers (`answers`) and survive a server's loss
 /// (`failover`), so none of them reaches into another's members. `die_locked` is the worker's
 /// one failure path.
 ///
 /// @par Thread Safety
-/// `mu` guards every member but the references and the job's facts, which are written once,
-/// while the worker joins, before any link or thread reads them.
+/// `mu` guards every member but the references, `life` (its own leaf lock) and the job's facts,
+/// which are written once, while the worker joins, before any link or thread reads them.
 
 #include <exception>
 #include <functional>
@@ -21,6 +22,7 @@
 #include "byteps/core/log.hpp"
 #include "byteps/detail/tracer.hpp"
 #include "byteps/worker/dispatcher.hpp"
+#include "byteps/worker/liveness.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/server_links.hpp"
 
@@ -41,28 +43,18 @@ struct shared_state {
   mutable std::mutex mu;
   worker::dispatcher<P, S> dispatcher;
   server_links<T> links;
-  std::string dead;      ///< why the worker failed; empty while it lives
-  bool closing = false;  ///< the worker is leaving the job (shutdown)
-  int machine = 0;       ///< this worker's rank among the machines
-  int global_size = 1;   ///< every worker process of the job
+  liveness life;        ///< dead (why) or closing: the worker's one failure flag
+  int machine = 0;      ///< this worker's rank among the machines
+  int global_size = 1;  ///< every worker process of the job
   /// What else must fail with the worker (its local stage); runs once, under `mu`.
   std::function<void(const std::string& why)> also_fail;
 
   op_table& ops() noexcept { return dispatcher.ops(); }
 
-  /// Under `mu`: dead or closing, so nothing more goes out or is waited for.
-  bool gone_locked() const noexcept { return closing || !dead.empty(); }
-
-  void throw_if_dead_locked() const {
-    if (closing) throw usage_error("this communicator was shut down; create a new one");
-    if (!dead.empty()) throw communicator_error("this communicator is dead: " + dead);
-  }
-
   /// Under `mu`. The one failure path: every operation in flight fails with `why`, the servers
   /// are told and the links closed, once.
   void die_locked(const std::string& why) {
-    if (gone_locked()) return;
-    dead = why;
+    if (!life.fail(why)) return;
     log.error("{}", why);
     for (auto& op : ops().active()) {
       // The operation whose deadline passed is named at the start of `why` already.

@@ -5,6 +5,8 @@
 /// (local_reduce, the network, local_gather) and all_gather. Included at the end of
 /// worker/local_stage.hpp.
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -13,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "byteps/worker/local_stage.hpp"
 
@@ -31,17 +31,16 @@ void local_stage<L>::stage_loop() {
   bool aborted = false;
   for (;;) {
     const auto seen = bell.value();
-    std::string failure;
-    bool stopped, closing;
+    bool stopped;
     {
       std::lock_guard lock(mu_);
       for (auto& op : incoming_) active.push_back(std::move(op));
       incoming_.clear();
       stopped = stopped_;
-      closing = closing_;
       if (stopped && active.empty()) return;
-      failure = failure_;
     }
+    const bool closing = life_.closing();
+    const std::string failure = life_.ending();
     if (failure.empty()) {
       try {
         if (step(active)) {
@@ -51,8 +50,7 @@ void local_stage<L>::stage_loop() {
       } catch (const std::exception& e) {
         // A communicator_error from a step, or anything from the machine-wide `progress`
         // (say, local ranks that disagree on a shape): the machine cannot go on.
-        die_(e.what());  // calls fail() back, unless the communicator is closing already
-        fail(e.what());  // so the next pass fails everything in both cases
+        die_(e.what());  // the worker's flag is dead or closing from now on either way
         continue;
       }
     } else {
@@ -220,8 +218,7 @@ bool local_stage<L>::flow(operation& op) {
       ++op.gathered_count;
       moved = true;
     }
-    if (!network_done ||
-        (!failed && !op.gather_error && op.gathered_count < last - first))
+    if (!network_done || (!failed && !op.gather_error && op.gathered_count < last - first))
       return moved;
   } else {
     if (!network_done) return false;

@@ -4,13 +4,13 @@
 /// machine's local ranks, and a link to every server, each in the table before its hello.
 /// Included at the end of worker/node.hpp.
 
+#include <fmt/core.h>
+
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <fmt/core.h>
 
 #include "byteps/worker/node.hpp"
 
@@ -26,8 +26,9 @@ void node<T, L, P, S>::join() {
   state_.global_size = welcome.global_size;
   job_id_ = welcome.job_id;
   slices_ = welcome.slices;
-  log_.rename(local_.local_size() > 1 ? fmt::format("worker {}.{}", state_.machine, local_.local_rank())
-                                      : fmt::format("worker {}", state_.machine));
+  log_.rename(local_.local_size() > 1
+                  ? fmt::format("worker {}.{}", state_.machine, local_.local_rank())
+                  : fmt::format("worker {}", state_.machine));
   trace_.name_node(global_rank_, log_.who(), state_.machine);
   if (L::is_identity && welcome.slices > 1)
     throw usage_error(fmt::format(
@@ -40,7 +41,7 @@ void node<T, L, P, S>::join() {
   // mapped it, so a local rank that dies before its first push_pull leaves nothing behind.
   // Attached after the links, a survivor failing on its way here left the dead one's control
   // segment in /dev/shm.
-  const local::cluster machine{state_.machine,        num_workers_,   global_rank_,
+  const local::cluster machine{state_.machine,     num_workers_,   global_rank_,
                                state_.global_size, welcome.slices, welcome.job_id};
   if constexpr (transport::SharesMemory<T> && requires { local_.share_segments(true); })
     local_.share_segments(transport_.shares_memory());
@@ -54,7 +55,8 @@ void node<T, L, P, S>::join() {
         .connect =
             [this](const rendezvous::address& where, int server, std::uint64_t generation,
                    std::function<bool()> gone) {
-              return connect_link(where, server, generation, [](const link_ptr&) {}, gone);
+              return connect_link(
+                  where, server, generation, [](const link_ptr&) {}, gone);
             },
         .dispatch_locked = [this] { dispatch_locked(); },
     };
@@ -83,16 +85,16 @@ void node<T, L, P, S>::join() {
       // for the hello timeout.
       if (!connect_link(welcome.servers[i], server, 0, adopt, [this] {
             std::lock_guard lock(state_.mu);
-            return state_.closing || !state_.dead.empty();
+            return state_.life.gone();
           }))
         throw communicator_error(fmt::format("gave up connecting to server {}", server));
     }
   } catch (const communicator_error& e) {
     std::lock_guard lock(state_.mu);
     // The scheduler's word on why the job failed says more than the link that broke for it.
-    if (!state_.dead.empty())
+    if (const auto why = state_.life.failure(); !why.empty())
       throw communicator_error(
-          fmt::format("{} (while connecting to the servers: {})", state_.dead, e.what()));
+          fmt::format("{} (while connecting to the servers: {})", why, e.what()));
     throw;
   }
   ops().stats().servers(state_.links.size());

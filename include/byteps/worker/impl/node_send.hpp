@@ -23,14 +23,15 @@ void node<T, L, P, S>::dispatch_locked() {
   };
   try {
     state_.dispatcher.dispatch(
-        !state_.dead.empty(), [this](int server) { return state_.links[server].up; },
+        state_.life.dead(), [this](int server) { return state_.links[server].up; },
         [this, &send](tensor& t, std::uint64_t key, std::uint32_t part, pending_part& p) {
           declare_once(t, key, p.server, *state_.links[p.server].link, state_.machine);
           ++p.op->in_transport;
           trace_.dispatched(*p.op, p.index, p.server);
           auto payload = state_.dispatcher.push_payload(t, part, p, true);  // encode stage
           ops().stats().pushed(p.server, payload.size());
-          held_push push{push_frame(t, key, part, p, state_.machine), payload,
+          held_push push{push_frame(t, key, part, p, state_.machine),
+                         payload,
                          {p.op, p.bytes, key_id{key, part}, p.index}};
           if (fusion_.joins(t, payload.size()))
             return fusion_.hold(p.server, std::move(push), send);
@@ -66,14 +67,14 @@ void node<T, L, P, S>::sent(std::span<const batch_member> members) {
   for (const auto& m : members) {
     if (auto* p = ops().awaiting(m.id); p != nullptr && p->op == m.op) {
       p->sent_at = clock::now();
-      ops().at(m.id.key).timing.stages.add(
-          stage::push, stats_recorder::seconds(p->sent_at - p->dispatched_at));
+      ops().at(m.id.key).timing.stages.add(stage::push,
+                                           stats_recorder::seconds(p->sent_at - p->dispatched_at));
     }
     state_.dispatcher.sent(m.bytes);
     --m.op->in_transport;
     ops().release_if_done(m.op);
   }
-  if (!state_.closing) dispatch_locked();
+  if (!state_.life.closing()) dispatch_locked();
 }
 
 }  // namespace bps::worker
