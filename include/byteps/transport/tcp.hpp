@@ -3,26 +3,19 @@
 /// `bps::transport::tcp`: the TCP transport, on standalone Asio.
 ///
 /// One `asio::io_context` per transport object (no process-wide state, so many nodes can live in
-/// one process for tests), run by `options::io_threads` threads (tcp_options.hpp). A connection
-/// is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there. Listening
-/// sockets accept through `tcp_listeners` (tcp_listeners.hpp), as `tls<tcp>`'s do.
+/// one process for tests), run by `options::io_threads` threads (tcp_options.hpp), with the
+/// listeners, the links and the stop that `tls<tcp>` shares (`tcp_engine`, tcp_engine.hpp). A
+/// connection is a `tcp::link` (tcp_link.hpp): how it reads and writes frames is said there.
 
-#include <array>
-#include <asio/executor_work_guard.hpp>
-#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/linkage.hpp"
 #include "byteps/core/log.hpp"
+#include "byteps/transport/tcp_engine.hpp"
 #include "byteps/transport/tcp_link.hpp"
-#include "byteps/transport/tcp_listeners.hpp"
 #include "byteps/transport/tcp_options.hpp"
 #include "byteps/transport/tcp_socket.hpp"
 #include "byteps/transport/transport.hpp"
@@ -52,17 +45,15 @@ class tcp {
 
  private:
   BYTEPS_DECL std::shared_ptr<link> adopt(asio::ip::tcp::socket socket);
+  static int io_threads(const options& opts) {
+    opts.validate();
+    return opts.io_threads;
+  }
 
   std::size_t max_frame_;
   std::size_t notsent_lowat_;
   logger log_;
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  bool stopped_ = false;
-  tcp_listeners listeners_{io_, log_};
-  std::vector<std::weak_ptr<link>> links_;
+  tcp_engine<link> engine_;  // after log_, which its listeners log to
 };
 
 static_assert(bps::Transport<tcp>);

@@ -22,7 +22,6 @@
 #include <fmt/core.h>
 
 #include <asio/bind_executor.hpp>
-#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
@@ -36,15 +35,14 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/transport/tcp.hpp"
+#include "byteps/transport/tcp_engine.hpp"
 #include "byteps/transport/tcp_listeners.hpp"
 #include "byteps/transport/tcp_socket.hpp"
 #include "byteps/transport/tls_context.hpp"
@@ -73,11 +71,7 @@ class tls {
         max_handshakes_(opts.max_handshakes),
         log_(cfg.log, "tls"),
         ssl_(checked_context(opts)),
-        // One thread: Asio then queues a handler's own posts without taking its lock.
-        io_(opts.inner.io_threads == 1 ? 1 : ASIO_CONCURRENCY_HINT_DEFAULT),
-        work_(asio::make_work_guard(io_)) {
-    for (int i = 0; i < opts.inner.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
-  }
+        engine_(opts.inner.io_threads, log_) {}
   tls(const tls&) = delete;
   tls& operator=(const tls&) = delete;
   ~tls() { stop(); }
@@ -121,35 +115,25 @@ class tls {
   int max_handshakes_;
   logger log_;
   asio::ssl::context ssl_;
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  bool stopped_ = false;
-  tcp_listeners listeners_{io_, log_};
-  std::vector<std::weak_ptr<link>> links_;
-  std::vector<std::weak_ptr<handshake>> handshakes_;  // accepted, handshake not done
+  tcp_engine<link> engine_;                           // after log_, which its listeners log to
+  std::vector<std::weak_ptr<handshake>> handshakes_;  // accepted, handshake not done: under
+                                                      // engine_'s lock
 };
 
 template <class Inner>
 requires std::same_as<Inner, tcp> std::shared_ptr<tls_link> tls<Inner>::adopt(tls_stream stream) {
   tune_connection(stream.lowest_layer(), notsent_lowat_);
-  auto l = std::make_shared<link>(std::move(stream), max_frame_, log_);
-  std::lock_guard lock(mu_);
-  std::erase_if(links_, [](const std::weak_ptr<link>& w) { return w.expired(); });
-  links_.push_back(l);
-  if (stopped_) l->close();
-  return l;
+  return engine_.track(std::make_shared<link>(std::move(stream), max_frame_, log_));
 }
 
 template <class Inner>
 requires std::same_as<Inner, tcp> std::uint16_t tls<Inner>::listen(
     const std::string& host, std::uint16_t port,
     std::function<void(std::shared_ptr<link>)> on_accept) {
-  return listeners_.listen(host, port,
-                           [this, on_accept = std::move(on_accept)](asio::ip::tcp::socket socket) {
-                             start_handshake(std::move(socket), on_accept);
-                           });
+  return engine_.listeners().listen(
+      host, port, [this, on_accept = std::move(on_accept)](asio::ip::tcp::socket socket) {
+        start_handshake(std::move(socket), on_accept);
+      });
 }
 
 template <class Inner>
@@ -159,16 +143,15 @@ void tls<Inner>::start_handshake(asio::ip::tcp::socket socket,
   std::error_code ec;
   auto remote = socket.remote_endpoint(ec);
   const std::string peer = ec ? std::string("unknown peer") : tcp_link::endpoint_text(remote);
-  auto hs = std::make_shared<handshake>(std::move(socket), ssl_, asio::make_strand(io_));
+  auto hs = std::make_shared<handshake>(std::move(socket), ssl_, asio::make_strand(engine_.io()));
   hs->peer = peer;
   // When the limit is full the oldest handshake goes, not the newcomer: a node of the job
   // finishes its handshake in a few round trips, a flood's connections never do, so whoever
   // holds the limit full cannot keep a node out (the node dials again if it was the oldest).
   std::shared_ptr<handshake> oldest;
   std::size_t in_progress = 0;
-  {
-    std::lock_guard lock(mu_);
-    if (stopped_) return;
+  const bool admitted = engine_.locked([&](bool stopped) {
+    if (stopped) return false;
     std::erase_if(handshakes_, [](const std::weak_ptr<handshake>& w) { return w.expired(); });
     while (!oldest && static_cast<int>(handshakes_.size()) >= max_handshakes_) {
       in_progress = handshakes_.size();
@@ -176,7 +159,9 @@ void tls<Inner>::start_handshake(asio::ip::tcp::socket socket,
       handshakes_.erase(handshakes_.begin());
     }
     handshakes_.push_back(hs);
-  }
+    return true;
+  });
+  if (!admitted) return;
   if (oldest) {
     log_.warn(
         "closing the TLS handshake from {} to admit a connection from {}: {} handshakes were in "
@@ -212,11 +197,8 @@ void tls<Inner>::finish_handshake(const std::shared_ptr<handshake>& hs, std::err
                                   const std::function<void(std::shared_ptr<link>)>& on_accept) {
   hs->done = true;
   hs->timer.cancel();
-  {
-    std::lock_guard lock(mu_);
-    if (stopped_) return;  // closed by stop(): nothing to report
-  }
-  if (hs->evicted) return;  // said when it was closed
+  if (engine_.stopped()) return;  // closed by stop(): nothing to report
+  if (hs->evicted) return;        // said when it was closed
   if (ec || hs->late) {
     const auto why = hs->late ? fmt::format("did not finish within {} ms (BYTEPS_HELLO_TIMEOUT_MS)",
                                             handshake_timeout_.count())
@@ -235,7 +217,7 @@ requires std::same_as<Inner, tcp> std::shared_ptr<tls_link> tls<Inner>::connect(
   auto attempt = [&](asio::ip::tcp::socket socket, auto deadline,
                      std::string& why) -> std::shared_ptr<link> {
     tls_stream stream(std::move(socket), ssl_);
-    auto strand = asio::make_strand(io_);
+    auto strand = asio::make_strand(engine_.io());
     std::promise<std::error_code> done;
     auto result = done.get_future();
     stream.async_handshake(
@@ -258,18 +240,13 @@ requires std::same_as<Inner, tcp> std::shared_ptr<tls_link> tls<Inner>::connect(
     why = "TLS handshake: " + ec.message();  // the connection failed under it: try again
     return nullptr;
   };
-  return dial_until(io_, host, port, timeout, attempt);
+  return dial_until(engine_.io(), host, port, timeout, attempt);
 }
 
 template <class Inner>
 requires std::same_as<Inner, tcp>
 void tls<Inner>::stop() {
-  std::vector<std::shared_ptr<link>> links;
-  {
-    std::lock_guard lock(mu_);
-    if (stopped_) return;
-    stopped_ = true;
-    listeners_.close();
+  engine_.stop([this] {  // under the engine's lock: the handshakes in progress end too
     for (auto& w : handshakes_) {
       if (auto hs = w.lock()) {
         asio::post(hs->strand, [hs] {
@@ -279,20 +256,7 @@ void tls<Inner>::stop() {
         });
       }
     }
-    for (auto& w : links_)
-      if (auto l = w.lock()) links.push_back(std::move(l));
-  }
-  for (auto& l : links) l->close();
-  links.clear();
-  work_.reset();
-  for (auto& t : threads_) {
-    if (t.get_id() == std::this_thread::get_id()) {
-      t.detach();  // stopped from one of our own callbacks: the thread ends by itself
-    } else if (t.joinable()) {
-      t.join();
-    }
-  }
-  threads_.clear();
+  });
 }
 
 static_assert(bps::Transport<tls<tcp>>);
