@@ -73,7 +73,7 @@ TEST_CASE("key_state with failover adopts the round of the first push", "[server
   state k(pool, true);
   REQUIRE(push(k, pool, 1, 7, {2.0f, 3.0f}, 2).empty());
   CHECK(k.round == 7);
-  CHECK(k.initialized());
+  CHECK(k.shaped);
   REQUIRE(push(k, pool, 0, 7, {1.0f, 1.0f}, 2).empty());
   CHECK(as_floats(k.finish_round()) == std::vector<float>{3.0f, 4.0f});
   k.next_round();

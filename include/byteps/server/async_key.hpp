@@ -37,17 +37,15 @@
 
 #include "byteps/core/dtype.hpp"
 #include "byteps/reduce/reducer.hpp"
+#include "byteps/server/key_shape.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
 
-struct async_key {
-  bool shaped = false;    // the first push or offer (of any worker) fixed dtype and size
+/// Its shape is the first push's or offer's (of any worker).
+struct async_key : key_shape {
   bool seeded = false;    // rank 0's round 0 or an offer came: `master` holds the parameters
   bool failover = false;  // answers carry the counts; offers may come
-  dtype type = dtype::float32;
-  std::uint64_t tensor_bytes = 0, offset = 0, bytes = 0;
-  int first_worker = -1;
   std::vector<std::byte> master;      // the parameters; fp32 for fp16 and bf16
   std::uint64_t version = 0;          // deltas applied
   std::vector<bool> started;          // by worker: a push of it came here (its round 0, or a
@@ -66,18 +64,12 @@ struct async_key {
   };
   std::vector<first_delta> uncertain;  // by worker: its first delta here, if an offer may hold it
 
-  std::size_t count() const noexcept { return bytes / dtype_size(type); }
   std::uint64_t slowest() const noexcept { return *std::min_element(pushes.begin(), pushes.end()); }
   bool recovering() const noexcept { return unheard > 0; }
 
   void shape(dtype t, const wire::header& h, std::size_t size, int worker, int num_workers,
              bool with_failover) {
-    shaped = true;
-    type = t;
-    tensor_bytes = h.tensor_bytes;
-    offset = h.offset;
-    bytes = size;
-    first_worker = worker;
+    capture(h, t, size, worker);
     master.assign(reduce::accumulator_bytes(type, count()), std::byte{0});
     const auto n = static_cast<std::size_t>(num_workers);
     started.assign(n, false);

@@ -32,11 +32,12 @@
 #include "byteps/detail/buffer_pool.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/server/handler.hpp"
+#include "byteps/server/key_shape.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
 
-class key_state {
+class key_state : public key_shape {
  public:
   /// `pool` takes back the buffers a key lets go of; it must outlive the key.
   /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`, 0 for a handler
@@ -55,21 +56,16 @@ class key_state {
     auto t = dtype_from_wire(h.dtype);
     if (auto bad = check_frame(h, size, t, worker, num_workers, tensor_name); !bad.empty())
       return bad;
-    if (failover_ && !initialized_) round = h.round;  // a replacement joins a running job
+    if (failover_ && !shaped) round = h.round;  // a replacement joins a running job
     if (h.round != round)
       return fmt::format(
           "worker {} pushed round {} of {} partition {}, but the server is at "
           "round {}; was a push_pull skipped on one worker?",
           worker, h.round, tensor_name(), h.part, round);
-    if (!initialized_) {
+    if (!shaped) {
       init_shape(h, *t, size, worker, num_workers, hold);
-    } else if (!same_shape(h, *t, size) && round_error.empty()) {
-      round_error = fmt::format(
-          "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
-          "worker {} pushed {} x {}; every worker must push_pull the same number of elements "
-          "and dtype under one name",
-          tensor_name(), first_worker_, tensor_bytes / dtype_size(type), dtype_name(type), worker,
-          h.tensor_bytes / dtype_size(*t), dtype_name(*t));
+    } else if (!same(h, *t, size) && round_error.empty()) {
+      round_error = mismatch(tensor_name(), worker, h, *t);
     }
     auto w = static_cast<std::size_t>(worker);
     if (pushed_by_[w])
@@ -122,14 +118,14 @@ class key_state {
     auto t = dtype_from_wire(h.dtype);
     if (auto bad = check_frame(h, received.size, t, worker, num_workers, tensor_name); !bad.empty())
       return bad;
-    if (!initialized_) {
+    if (!shaped) {
       init_shape(h, *t, received.size, worker, num_workers);
       round = h.round + 1;
       keep(h.round, received);
       previous_valid_ = true;
       return {};
     }
-    if (!same_shape(h, *t, received.size))
+    if (!same(h, *t, received.size))
       return fmt::format(
           "worker {} offered a sum of {} partition {} with another shape than "
           "the workers pushed",
@@ -160,8 +156,6 @@ class key_state {
     if (!previous_valid_ || r + 1 != round) return std::nullopt;
     return out_[r % 2].span();
   }
-
-  bool initialized() const noexcept { return initialized_; }
 
   /// Workers whose push of the current round was accepted (a poisoned round's included).
   int pushed() const noexcept { return pushed_; }
@@ -217,33 +211,12 @@ class key_state {
 
   BYTEPS_DECL void next_round();
 
-  dtype type = dtype::float32;
-  std::uint64_t tensor_bytes = 0;
-  std::uint64_t offset = 0;
-  std::uint64_t bytes = 0;
   std::uint64_t round = 0;
   std::string round_error;
 
  private:
-  template <class NameFn>
-  static std::string check_frame(const wire::header& h, std::size_t size,
-                                 const std::optional<dtype>& t, int worker, int num_workers,
-                                 NameFn& tensor_name) {
-    if (!t) return fmt::format("unknown dtype value {} for {}", h.dtype, tensor_name());
-    if (size % dtype_size(*t) != 0)
-      return fmt::format("a partition of {} has {} bytes, not a whole number of {} elements",
-                         tensor_name(), size, dtype_name(*t));
-    if (worker < 0 || worker >= num_workers)
-      return fmt::format("push from unknown worker {}", worker);
-    return {};
-  }
-
   BYTEPS_DECL void init_shape(const wire::header& h, dtype t, std::size_t size, int worker,
                               int num_workers, bool hold = false);
-
-  bool same_shape(const wire::header& h, dtype t, std::size_t size) const {
-    return t == type && h.tensor_bytes == tensor_bytes && h.offset == offset && size == bytes;
-  }
 
   // Adds one contribution to the round's sum; `b` may come back holding a buffer to recycle.
   BYTEPS_DECL void add(detail::buffer_pool::buffer& b);
@@ -253,8 +226,6 @@ class key_state {
 
   detail::buffer_pool* pool_;
   bool failover_ = false;
-  bool initialized_ = false;
-  int first_worker_ = -1;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds

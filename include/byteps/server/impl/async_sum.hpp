@@ -54,22 +54,14 @@ std::string async_sum::check(key& k, const wire::header& h, const request& r) {
         "that async mode's offers end with",
         r.tensor_name(), h.part, counts);
   const std::size_t size = r.whole().size() - counts;
-  if (size % dtype_size(*t) != 0)
-    return fmt::format("a partition of {} has {} bytes, not a whole number of {} elements",
-                       r.tensor_name(), size, dtype_name(*t));
-  if (r.worker < 0 || r.worker >= r.num_workers)
-    return fmt::format("push from unknown worker {}", r.worker);
-  if (!k.shaped) {
+  if (auto bad = key_shape::check_frame(h, size, t, r.worker, r.num_workers,
+                                        [&] { return r.tensor_name(); });
+      !bad.empty())
+    return bad;
+  if (!k.shaped)
     k.shape(*t, h, size, r.worker, r.num_workers, r.failover);
-  } else if (*t != k.type || h.tensor_bytes != k.tensor_bytes || h.offset != k.offset ||
-             size != k.bytes) {
-    return fmt::format(
-        "tensor {} has different shapes on different workers: worker {} pushed {} x {}, "
-        "worker {} pushed {} x {}; every worker must push_pull the same number of elements "
-        "and dtype under one name",
-        r.tensor_name(), k.first_worker, k.tensor_bytes / dtype_size(k.type), dtype_name(k.type),
-        r.worker, h.tensor_bytes / dtype_size(*t), dtype_name(*t));
-  }
+  else if (!k.same(h, *t, size))
+    return k.mismatch(r.tensor_name(), r.worker, h, *t);
   const auto w = static_cast<std::size_t>(r.worker);
   if (offer)
     return k.started[w] ? fmt::format(
@@ -113,15 +105,14 @@ outcome async_sum::take_offer(key& k, const request& r) {
   const std::uint64_t slowest_before = k.slowest();
   k.rebase(params, counts);
   const bool recovered = k.hear(r.worker);
-  if (k.recovering() || (!recovered && k.slowest() == slowest_before))
-    return outcome::taken();
+  if (k.recovering() || (!recovered && k.slowest() == slowest_before)) return outcome::taken();
   auto released = release_held(k, snapshot(k, 0));
   if (released.empty()) return outcome::taken();
   return outcome::release_each({}, std::move(released));  // the offer's worker has its answer
 }
 
-outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool applied,
-                          bool recovered, std::uint64_t slowest_before) {
+outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool applied, bool recovered,
+                          std::uint64_t slowest_before) {
   const bool too_far = applied && staleness_ >= 0 &&
                        k.pushes[w] - k.slowest() > static_cast<std::uint64_t>(staleness_);
   const bool hold = k.recovering() || too_far;

@@ -40,7 +40,7 @@ void key_state::next_round() {
   pushed_ = 0;
   std::fill(pushed_by_.begin(), pushed_by_.end(), false);
   for (auto& b : held_) pool_->give_back(std::move(b));
-  previous_valid_ = round_error.empty() && initialized_;
+  previous_valid_ = round_error.empty() && shaped;
   round_error.clear();
   next_ = 0;
   added_ = 0;
@@ -54,12 +54,7 @@ void key_state::next_round() {
 
 void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int worker,
                            int num_workers, bool hold) {
-  initialized_ = true;
-  type = t;
-  tensor_bytes = h.tensor_bytes;
-  offset = h.offset;
-  bytes = size;
-  first_worker_ = worker;
+  capture(h, t, size, worker);
   pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
   if (failover_) held_.resize(static_cast<std::size_t>(num_workers));
   streamed_ = hold || (chunk_ > 0 && size >= 2 * chunk_);

@@ -23,7 +23,7 @@ outcome sync_sum::handle(const request& r) {
     if (!completes) return outcome::taken();
     return finish(k);
   }
-  if (r.failover && k.initialized()) {
+  if (r.failover && k.shaped) {
     if (auto previous = k.previous_sum(h.round))
       return outcome::answer_now(sum(k, *previous, h.round));
   }
@@ -38,8 +38,8 @@ outcome sync_sum::streamed(key_state& k, const request& r) {
   const std::size_t size = r.streamed->bytes.size();
   // A whole push here on a key that does not hold its pushes yet: a landed push on a key a
   // sum_offer shaped (failover). Between rounds it starts holding them.
-  if (k.initialized() && !k.streamed() && r.first && r.complete && k.pushed() == 0) k.hold_inputs();
-  if (k.initialized() && !k.streamed()) {
+  if (k.shaped && !k.streamed() && r.first && r.complete && k.pushed() == 0) k.hold_inputs();
+  if (k.shaped && !k.streamed()) {
     // An unstreamed key (its partition is smaller): this push cannot have its shape, which
     // poisons the round. Its first call counts it (and puts its worker among those the
     // round's error goes to); its bytes are never read.
@@ -49,7 +49,7 @@ outcome sync_sum::streamed(key_state& k, const request& r) {
     return k.complete(r.num_workers) ? finish(k) : outcome::wait();
   }
   if (r.first) {
-    if (r.failover && k.initialized()) {
+    if (r.failover && k.shaped) {
       if (auto previous = k.previous_sum(h.round))
         return outcome::answer_now(sum(k, *previous, h.round));  // its later calls: taken
     }
