@@ -2,11 +2,8 @@
 // Two ipc transports connected on loopback, for transport-level tests (no cluster): `holder`
 // receives payloads and holds those that come in place until told, `ring_pair` waits until the
 // client's link sends through its ring.
-#include "cluster.hpp"
-
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -18,12 +15,15 @@
 #include <thread>
 #include <vector>
 
+#include "cluster.hpp"
+
 namespace bps::test {
 
 using ipc_tcp = transport::ipc<transport::tcp>;
 
 // Receives payloads for the transport tests below, holding ring payloads in place until told.
-struct holder final : transport::receiver {
+struct holder final : transport::receiver, transport::in_place_receiver {
+  transport::receiver_capabilities capabilities() override { return {.in_place = this}; }
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<std::byte>> got;
@@ -63,8 +63,7 @@ struct holder final : transport::receiver {
   // Waits (10 s at most) for as many payloads as `sent`; true when they are those.
   bool received(const std::vector<std::vector<std::byte>>& sent) {
     std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(10),
-                       [&] { return got.size() >= sent.size(); }) &&
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= sent.size(); }) &&
            got == sent;
   }
   bool wait_for(std::size_t count) {

@@ -2,9 +2,8 @@
 // Test helpers for basic_rdma over the emulation: a receiver that records what one link shows
 // it (on the progress thread; Catch checks on the test thread), and two transports on one
 // private fabric with a connected pair of links between them.
-#include <byteps/transport/rdma/basic_rdma.hpp>
-
 #include <atomic>
+#include <byteps/transport/rdma/basic_rdma.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -47,8 +46,14 @@ struct received_frame {
 
 // Records frames; destinations are its own buffers (a deque: they never move), or, when
 // `registered` is set, slices of one arena the test registered with the transport.
-class recorder final : public transport::receiver {
+class recorder final : public transport::receiver,
+                       public transport::streaming_receiver,
+                       public transport::cached_destinations,
+                       public transport::peer_admission {
  public:
+  transport::receiver_capabilities capabilities() override {
+    return {.streaming = this, .cached = this, .admission = this};
+  }
   std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
     std::lock_guard lock(mu_);
     frames_.emplace_back();

@@ -4,10 +4,9 @@
 // copied and re-advertised; the worker and the server register their buffers, so a cluster's
 // pushes and answers after the first round make no new advertisement and nothing goes through
 // staging.
+#include <algorithm>
 #include <byteps/bodies.hpp>
 #include <catch2/catch.hpp>
-
-#include <algorithm>
 
 #include "../cluster/cluster.hpp"
 #include "../cluster/run_cluster.hpp"
@@ -20,9 +19,10 @@ namespace {
 
 // Destinations at fixed places of one arena, one per key (moved on request); says they stay
 // when `stays` is set.
-class placed_receiver final : public transport::receiver {
+class placed_receiver final : public transport::receiver, public transport::cached_destinations {
  public:
   placed_receiver(std::vector<std::byte>& arena, bool stays) : arena_(arena), stays_(stays) {}
+  transport::receiver_capabilities capabilities() override { return {.cached = this}; }
   std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
     std::lock_guard lock(mu_);
     return std::span(arena_).subspan(offsets_[h.key], h.payload_bytes);

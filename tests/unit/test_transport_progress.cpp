@@ -5,6 +5,10 @@
 // The receiver only records on the I/O thread; Catch checks on the test thread (Catch is not
 // thread-safe).
 
+#include <byteps/transport/faulty.hpp>
+#include <byteps/transport/ipc.hpp>
+#include <byteps/transport/tcp.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -19,12 +23,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <byteps/transport/faulty.hpp>
-#include <byteps/transport/ipc.hpp>
-#include <byteps/transport/tcp.hpp>
-
-#include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 
@@ -60,10 +58,11 @@ struct frame_record {
 };
 
 // Records every frame of one link. Callbacks run on the link's I/O thread, one at a time.
-class recorder final : public transport::receiver {
+class recorder final : public transport::receiver, public transport::streaming_receiver {
  public:
   explicit recorder(std::size_t asked_step, bool throw_on_progress = false)
       : asked_step_(asked_step), throw_on_progress_(throw_on_progress) {}
+  transport::receiver_capabilities capabilities() override { return {.streaming = this}; }
 
   std::span<std::byte> payload_destination(const wire::header& h, std::string&) override {
     std::lock_guard lock(mu_);

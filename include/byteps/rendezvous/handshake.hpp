@@ -65,11 +65,13 @@ class challenged final : public transport::receiver {
     cv_.notify_all();
     if (handed_over) node_->on_close(reason);
   }
-  std::size_t progress_step(const wire::header& h) override { return node_->progress_step(h); }
-  void on_progress(const wire::header& h, std::size_t n) override { node_->on_progress(h, n); }
-  bool wants_transport_frames() const override { return node_->wants_transport_frames(); }
-  bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
-    return node_->destination_stays(h, dest);
+  // The node's cut-through, cached destinations and transport frames, straight to it: the
+  // challenge carries no payload in place and needs no admission.
+  transport::receiver_capabilities capabilities() override {
+    auto caps = node_->capabilities();
+    caps.in_place = nullptr;
+    caps.admission = nullptr;
+    return caps;
   }
 
   /// The listener's nonce, once it came; nullopt at `deadline` or when the link closed first

@@ -138,10 +138,11 @@ class scheduler {
     bool standby = false;  // a server waiting for a dead server's rank (failover)
   };
 
-  class session final : public transport::receiver {
+  class session final : public transport::receiver, public transport::peer_admission {
    public:
     session(scheduler* owner, link_ptr l, std::shared_ptr<rendezvous::pending_hello> t)
         : link_(std::move(l)), ticket(std::move(t)), owner_(owner) {}
+    transport::receiver_capabilities capabilities() override { return {.admission = this}; }
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       if (node_index < 0 && !refused && h.type != wire::msg::hello) {
         reason = fmt::format("it sent a {} frame of {} bytes before its hello",

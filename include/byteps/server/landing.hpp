@@ -5,7 +5,7 @@
 ///
 /// `landing_places` (one per worker link): each partition (key, part) the worker pushes gets one
 /// buffer from the server's registered pool, kept from round to round while the link lives. So
-/// the session can promise that the push's destination stays (`receiver::destination_stays`),
+/// the session can promise that the push's destination stays (`cached_destinations::destination_stays`),
 /// the transport advertises its (address, rkey) once, and the worker writes every later round
 /// straight there: no announce, no grant, no round trip.
 ///

@@ -15,7 +15,7 @@
 /// transport that registers memory (RDMA), each worker link's pushes of a partition land in one
 /// buffer that stays from round to round (`landing.hpp`), so later rounds skip the grant. On
 /// `transport::ipc`, a colocated worker's pushes are summed straight out of its shared-memory
-/// ring (`receiver::takes_in_place`), with no copy into a buffer of the server's.
+/// ring (`in_place_receiver::takes_in_place`), with no copy into a buffer of the server's.
 ///
 /// Failover (`Config::failover_timeout` > 0): a standby server (`Config::server_standby`) waits
 /// in its constructor until the scheduler gives it a dead server's rank, or the job ends (then

@@ -21,9 +21,10 @@
 /// landed pushes (RDMA, server/landing.hpp): `lands_pushes()` and `landing_buffer(bytes)` (null
 /// past the budget); a landed push goes to `post_stream` whole, in one call (or chunk by chunk when
 /// it also streams). For pushes read in place (a colocated worker's ipc ring,
-/// `receiver::takes_in_place`): `takes_in_place()`; a push in the ring then goes to `post_stream`
-/// whole, owned by the ring's hold, and every other push of the link whole in a buffer of its own
-/// (or chunk by chunk when it streams), so that a key gets all its pushes the same way.
+/// `in_place_receiver::takes_in_place`): `takes_in_place()`; a push in the ring then goes to
+/// `post_stream` whole, owned by the ring's hold, and every other push of the link whole in a
+/// buffer of its own (or chunk by chunk when it streams), so that a key gets all its pushes the
+/// same way.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -61,12 +62,25 @@ struct receive_times {
 
 template <class Owner>
 class session final : public transport::receiver,
+                      public transport::streaming_receiver,
+                      public transport::cached_destinations,
+                      public transport::in_place_receiver,
+                      public transport::peer_admission,
                       public std::enable_shared_from_this<session<Owner>> {
  public:
   using link_ptr = typename Owner::link_ptr;
 
   session(Owner* owner, link_ptr l, std::shared_ptr<rendezvous::pending_hello> t)
       : link(std::move(l)), owner_(owner), ticket_(std::move(t)) {}
+
+  // Cut-through, the gate, and where the server's transport has them, landed pushes (RDMA)
+  // and pushes read in place (ipc).
+  transport::receiver_capabilities capabilities() override {
+    return {.streaming = this,
+            .cached = owner_->lands_pushes() ? this : nullptr,
+            .in_place = owner_->takes_in_place() ? this : nullptr,
+            .admission = this};
+  }
 
   std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
     auto to = destination(h, reason);
@@ -182,11 +196,12 @@ class session final : public transport::receiver,
   // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.
   std::size_t progress_step(const wire::header& h) override {
     return h.type == wire::msg::push && streaming_ && chunked_ ? owner_->config().server_chunk_bytes
-                                                                : 0;
+                                                               : 0;
   }
   // RDMA: a push that landed in its partition's landing buffer lands there next round too.
   bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
-    return landed_ && h.type == wire::msg::push && landing_.holds(key_id{h.key, h.part}, dest.data());
+    return landed_ && h.type == wire::msg::push &&
+           landing_.holds(key_id{h.key, h.part}, dest.data());
   }
   void on_progress(const wire::header& h, std::size_t bytes_in) override {
     if (h.sender != static_cast<std::uint32_t>(worker))

@@ -20,7 +20,7 @@
 ///    and the worker maps it and answers `ipc_accept`. From then on, payloads of at least
 ///    `min_ipc_bytes` that fit in the sender's ring are copied into it, announced by an
 ///    `ipc_payload` frame (ring position and length) right before their header. A node that
-///    takes the frame in place (`receiver::takes_in_place`: a server's push, which its handler
+///    takes the frame in place (`in_place_receiver::takes_in_place`: a server's push, which its handler
 ///    sums straight from the ring) gets the bytes where they lie, and the ring space is freed
 ///    when the node lets go of them, in whatever order; otherwise the receiver copies them out
 ///    into the destination its node names (an answer: the worker's own tensor) and frees the
@@ -88,7 +88,7 @@ class ipc {
   /// Ring payloads up to this size are copied by the sending thread, larger ones by the copier.
   static constexpr std::size_t inline_copy_bytes = 256 * 1024;
   using options = ipc_options<typename Inner::options>;
-  /// Receivers may get ring payloads in place (`receiver::takes_in_place`): a server whose
+  /// Receivers may get ring payloads in place (`in_place_receiver::takes_in_place`): a server whose
   /// handler reads pushes in place then hands it all its pushes whole (server/server.hpp).
   static constexpr bool hands_in_place = true;
 

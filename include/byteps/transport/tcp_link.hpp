@@ -164,6 +164,7 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   std::string peer_;
   std::string local_host_;
   std::shared_ptr<receiver> receiver_;  // strand only; reset on close to break the cycle
+  receiver_capabilities caps_;          // receiver_'s, asked once (strand only)
   wire::header_bytes in_header_{};
   wire::header current_{};
   std::vector<std::byte> skipped_;  // payload of a transport frame nobody here handles

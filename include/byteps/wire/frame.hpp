@@ -54,7 +54,7 @@ inline constexpr std::uint16_t max_msg = 19;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
-/// ask for them (`receiver::wants_transport_frames`) reads and drops them, so a plain peer
+/// ask for them (`receiver_capabilities::transport_frames`) reads and drops them, so a plain peer
 /// ignores a decorator's offers instead of closing the link.
 inline constexpr std::uint16_t first_transport_msg = 0x100;
 inline constexpr std::uint16_t last_transport_msg = 0x1ff;

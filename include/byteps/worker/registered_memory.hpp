@@ -2,7 +2,7 @@
 /// @file
 /// `bps::worker::registered_memory`: the ranges a trainer registered with
 /// `Communicator::register_memory`, so the worker can tell its transport that an answer's
-/// destination inside one stays put (`transport::receiver::destination_stays`): a tensor in
+/// destination inside one stays put (`transport::cached_destinations::destination_stays`): a tensor in
 /// registered memory keeps its place, so RDMA caches where its answers go.
 ///
 /// @par Thread Safety

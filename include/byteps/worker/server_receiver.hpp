@@ -8,14 +8,14 @@
 /// `answered`, `answer_batch`, `server_error` and `server_closed` (worker/answers.hpp), all
 /// called on the link's I/O thread.
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "byteps/core/keys.hpp"
 #include "byteps/core/op_state.hpp"
@@ -28,10 +28,13 @@ namespace bps::worker {
 using op_ptr = std::shared_ptr<detail::op_state>;
 
 template <class Owner>
-class server_receiver final : public transport::receiver {
+class server_receiver final : public transport::receiver, public transport::cached_destinations {
  public:
   server_receiver(Owner* owner, int server, std::uint64_t generation)
       : owner_(owner), server_(server), generation_(generation) {}
+
+  // RDMA may cache where an answer lands (memory the trainer registered).
+  transport::receiver_capabilities capabilities() override { return {.cached = this}; }
 
   std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
     if (h.type == wire::msg::pull_response) {

@@ -22,7 +22,7 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
   // The server announces ipc once the peer proved who it is (its hello), so a stranger
   // hears nothing of it and the worker's offer always follows its hello.
   void start(std::shared_ptr<receiver> node) {
-    const bool admitted = node->peer_admitted();
+    const bool admitted = node->capabilities().peer_admitted();
     inner_->start(
         std::make_shared<splice>(this->weak_from_this(), std::move(node), owner_->in_place_));
     if (admitted) announce();
@@ -58,15 +58,16 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     // A larger copy runs on the transport's copier thread, not on the sender's (which may hold
     // its own lock, as the communicator does); frames sent meanwhile queue behind it, in order.
     ++queued_;
-    owner_->copier_.post([self = this->shared_from_this(), h, payload, pos,
-                          on_sent = std::move(on_sent)]() mutable {
-      if (pos) std::memcpy(self->ring_data() + *pos % self->ring_capacity_, payload.data(),
-                           payload.size());
-      std::lock_guard lock(self->mu_);
-      --self->queued_;
-      if (!pos) return self->inner_->send(h, payload, std::move(on_sent));
-      self->send_ring_locked(h, *pos, payload.size(), std::move(on_sent));
-    });
+    owner_->copier_.post(
+        [self = this->shared_from_this(), h, payload, pos, on_sent = std::move(on_sent)]() mutable {
+          if (pos)
+            std::memcpy(self->ring_data() + *pos % self->ring_capacity_, payload.data(),
+                        payload.size());
+          std::lock_guard lock(self->mu_);
+          --self->queued_;
+          if (!pos) return self->inner_->send(h, payload, std::move(on_sent));
+          self->send_ring_locked(h, *pos, payload.size(), std::move(on_sent));
+        });
   }
 
   void close() { inner_->close(); }
@@ -84,17 +85,24 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
  private:
   // Receives for the node: handles the transport frames, and hands ring payloads over where
   // they lie or copies them out.
-  class splice final : public receiver {
+  class splice final : public receiver, public streaming_receiver, public peer_admission {
    public:
     splice(std::weak_ptr<link> owner, std::shared_ptr<receiver> node,
            std::atomic<std::uint64_t>& in_place)
-        : owner_(std::move(owner)), node_(std::move(node)), in_place_(&in_place) {}
+        : owner_(std::move(owner)),
+          node_(std::move(node)),
+          node_caps_(node_->capabilities()),
+          in_place_(&in_place) {}
 
-    bool wants_transport_frames() const override { return true; }
-    bool peer_admitted() const override { return node_->peer_admitted(); }
+    // The transport frames are its own; cut-through and admission are the node's, passed on.
+    receiver_capabilities capabilities() override {
+      return {.streaming = node_caps_.streaming != nullptr ? this : nullptr,
+              .admission = node_caps_.admission != nullptr ? this : nullptr,
+              .transport_frames = true};
+    }
+    bool peer_admitted() const override { return node_caps_.peer_admitted(); }
 
-    std::span<std::byte> payload_destination(const wire::header& h,
-                                             std::string& reason) override {
+    std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       if (wire::is_transport_msg(h.type)) {
         scratch_.resize(h.payload_bytes);
         return scratch_;
@@ -105,15 +113,15 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
 
     void on_message(const wire::header& h, std::span<std::byte> payload) override {
       if (wire::is_transport_msg(h.type)) {
-        if (!node_->peer_admitted())
+        if (!node_caps_.peer_admitted())
           throw std::runtime_error(fmt::format("an ipc frame (type {:#x}) before its hello",
                                                static_cast<unsigned>(h.type)));
         return control(h, payload);
       }
       if (!pending_) {
-        const bool admitted = node_->peer_admitted();
+        const bool admitted = node_caps_.peer_admitted();
         node_->on_message(h, payload);
-        if (!admitted && node_->peer_admitted())
+        if (!admitted && node_caps_.peer_admitted())
           if (auto l = owner_.lock()) l->announce();
         return;
       }
@@ -125,10 +133,10 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
       const auto [pos, bytes] = std::pair{p.pos, p.bytes};
       ring_->regions.take(pos, bytes);
       // A peer's payload off the alignment (not one this version sends) is copied out instead.
-      if (ipc_detail::is_aligned(ring_->at(pos)) && node_->takes_in_place(real)) {
+      if (ipc_detail::is_aligned(ring_->at(pos)) && node_caps_.takes_in_place(real)) {
         in_place_->fetch_add(1, std::memory_order_relaxed);
-        return node_->on_message_in_place(real, {ring_->at(pos), bytes},
-                                          std::make_shared<ipc_detail::ring_hold>(ring_, pos));
+        return node_caps_.in_place->on_message_in_place(
+            real, {ring_->at(pos), bytes}, std::make_shared<ipc_detail::ring_hold>(ring_, pos));
       }
       std::string reason;
       auto dest = node_->payload_destination(real, reason);
@@ -143,11 +151,11 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     // when its header comes (the copier wrote it before sending the header): nothing to report.
     std::size_t progress_step(const wire::header& h) override {
       if (wire::is_transport_msg(h.type) || pending_) return 0;
-      return node_->progress_step(h);
+      return node_caps_.progress_step(h);
     }
 
     void on_progress(const wire::header& h, std::size_t bytes_in) override {
-      node_->on_progress(h, bytes_in);
+      node_caps_.streaming->on_progress(h, bytes_in);
     }
 
     void on_close(const std::string& reason) override {
@@ -166,9 +174,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     // A payload that lies in memory the peer shared: read where it lies, or copied out.
     void deliver_shared(const wire::header& real, pending_payload& p) {
       const auto bytes = p.shared->at(p.pos, p.bytes);
-      if (ipc_detail::is_aligned(bytes.data()) && node_->takes_in_place(real)) {
+      if (ipc_detail::is_aligned(bytes.data()) && node_caps_.takes_in_place(real)) {
         in_place_->fetch_add(1, std::memory_order_relaxed);
-        return node_->on_message_in_place(real, bytes, std::move(p.shared));
+        return node_caps_.in_place->on_message_in_place(real, bytes, std::move(p.shared));
       }
       std::string reason;
       auto dest = node_->payload_destination(real, reason);
@@ -218,8 +226,7 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
         // Map the peer's shared memory; refuse (no answer) when it cannot be mapped, or from a
         // peer that may not use shared memory: its payloads then come through the ring or the
         // inner link.
-        if (!l->owner_->enabled_ || !l->same_host() || shared_.size() >= max_shared_regions)
-          return;
+        if (!l->owner_->enabled_ || !l->same_host() || shared_.size() >= max_shared_regions) return;
         try {
           const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
           shared_[h.key] = std::make_shared<const ipc_detail::shared_mapping>(name, h.tensor_bytes);
@@ -232,13 +239,15 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
       if (h.type == ipc_detail::ipc_shared_payload) {
         auto it = shared_.find(h.key);
         if (it == shared_.end())
-          throw std::runtime_error(fmt::format("ipc payload in shared memory {} that the peer "
-                                               "never shared (or this end could not map)",
-                                               h.key));
+          throw std::runtime_error(
+              fmt::format("ipc payload in shared memory {} that the peer "
+                          "never shared (or this end could not map)",
+                          h.key));
         if (it->second->at(h.offset, h.tensor_bytes).empty())
-          throw std::runtime_error(fmt::format("ipc payload of {} bytes at {} outside the shared "
-                                               "memory {}",
-                                               h.tensor_bytes, h.offset, h.key));
+          throw std::runtime_error(
+              fmt::format("ipc payload of {} bytes at {} outside the shared "
+                          "memory {}",
+                          h.tensor_bytes, h.offset, h.key));
         pending_ = pending_payload{h.offset, h.tensor_bytes, it->second};
       }
       // Other transport frames: a newer peer's; ignored.
@@ -246,6 +255,7 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
 
     std::weak_ptr<link> owner_;
     std::shared_ptr<receiver> node_;
+    receiver_capabilities node_caps_;       // node_'s, asked once
     std::atomic<std::uint64_t>* in_place_;  // the transport's count
     std::vector<std::byte> scratch_;
     // The peer's ring, once offered; shared with the payloads the node holds in place.
@@ -264,8 +274,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
   }
 
-  void send_control(wire::msg type, std::span<const std::byte> payload,
-                    std::uint64_t bytes = 0, std::uint64_t fingerprint = 0) {
+  void send_control(wire::msg type, std::span<const std::byte> payload, std::uint64_t bytes = 0,
+                    std::uint64_t fingerprint = 0) {
     wire::header h;
     h.type = type;
     h.tensor_bytes = bytes;
@@ -345,8 +355,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
 
   // Holding mu_, a payload that lies in shared memory: its place, then its header with no
   // payload, adjacent on the inner link.
-  void send_shared_locked(const wire::header& h, ipc_detail::shared_place place,
-                          std::size_t bytes, sent_callback on_sent) {
+  void send_shared_locked(const wire::header& h, ipc_detail::shared_place place, std::size_t bytes,
+                          sent_callback on_sent) {
     wire::header marker;
     marker.type = ipc_detail::ipc_shared_payload;
     marker.key = place.id;

@@ -24,8 +24,10 @@ template <class Stream>
 void basic_tcp_link<Stream>::start(std::shared_ptr<receiver> r) {
   asio::post(strand_, [self = this->shared_from_this(), r = std::move(r)]() mutable {
     self->receiver_ = std::move(r);
+    self->caps_ = self->receiver_->capabilities();
     if (self->failed_) {
       auto rx = std::move(self->receiver_);
+      self->caps_ = {};
       rx->on_close(self->close_reason_);
       return;
     }
@@ -135,13 +137,13 @@ void basic_tcp_link<Stream>::on_header() {
   current_ = decoded.value;
   std::string reason;
   std::span<std::byte> dest;
-  if (wire::is_transport_msg(current_.type) && !receiver_->peer_admitted()) {
+  if (wire::is_transport_msg(current_.type) && !caps_.peer_admitted()) {
     const auto why = fmt::format("a transport frame (type {:#x}) before its hello",
                                  static_cast<unsigned>(current_.type));
     log_.warn("dropping connection from {}: {}", peer_, why);
     return fail("protocol error: " + why);
   }
-  if (wire::is_transport_msg(current_.type) && !receiver_->wants_transport_frames()) {
+  if (wire::is_transport_msg(current_.type) && !caps_.transport_frames) {
     skipped_.resize(current_.payload_bytes);  // another transport's handshake: not for us
     if (skipped_.empty()) return read_header();
     return asio::async_read(socket_, asio::buffer(skipped_),
@@ -156,7 +158,7 @@ void basic_tcp_link<Stream>::on_header() {
   try {
     dest = receiver_->payload_destination(current_, reason);
     if (!dest.empty() && dest.size() == current_.payload_bytes)
-      step = receiver_->progress_step(current_);
+      step = caps_.progress_step(current_);
   } catch (const std::exception& e) {
     reason = e.what();
     dest = {};  // a receiver that failed to answer refuses the frame
@@ -180,16 +182,17 @@ void basic_tcp_link<Stream>::on_header() {
 template <class Stream>
 void basic_tcp_link<Stream>::read_in_steps(std::span<std::byte> dest, std::size_t got,
                                            std::size_t step) {
-  asio::async_read(
-      socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
-      asio::bind_executor(strand_, [self = this->shared_from_this(), dest, got, step](
-                                       std::error_code ec, std::size_t n) {
-        if (ec) return self->fail(self->half_frame(ec, got + n));
-        if (self->failed_) return;  // closed while the read completed: no receiver any more
-        if (got + n == dest.size()) return self->deliver(dest);
-        if (self->call_receiver([&] { self->receiver_->on_progress(self->current_, got + n); }))
-          self->read_in_steps(dest, got + n, step);
-      }));
+  asio::async_read(socket_, asio::buffer(dest.data() + got, std::min(step, dest.size() - got)),
+                   asio::bind_executor(strand_, [self = this->shared_from_this(), dest, got, step](
+                                                    std::error_code ec, std::size_t n) {
+                     if (ec) return self->fail(self->half_frame(ec, got + n));
+                     if (self->failed_)
+                       return;  // closed while the read completed: no receiver any more
+                     if (got + n == dest.size()) return self->deliver(dest);
+                     if (self->call_receiver(
+                             [&] { self->caps_.streaming->on_progress(self->current_, got + n); }))
+                       self->read_in_steps(dest, got + n, step);
+                   }));
 }
 
 template <class Stream>
@@ -301,6 +304,7 @@ void basic_tcp_link<Stream>::fail(const std::string& reason) {
   for (auto& done : written) done();
   for (auto& frame : dropped)
     if (frame.on_sent) frame.on_sent();
+  caps_ = {};
   if (auto rx = std::move(receiver_)) rx->on_close(reason);
 }
 

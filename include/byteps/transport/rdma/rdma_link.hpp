@@ -34,25 +34,25 @@
 /// in the middle of a large frame adds how far it got ("... in the middle of a push frame (8192
 /// of its 20000 payload bytes)"), logged at WARNING with the peer.
 ///
-/// Before the receiver admits its peer (`receiver::peer_admitted`, false on a listener's link
+/// Before the receiver admits its peer (`peer_admission::peer_admitted`, false on a listener's link
 /// until the hello), the peer may send frames, announces, credits and grants answering our
 /// announces; a transport-range frame (a decorator's handshake), a direct frame, a revoke or a
 /// grant nobody asked for closes the link, logged at WARNING with the peer ("dropping
 /// connection from A: a transport frame (type 0xf001) before its hello"), as over TCP.
 
+#include <fmt/core.h>
+
 #include <cstring>
 #include <deque>
-#include <map>
-#include <utility>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/log.hpp"
@@ -109,7 +109,9 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
 
   // ---- bps::TransportLink ----
   void start(std::shared_ptr<receiver> r) {
-    post_([self = this->shared_from_this(), r = std::move(r)]() mutable { self->on_start(std::move(r)); });
+    post_([self = this->shared_from_this(), r = std::move(r)]() mutable {
+      self->on_start(std::move(r));
+    });
   }
   void send(const wire::header& h, std::span<const std::byte> payload, sent_callback on_sent) {
     std::unique_lock lock(mu_);
@@ -178,7 +180,8 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
 
  private:
   friend class rdma_link_rx<V>;
-  static constexpr std::uint64_t tag_recv = 1ull << 56, tag_send = 2ull << 56, tag_write = 3ull << 56;
+  static constexpr std::uint64_t tag_recv = 1ull << 56, tag_send = 2ull << 56,
+                                 tag_write = 3ull << 56;
 
   struct outgoing {
     wire::header h;
@@ -186,9 +189,9 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
     sent_callback on_sent;
     std::uint64_t seq = 0;
     bool announced = false;
-    std::deque<rdma_msg::grant> grants;      // granted targets not yet all posted, oldest first
-    std::uint64_t grant_posted = 0;          // bytes of the oldest posted
-    std::uint64_t written = 0;               // bytes of the payload whose write completed
+    std::deque<rdma_msg::grant> grants;  // granted targets not yet all posted, oldest first
+    std::uint64_t grant_posted = 0;      // bytes of the oldest posted
+    std::uint64_t written = 0;           // bytes of the payload whose write completed
     int writes_posted = 0;
   };
 
@@ -200,7 +203,8 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
 
   void on_start(std::shared_ptr<receiver> r);
   void post_receive(std::uint32_t i) {
-    v_.post_recv(id_, {tag_recv | i, {recv_slot(i), static_cast<std::uint32_t>(slot_), v_.lkey(mr_)}});
+    v_.post_recv(id_,
+                 {tag_recv | i, {recv_slot(i), static_cast<std::uint32_t>(slot_), v_.lkey(mr_)}});
     ++posted_recvs_;
   }
 
@@ -262,6 +266,7 @@ class rdma_link : public std::enable_shared_from_this<rdma_link<V>> {
 
   // Progress thread only.
   std::shared_ptr<receiver> receiver_;
+  receiver_capabilities caps_;  // receiver_'s, asked once
   bool started_ = false, failed_ = false, released_ = false;
   std::string close_reason_;
   std::uint32_t posted_recvs_ = 0;

@@ -28,8 +28,9 @@ class rdma_link_rx {
     if (wc.opcode == verbs::wc_opcode::recv_with_imm) return on_write(wc.byte_len, wc.imm);
     const std::span<const std::byte> msg(slot, wc.byte_len);
     auto p = rdma_msg::get_prefix(msg);
-    if (!p) return l_.fail(fmt::format("protocol error: a message of {} bytes from {} is not ours",
-                                       msg.size(), l_.peer_));
+    if (!p)
+      return l_.fail(fmt::format("protocol error: a message of {} bytes from {} is not ours",
+                                 msg.size(), l_.peer_));
     {
       std::lock_guard lock(l_.mu_);
       l_.credits_ += p->credits;
@@ -45,12 +46,15 @@ class rdma_link_rx {
         return refuse(fmt::format("an RDMA {} message before its hello", rdma_msg::name(p->k)));
     }
     switch (p->k) {
-      case rdma_msg::kind::frame: return on_frame(msg.subspan(rdma_msg::prefix_size));
-      case rdma_msg::kind::announce: return on_announce(p->seq, msg.subspan(rdma_msg::prefix_size));
+      case rdma_msg::kind::frame:
+        return on_frame(msg.subspan(rdma_msg::prefix_size));
+      case rdma_msg::kind::announce:
+        return on_announce(p->seq, msg.subspan(rdma_msg::prefix_size));
       case rdma_msg::kind::grant:
         if (auto g = rdma_msg::get_grant(msg)) return l_.on_grant(p->seq, *g);
         return l_.fail("protocol error: a short grant from " + l_.peer_);
-      case rdma_msg::kind::credit: return;
+      case rdma_msg::kind::credit:
+        return;
       case rdma_msg::kind::direct:
         return on_direct(p->seq, msg.subspan(rdma_msg::prefix_size));
       case rdma_msg::kind::revoke:
@@ -100,7 +104,7 @@ class rdma_link_rx {
 
   // The receiver's peer_admitted(), asked until it says yes (admission is never withdrawn).
   bool admitted() {
-    if (!admitted_) admitted_ = l_.receiver_->peer_admitted();
+    if (!admitted_) admitted_ = l_.caps_.peer_admitted();
     return admitted_;
   }
 
@@ -108,7 +112,7 @@ class rdma_link_rx {
   // frame nobody here handles. Empty with `ok` false after failing the link.
   std::span<std::byte> destination(bool& ok) {
     ok = true;
-    if (wire::is_transport_msg(h_.type) && !l_.receiver_->wants_transport_frames()) {
+    if (wire::is_transport_msg(h_.type) && !l_.caps_.transport_frames) {
       skipped_.resize(h_.payload_bytes);
       deliver_ = false;
       return skipped_;
@@ -135,9 +139,10 @@ class rdma_link_rx {
   void on_frame(std::span<const std::byte> body) {
     if (!read_header(body)) return;
     if (body.size() - wire::header_size != h_.payload_bytes)
-      return l_.fail(fmt::format("protocol error: {} sent a frame of {} payload bytes that "
-                                 "claims {}", l_.peer_, body.size() - wire::header_size,
-                                 h_.payload_bytes));
+      return l_.fail(
+          fmt::format("protocol error: {} sent a frame of {} payload bytes that "
+                      "claims {}",
+                      l_.peer_, body.size() - wire::header_size, h_.payload_bytes));
     bool ok = false;
     auto dest = destination(ok);
     if (!ok) return;
@@ -154,7 +159,7 @@ class rdma_link_rx {
     step_ = 0;
     if (deliver_) {
       try {
-        step_ = l_.receiver_->progress_step(h_);
+        step_ = l_.caps_.progress_step(h_);
       } catch (const std::exception& e) {
         return l_.fail(std::string("protocol error: ") + e.what());
       }
@@ -170,7 +175,8 @@ class rdma_link_rx {
     if (auto old = advertised_.find(id); old != advertised_.end() && !stays)
       revoke(old->second, id);
     if (!staged_) {  // straight into the receiver's memory, in pieces of the step if it asked
-      const std::uint64_t piece = step_ ? std::min<std::uint64_t>(step_, dest_.size()) : dest_.size();
+      const std::uint64_t piece =
+          step_ ? std::min<std::uint64_t>(step_, dest_.size()) : dest_.size();
       window_ = dest_.size();
       ++l_.tally_.granted_in_place;
       if (stays) {
@@ -207,7 +213,7 @@ class rdma_link_rx {
     step_ = 0;
     if (deliver_) {  // cut-through: the sender writes in pieces of the step the grant named
       try {
-        step_ = l_.receiver_->progress_step(h_);
+        step_ = l_.caps_.progress_step(h_);
       } catch (const std::exception& e) {
         return l_.fail(std::string("protocol error: ") + e.what());
       }
@@ -232,7 +238,7 @@ class rdma_link_rx {
 
   bool destination_stays() {
     try {
-      return l_.receiver_->destination_stays(h_, dest_);
+      return l_.caps_.destination_stays(h_, dest_);
     } catch (const std::exception&) {
       return false;  // a receiver that cannot say is asked every time
     }
@@ -255,8 +261,10 @@ class rdma_link_rx {
 
   void on_write(std::uint32_t bytes, std::uint32_t imm) {
     if (!active_ || imm != static_cast<std::uint32_t>(seq_) || got_ + bytes > window_)
-      return l_.fail(fmt::format("protocol error: {} wrote {} bytes that no grant of this link "
-                                 "asked for", l_.peer_, bytes));
+      return l_.fail(
+          fmt::format("protocol error: {} wrote {} bytes that no grant of this link "
+                      "asked for",
+                      l_.peer_, bytes));
     got_ += bytes;
     if (!staged_) {
       done_ += bytes;
@@ -275,7 +283,7 @@ class rdma_link_rx {
     if (step_ && deliver_ && done_ - reported_ >= step_) {
       reported_ = done_;
       try {
-        l_.receiver_->on_progress(h_, done_);
+        l_.caps_.streaming->on_progress(h_, done_);
       } catch (const std::exception& e) {
         return l_.fail(std::string("protocol error: ") + e.what());
       }

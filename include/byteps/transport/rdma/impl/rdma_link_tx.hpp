@@ -81,9 +81,12 @@ void rdma_link<V>::pump() {
           staged = tx_staging_busy_ = true;
           ++tally_.writes_staged;
         }
-        v_.post_send(id_, {tag_write, verbs::send_opcode::write_with_imm,
+        v_.post_send(id_, {tag_write,
+                           verbs::send_opcode::write_with_imm,
                            {const_cast<std::byte*>(src), static_cast<std::uint32_t>(piece), lkey},
-                           g.addr + f.grant_posted, g.rkey, static_cast<std::uint32_t>(f.seq)});
+                           g.addr + f.grant_posted,
+                           g.rkey,
+                           static_cast<std::uint32_t>(f.seq)});
         --credits_;
         ++sq_used_;
         ++f.writes_posted;
@@ -109,8 +112,10 @@ void rdma_link<V>::on_grant(std::uint64_t seq, const rdma_msg::grant& g) {
   if (queue_.empty() || queue_.front().seq != seq || !queue_.front().announced ||
       g.offset + g.length > queue_.front().payload.size() || g.piece == 0 || g.length == 0) {
     lock.unlock();
-    return fail(fmt::format("protocol error: {} granted frame {} a target that no announced "
-                            "frame of this link has", peer_, seq));
+    return fail(
+        fmt::format("protocol error: {} granted frame {} a target that no announced "
+                    "frame of this link has",
+                    peer_, seq));
   }
   auto& f = queue_.front();
   if ((g.flags & rdma_msg::grant_stays) != 0 && g.offset == 0 && g.length == f.payload.size())
@@ -187,6 +192,7 @@ void rdma_link<V>::fail(const std::string& reason) {
     log_.debug("rdma: link to {} closed: {}", peer_, why);
   close_reason_ = why;
   for (auto& cb : dropped) cb();
+  caps_ = {};
   if (auto rx = std::move(receiver_)) rx->on_close(why);
 }
 
@@ -195,6 +201,7 @@ void rdma_link<V>::on_start(std::shared_ptr<receiver> r) {
   started_ = true;
   if (failed_) return r->on_close(close_reason_);
   receiver_ = std::move(r);
+  caps_ = receiver_->capabilities();
   rx_ = std::make_unique<rdma_link_rx<V>>(*this);
 }
 
