@@ -119,9 +119,9 @@ TEST_CASE("ipc transport: a payload said to lie in shared memory the peer never 
   REQUIRE(pair.client->through_shm());
   wire::header marker;  // what a broken or hostile peer could send: an id never offered
   marker.type = transport::ipc_detail::ipc_shared_payload;
-  marker.key = 77;
-  marker.tensor_bytes = 65536;
-  pair.client->send(marker, {}, [] {});
+  const auto place = transport::ipc_detail::encode(
+      transport::ipc_detail::shared_payload{.id = 77, .offset = 0, .bytes = 65536});
+  pair.client->send(marker, place, [] {});
   std::unique_lock lock(pair.in->mu);
   REQUIRE(pair.in->cv.wait_for(lock, std::chrono::seconds(10),
                                [&] { return !pair.in->closed.empty(); }));

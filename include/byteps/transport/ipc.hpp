@@ -65,6 +65,7 @@
 #include "byteps/detail/shm_segment.hpp"
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/transport/fwd.hpp"
+#include "byteps/transport/ipc_messages.hpp"
 #include "byteps/transport/ipc_options.hpp"
 #include "byteps/transport/ipc_ring.hpp"
 #include "byteps/transport/ipc_shared.hpp"

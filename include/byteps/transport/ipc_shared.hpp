@@ -2,13 +2,9 @@
 /// @file
 /// The pieces of `transport::ipc` (ipc.hpp) that send payloads by reference: memory this process
 /// shares by name (`ipc::share_memory`, the worker's `local::host` segments), the frames that
-/// name it to the peer, and the peer's read-only mapping of it. A payload that lies in such
+/// name it to the peer (`ipc_share`, `ipc_share_accept`, `ipc_shared_payload`: their payloads
+/// are in ipc_messages.hpp), and the peer's read-only mapping of it. A payload that lies in such
 /// memory goes as its place in it, with no copy into the ring, once the peer mapped the name.
-///
-///   ipc_share           key: the region's id, tensor_bytes: its size, payload: its name
-///   ipc_share_accept    key: the id; the peer mapped it (no answer: it could not)
-///   ipc_shared_payload  key: the id, offset, tensor_bytes: the payload's place, right before
-///                       its header (as `ipc_payload` for the ring)
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -104,6 +104,11 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
 
     std::span<std::byte> payload_destination(const wire::header& h, std::string& reason) override {
       if (wire::is_transport_msg(h.type)) {
+        if (h.payload_bytes > max_control_bytes) {
+          reason = fmt::format("an ipc control frame of {} bytes (at most {})", h.payload_bytes,
+                               max_control_bytes);
+          return {};
+        }
         scratch_.resize(h.payload_bytes);
         return scratch_;
       }
@@ -197,13 +202,13 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
       if (h.type == ipc_detail::ipc_offer) {
         // Map the peer's ring; refuse (no answer) when it cannot be mapped: the link goes on.
         try {
-          const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
-          if (!name.starts_with("/bps-ipc-") || h.tensor_bytes < 4096) return;
+          const auto m = ipc_detail::decode_ring_offer(payload);
+          if (!m.name.starts_with("/bps-ipc-") || m.bytes < 4096) return;
           ring_ = std::make_shared<ipc_detail::ring_reader>(
-              detail::shm_segment(name, h.tensor_bytes, h.key, 2,
+              detail::shm_segment(m.name, m.bytes, m.fingerprint, 2,
                                   std::chrono::steady_clock::now() + std::chrono::seconds(5),
                                   "ipc ring from " + l->peer()),
-              h.tensor_bytes);
+              m.bytes);
           next_pos_ = 0;
         } catch (const std::exception&) {
           return;
@@ -213,13 +218,14 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
         return;
       }
       if (h.type == ipc_detail::ipc_payload) {
-        if (!ring_ || h.tensor_bytes > ring_->capacity ||
-            h.offset % ring_->capacity + h.tensor_bytes > ring_->capacity)
+        const auto m = ipc_detail::decode_ring_place(payload);
+        if (!ring_ || m.bytes > ring_->capacity ||
+            m.pos % ring_->capacity + m.bytes > ring_->capacity)
           throw std::runtime_error("ipc payload outside the ring");
         // Positions only grow (ring_regions frees by position).
-        if (h.offset < next_pos_) throw std::runtime_error("ipc payload behind the previous one");
-        next_pos_ = h.offset + h.tensor_bytes;
-        pending_ = pending_payload{h.offset, h.tensor_bytes, nullptr};
+        if (m.pos < next_pos_) throw std::runtime_error("ipc payload behind the previous one");
+        next_pos_ = m.pos + m.bytes;
+        pending_ = pending_payload{m.pos, m.bytes, nullptr};
         return;
       }
       if (h.type == ipc_detail::ipc_share) {
@@ -227,28 +233,33 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
         // peer that may not use shared memory: its payloads then come through the ring or the
         // inner link.
         if (!l->owner_->enabled_ || !l->same_host() || shared_.size() >= max_shared_regions) return;
+        std::uint64_t id = 0;
         try {
-          const std::string name(reinterpret_cast<const char*>(payload.data()), payload.size());
-          shared_[h.key] = std::make_shared<const ipc_detail::shared_mapping>(name, h.tensor_bytes);
+          const auto m = ipc_detail::decode_share_offer(payload);
+          shared_[m.id] = std::make_shared<const ipc_detail::shared_mapping>(m.name, m.bytes);
+          id = m.id;
         } catch (const std::exception&) {
           return;
         }
-        return l->send_control(ipc_detail::ipc_share_accept, {}, 0, h.key);
+        return l->send_control(ipc_detail::ipc_share_accept,
+                               ipc_detail::encode(ipc_detail::share_accept{id}));
       }
-      if (h.type == ipc_detail::ipc_share_accept) return l->share_accepted(h.key);
+      if (h.type == ipc_detail::ipc_share_accept)
+        return l->share_accepted(ipc_detail::decode_share_accept(payload).id);
       if (h.type == ipc_detail::ipc_shared_payload) {
-        auto it = shared_.find(h.key);
+        const auto m = ipc_detail::decode_shared_payload(payload);
+        auto it = shared_.find(m.id);
         if (it == shared_.end())
           throw std::runtime_error(
               fmt::format("ipc payload in shared memory {} that the peer "
                           "never shared (or this end could not map)",
-                          h.key));
-        if (it->second->at(h.offset, h.tensor_bytes).empty())
+                          m.id));
+        if (it->second->at(m.offset, m.bytes).empty())
           throw std::runtime_error(
               fmt::format("ipc payload of {} bytes at {} outside the shared "
                           "memory {}",
-                          h.tensor_bytes, h.offset, h.key));
-        pending_ = pending_payload{h.offset, h.tensor_bytes, it->second};
+                          m.bytes, m.offset, m.id));
+        pending_ = pending_payload{m.offset, m.bytes, it->second};
       }
       // Other transport frames: a newer peer's; ignored.
     }
@@ -258,6 +269,8 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     receiver_capabilities node_caps_;       // node_'s, asked once
     std::atomic<std::uint64_t>* in_place_;  // the transport's count
     std::vector<std::byte> scratch_;
+    // A control frame's payload is a few numbers and a name.
+    static constexpr std::size_t max_control_bytes = 4096;
     // The peer's ring, once offered; shared with the payloads the node holds in place.
     std::shared_ptr<ipc_detail::ring_reader> ring_;
     std::uint64_t next_pos_ = 0;  // where the next ring payload may start
@@ -274,13 +287,11 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
   }
 
-  void send_control(wire::msg type, std::span<const std::byte> payload, std::uint64_t bytes = 0,
-                    std::uint64_t fingerprint = 0) {
+  // A control frame with its typed payload (transport/ipc_messages.hpp), or none.
+  void send_control(wire::msg type, std::vector<std::byte> payload = {}) {
     wire::header h;
     h.type = type;
-    h.tensor_bytes = bytes;
-    h.key = fingerprint;
-    auto body = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+    auto body = std::make_shared<std::vector<std::byte>>(std::move(payload));
     inner_->send(h, *body, [body] {});
   }
 
@@ -303,7 +314,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
       return;  // no shared memory here: stay on the inner link
     }
     ring_capacity_ = owner_->ring_bytes_;
-    send_control(ipc_detail::ipc_offer, wire::as_bytes(name), bytes, fingerprint);
+    send_control(ipc_detail::ipc_offer,
+                 ipc_detail::encode(ipc_detail::ring_offer{
+                     .name = name, .bytes = bytes, .fingerprint = fingerprint}));
   }
 
   void accepted() {
@@ -342,7 +355,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     auto [it, fresh] = shares_.try_emplace(place->id, false);
     if (fresh)
       if (auto named = owner_->shared_.name_of(place->id))
-        send_control(ipc_detail::ipc_share, wire::as_bytes(named->name), named->bytes, place->id);
+        send_control(ipc_detail::ipc_share,
+                     ipc_detail::encode(ipc_detail::share_offer{
+                         .id = place->id, .name = named->name, .bytes = named->bytes}));
     if (!it->second) return std::nullopt;
     return place;
   }
@@ -359,10 +374,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
                           sent_callback on_sent) {
     wire::header marker;
     marker.type = ipc_detail::ipc_shared_payload;
-    marker.key = place.id;
-    marker.offset = place.offset;
-    marker.tensor_bytes = bytes;
-    inner_->send(marker, {}, {});
+    auto body = std::make_shared<std::vector<std::byte>>(ipc_detail::encode(
+        ipc_detail::shared_payload{.id = place.id, .offset = place.offset, .bytes = bytes}));
+    inner_->send(marker, *body, [body] {});
     inner_->send(h, {}, std::move(on_sent));
     owner_->by_reference_.fetch_add(1);
   }
@@ -373,9 +387,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
                         sent_callback on_sent) {
     wire::header marker;
     marker.type = ipc_detail::ipc_payload;
-    marker.offset = pos;
-    marker.tensor_bytes = bytes;
-    inner_->send(marker, {}, {});
+    auto body = std::make_shared<std::vector<std::byte>>(
+        ipc_detail::encode(ipc_detail::ring_place{.pos = pos, .bytes = bytes}));
+    inner_->send(marker, *body, [body] {});
     inner_->send(h, {}, std::move(on_sent));
     owner_->through_shm_.fetch_add(1);
   }
