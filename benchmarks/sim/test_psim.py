@@ -13,9 +13,10 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flow_model  # noqa: E402
 import psim  # noqa: E402
 
-MIB, KIB = psim.MIB, psim.KIB
+MIB, KIB = flow_model.MIB, flow_model.KIB
 GBIT = 1e9
 B = GBIT / 8  # bytes/s of a 1 Gbit/s link
 
@@ -27,16 +28,16 @@ IDEAL = dict(tcp_efficiency=1.0, latency_s=0.0, tcp_cpu_per_byte_side_s=0.0, fra
 def ideal(n, k, placement="ps", size=64 * MIB, rate=GBIT, **kw):
     ov = dict(IDEAL)
     ov.update(kw)
-    return psim.make_params(n, k, placement, size, rate, "cluster", **ov)
+    return flow_model.make_params(n, k, placement, size, rate, "cluster", **ov)
 
 
 class PartitionRule(unittest.TestCase):
     """by_bytes.hpp's split, checked against the splits docs/performance.md reports."""
 
     def split(self, nbytes, servers, partition_bytes=0):
-        p = psim.make_params(1, servers, "ps", nbytes, GBIT, "cluster",
+        p = flow_model.make_params(1, servers, "ps", nbytes, GBIT, "cluster",
                              partition_bytes=partition_bytes)
-        return psim.split(nbytes, servers, p)
+        return flow_model.split(nbytes, servers, p)
 
     def test_auto_64mib_on_4_servers_is_64_of_1mib(self):
         self.assertEqual(self.split(64 * MIB, 4), [MIB] * 64)
@@ -70,32 +71,32 @@ class PartitionRule(unittest.TestCase):
         self.assertEqual(len(self.split(64 * MIB, 4, 4096000)), 17)
 
     def test_credit_is_4_mib_in_auto_mode(self):
-        self.assertEqual(psim.credit_bytes(ideal(4, 4)), 4 * MIB)
+        self.assertEqual(flow_model.credit_bytes(ideal(4, 4)), 4 * MIB)
 
 
 class Formulas(unittest.TestCase):
     def test_ring(self):
-        self.assertAlmostEqual(psim.ring_formula(4, 64 * MIB, B), 1.5 * 64 * MIB / B)
-        self.assertAlmostEqual(psim.ring_model(4, 64 * MIB, B, 0.5, 1e-3),
+        self.assertAlmostEqual(flow_model.ring_formula(4, 64 * MIB, B), 1.5 * 64 * MIB / B)
+        self.assertAlmostEqual(flow_model.ring_model(4, 64 * MIB, B, 0.5, 1e-3),
                                1.5 * 64 * MIB / (0.5 * B) + 6e-3)
 
     def test_ps_bounds(self):
-        self.assertAlmostEqual(psim.bound_ps(8, 8, MIB, B), MIB / B)
-        self.assertAlmostEqual(psim.bound_ps(8, 2, MIB, B), 4 * MIB / B)
-        self.assertAlmostEqual(psim.bound_colocated(4, MIB, B), 1.5 * MIB / B)
+        self.assertAlmostEqual(flow_model.bound_ps(8, 8, MIB, B), MIB / B)
+        self.assertAlmostEqual(flow_model.bound_ps(8, 2, MIB, B), 4 * MIB / B)
+        self.assertAlmostEqual(flow_model.bound_colocated(4, MIB, B), 1.5 * MIB / B)
 
     def test_mixed_formula_reaches_m_over_b_at_k_equal_n(self):
-        self.assertAlmostEqual(psim.bound_mixed(8, 8, MIB, B), MIB / B)
+        self.assertAlmostEqual(flow_model.bound_mixed(8, 8, MIB, B), MIB / B)
         # k = n: every byte goes to the CPU servers (the plain PS case)
-        self.assertAlmostEqual(psim.mixed_cpu_fraction(8, 8), 1.0)
-        self.assertAlmostEqual(psim.mixed_cpu_fraction(4, 2), 2 * 2 * 3 / (4 * 6 - 4))
+        self.assertAlmostEqual(flow_model.mixed_cpu_fraction(8, 8), 1.0)
+        self.assertAlmostEqual(flow_model.mixed_cpu_fraction(4, 2), 2 * 2 * 3 / (4 * 6 - 4))
 
     def test_mixed_wheel_gives_cpu_servers_their_share(self):
         n, k = 8, 4
-        wheel = psim.mixed_wheel(n, k, 4096)
+        wheel = flow_model.mixed_wheel(n, k, 4096)
         share = sum(1 for s in wheel if s >= n) / len(wheel)
         # smooth round-robin keeps every server within one slot of its share
-        self.assertAlmostEqual(share, psim.mixed_cpu_fraction(n, k), delta=k / 4096)
+        self.assertAlmostEqual(share, flow_model.mixed_cpu_fraction(n, k), delta=k / 4096)
         self.assertNotAlmostEqual(share, 0.5, delta=0.05)
 
 
@@ -108,7 +109,7 @@ class ClosedForms(unittest.TestCase):
         # after the pushes: t = (M + k * chunk) / B exactly, within 1% of M/B.
         n = k = 8
         m = 256 * MIB
-        r = psim.simulate(ideal(n, k, size=m, scheduling_credit=0))
+        r = flow_model.simulate(ideal(n, k, size=m, scheduling_credit=0))
         chunk = 262144
         self.assertAlmostEqual(r.time, (m + k * chunk) / B, delta=1e-9 * r.time)
         self.assertLess(abs(r.time / (m / B) - 1), 0.01)
@@ -118,7 +119,7 @@ class ClosedForms(unittest.TestCase):
         # gives 66 partitions, the last one shorter, so one server carries 0.7% more)
         n, k = 8, 2
         m = 256 * MIB
-        r = psim.simulate(ideal(n, k, size=m, scheduling_credit=0, partition_bytes=MIB))
+        r = flow_model.simulate(ideal(n, k, size=m, scheduling_credit=0, partition_bytes=MIB))
         self.assertAlmostEqual(r.time, (n * m / k + n * 262144) / B, delta=1e-9 * r.time)
         self.assertLess(abs(r.time / (n * m / (k * B)) - 1), 0.01)
 
@@ -127,14 +128,14 @@ class ClosedForms(unittest.TestCase):
         # (4M/B), which then sends 4 answers (4M/B): 8 times M/B, as performance.md's
         # "Emulated, 1 Gbit/s links, fp32, byteps defaults" describes (2n times the bound).
         m = 64 * KIB
-        r = psim.simulate(ideal(4, 4, size=m))
+        r = flow_model.simulate(ideal(4, 4, size=m))
         self.assertEqual(r.parts, [m])
         self.assertAlmostEqual(r.time, 8 * m / B, delta=1e-9 * r.time)
         self.assertAlmostEqual(r.ratio, 8.0, places=6)
 
     def test_latency_adds_one_frame_each_way(self):
         m = 64 * KIB
-        r = psim.simulate(ideal(4, 4, size=m, latency_s=1e-3))
+        r = flow_model.simulate(ideal(4, 4, size=m, latency_s=1e-3))
         self.assertAlmostEqual(r.time, 8 * m / B + 2e-3, delta=1e-9)
 
     def test_credit_of_one_partition_serialises_the_servers(self):
@@ -145,9 +146,9 @@ class ClosedForms(unittest.TestCase):
         m = 8 * MIB
         p = ideal(n, k, size=m, scheduling_credit=1, credit_lookahead_bytes=0,
                   server_chunk_bytes=0)
-        parts = psim.split(m, k, p)
+        parts = flow_model.split(m, k, p)
         p["credit_unit"] = parts[0]
-        r = psim.simulate(p)
+        r = flow_model.simulate(p)
         self.assertEqual(len(set(parts)), 1)
         self.assertAlmostEqual(r.time, n * (m + parts[0]) / B, delta=1e-9 * r.time)
         self.assertEqual(max(r.limits, key=r.limits.get), "credit")
@@ -155,7 +156,7 @@ class ClosedForms(unittest.TestCase):
     def test_without_the_credit_the_same_case_runs_at_line_rate(self):
         n = k = 8
         m = 8 * MIB
-        r = psim.simulate(ideal(n, k, size=m, scheduling_credit=0, server_chunk_bytes=0))
+        r = flow_model.simulate(ideal(n, k, size=m, scheduling_credit=0, server_chunk_bytes=0))
         # every server gets 4 partitions, all in flight at once: the last of each is answered
         # after the pushes, a quarter of M: t = 1.25 M/B
         self.assertAlmostEqual(r.time, 1.25 * m / B, delta=1e-9 * r.time)
@@ -166,7 +167,7 @@ class ClosedForms(unittest.TestCase):
         n = k = 2
         m = 16 * MIB
         c = 1e-8
-        r = psim.simulate(ideal(n, k, size=m, host_cores=2, host_cpu_per_link_byte_s=c))
+        r = flow_model.simulate(ideal(n, k, size=m, host_cores=2, host_cpu_per_link_byte_s=c))
         self.assertAlmostEqual(r.time, 2 * n * m * c / 2, delta=1e-9 * r.time)
         self.assertEqual(max(r.limits, key=r.limits.get), "host CPU (emulation)")
 
@@ -175,7 +176,7 @@ class ClosedForms(unittest.TestCase):
         # (n-1) M c_sum; the chunked answers keep pace, so the time is within 1% of it.
         # (at 1e-7 s/B the sums take 20 s; the link would take n M / B = 2.1 s)
         n, m, c = 4, 64 * MIB, 1e-7
-        r = psim.simulate(ideal(n, 1, size=m, sum_cpu_per_byte_s=c, engine_threads=1))
+        r = flow_model.simulate(ideal(n, 1, size=m, sum_cpu_per_byte_s=c, engine_threads=1))
         self.assertLess(abs(r.time / ((n - 1) * m * c) - 1), 0.01)
         self.assertEqual(max(r.limits, key=r.limits.get), "server CPU")
 
@@ -184,20 +185,20 @@ class ClosedForms(unittest.TestCase):
         # (at 1e-7 s/B: 2 M c / 4 = 3.4 s, the link 0.54 s)
         n = k = 4
         m, c = 64 * MIB, 1e-7
-        r = psim.simulate(ideal(n, k, size=m, tcp_cpu_per_byte_side_s=c, io_threads=64,
+        r = flow_model.simulate(ideal(n, k, size=m, tcp_cpu_per_byte_side_s=c, io_threads=64,
                                 scheduling_credit=0))
         # io_threads is capped by the links (4 per node): 4 cores for 2M x c, and each server
         # carries the same bytes on its own 4 threads
         self.assertLess(abs(r.time / (2 * m * c / 4) - 1), 0.02)
-        r1 = psim.simulate(ideal(n, k, size=m, tcp_cpu_per_byte_side_s=c, io_threads=1,
+        r1 = flow_model.simulate(ideal(n, k, size=m, tcp_cpu_per_byte_side_s=c, io_threads=1,
                                  scheduling_credit=0))
         self.assertLess(abs(r1.time / (2 * m * c) - 1), 0.02)
 
     def test_colocated_is_the_ring_bound(self):
         n, m = 4, 256 * MIB
-        r = psim.simulate(ideal(n, n, "colocated", size=m, scheduling_credit=0,
+        r = flow_model.simulate(ideal(n, n, "colocated", size=m, scheduling_credit=0,
                                 partition_bytes=MIB))
-        self.assertLess(abs(r.time / psim.bound_colocated(n, m, B) - 1), 0.01)
+        self.assertLess(abs(r.time / flow_model.bound_colocated(n, m, B) - 1), 0.01)
 
     def test_mixed_under_fair_sharing(self):
         # 4 colocated + 2 CPU servers. The formula, t_opt = 2n(n-1)M / ((n^2 + kn - 2k) B)
@@ -209,8 +210,8 @@ class ClosedForms(unittest.TestCase):
         # goes at B/4 (their downlinks: 4 x_c <= B), 0.8 M/B more: 1.6 M/B in all.
         n, k = 4, 2
         m = 256 * MIB
-        self.assertAlmostEqual(psim.bound_mixed(n, k, m, B), 1.2 * m / B)
-        r = psim.simulate(ideal(n, k, "mixed", size=m, scheduling_credit=0,
+        self.assertAlmostEqual(flow_model.bound_mixed(n, k, m, B), 1.2 * m / B)
+        r = flow_model.simulate(ideal(n, k, "mixed", size=m, scheduling_credit=0,
                                 partition_bytes=256 * KIB))
         self.assertLess(abs(r.time / (1.6 * m / B) - 1), 0.01)
 
@@ -251,9 +252,9 @@ class LockstepSolve(unittest.TestCase):
 
     def snapshot(self, mode, n, k, act_push, act_ans):
         p = ideal(n, k, mode)
-        parts, owner, S, colocated = psim.layout(p)
-        net = psim.build_net(p, parts, owner, S, colocated)
-        rate, _ = psim.solve(net, act_push, act_ans)
+        parts, owner, S, colocated = flow_model.layout(p)
+        net = flow_model.build_net(p, parts, owner, S, colocated)
+        rate, _ = flow_model.solve(net, act_push, act_ans)
         return rate, per_connection_max_min(n, S, colocated, B, act_push, act_ans), S
 
     def test_separate_servers_match_per_connection_max_min(self):
@@ -276,9 +277,9 @@ class LockstepSolve(unittest.TestCase):
         # (so mixed mode's 1.6 M/B above is fair sharing's, not lockstep's)
         for mode, n, k in (("ps", 5, 3), ("colocated", 4, 4), ("mixed", 4, 2), ("mixed", 6, 3)):
             p = ideal(n, k, mode)
-            parts, owner, S, colocated = psim.layout(p)
-            net = psim.build_net(p, parts, owner, S, colocated)
-            rate, _ = psim.solve(net, list(range(S)), list(range(S)))
+            parts, owner, S, colocated = flow_model.layout(p)
+            net = flow_model.build_net(p, parts, owner, S, colocated)
+            rate, _ = flow_model.solve(net, list(range(S)), list(range(S)))
             exact = per_connection_max_min(n, S, colocated, B, range(S), range(S))
             for cls, rates in exact.items():
                 for r in rates:
@@ -316,11 +317,11 @@ class Validation(unittest.TestCase):
         self.assertIn("FAIL", text)
 
     def test_6_plus_6_needs_the_shared_host_cpu(self):
-        p = psim.make_params(6, 6, "ps", 64 * MIB, "1gbit", "emulated")
-        with_cpu = psim.simulate(p).ratio
-        p = psim.make_params(6, 6, "ps", 64 * MIB, "1gbit", "emulated",
+        p = flow_model.make_params(6, 6, "ps", 64 * MIB, "1gbit", "emulated")
+        with_cpu = flow_model.simulate(p).ratio
+        p = flow_model.make_params(6, 6, "ps", 64 * MIB, "1gbit", "emulated",
                              host_cpu_per_link_byte_s=0.0)
-        without = psim.simulate(p).ratio
+        without = flow_model.simulate(p).ratio
         self.assertGreater(with_cpu, 1.2)
         self.assertLess(without, 1.12)
 
