@@ -128,6 +128,24 @@ TEST_CASE("ipc transport: a payload said to lie in shared memory the peer never 
   CHECK_THAT(pair.in->closed, Catch::Contains("shared memory 77 that the peer never shared"));
 }
 
+TEST_CASE("ipc transport: a control frame larger than any control payload closes the link, "
+          "saying so",
+          "[ipc]") {
+  ring_pair pair;
+  REQUIRE(pair.client->through_shm());
+  wire::header marker;  // a broken or hostile peer's: a ring place padded to 5000 bytes
+  marker.type = transport::ipc_detail::ipc_payload;
+  auto padded =
+      transport::ipc_detail::encode(transport::ipc_detail::ring_place{.pos = 0, .bytes = 64});
+  padded.resize(5000);
+  pair.client->send(marker, padded, [] {});
+  std::unique_lock lock(pair.in->mu);
+  REQUIRE(pair.in->cv.wait_for(lock, std::chrono::seconds(10),
+                               [&] { return !pair.in->closed.empty(); }));
+  CHECK_THAT(pair.in->closed,
+             Catch::Contains("an ipc control frame of 5000 bytes (at most 4096)"));
+}
+
 TEST_CASE("ipc transport: memory a peer shares is mapped only by a byteps name, whole, or not at "
           "all - saying why",
           "[ipc]") {

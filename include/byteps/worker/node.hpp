@@ -86,7 +86,7 @@ class node {
             },
             state_.life, trace_, deadlines_, segment_sharing()) {
     if constexpr (!L::is_identity)
-      state_.also_fail = [this](const std::string&) { stage_.wake_to_end(); };
+      state_.also_fail = [this] { stage_.wake_to_end(); };
     try {
       join();
     } catch (...) {

@@ -46,8 +46,9 @@ struct shared_state {
   liveness life;        ///< dead (why) or closing: the worker's one failure flag
   int machine = 0;      ///< this worker's rank among the machines
   int global_size = 1;  ///< every worker process of the job
-  /// What else must fail with the worker (its local stage); runs once, under `mu`.
-  std::function<void(const std::string& why)> also_fail;
+  /// Wakes what else reads `life` (the local stage) once the worker failed; runs once, under
+  /// `mu`.
+  std::function<void()> also_fail;
 
   op_table& ops() noexcept { return dispatcher.ops(); }
 
@@ -63,7 +64,7 @@ struct shared_state {
     }
     links.say_failed(why);  // before the close: each server then names the cause
     links.close_all();
-    if (also_fail) also_fail(why);
+    if (also_fail) also_fail();
   }
 };
 
