@@ -234,7 +234,7 @@ class harness {
   }
 
   static bool admitted(const connection& c) {
-    return c.link->open() && c.link->receiver()->peer_admitted();
+    return c.link->peer_admitted();
   }
 
   // The proof that `op` asks for on `c`: the right one, or one of the wrong kinds (script.hpp).

@@ -59,6 +59,7 @@ class in_process_link {
   // ---- the Transport's side (the server's calls)
   void start(std::shared_ptr<transport::receiver> r) {
     receiver_ = std::move(r);
+    caps_ = receiver_->capabilities();  // asked once, as a real link does
     if (scheduler_) {  // a scheduler's first frame: its challenge
       rendezvous::nonce n{};
       wire::header h;
@@ -106,9 +107,9 @@ class in_process_link {
     auto decoded = wire::decode(head, max_frame_);
     if (!decoded) return refuse("protocol error: " + decoded.reason);
     const wire::header h = decoded.value;
-    if (wire::is_transport_msg(h.type) && !receiver_->peer_admitted())
+    if (wire::is_transport_msg(h.type) && !caps_.peer_admitted())
       return refuse("protocol error: a transport frame before its hello");
-    if (wire::is_transport_msg(h.type) && !receiver_->wants_transport_frames()) {
+    if (wire::is_transport_msg(h.type) && !caps_.transport_frames) {
       if (payload.size() < h.payload_bytes) return refuse("the peer closed mid-frame");
       return true;  // another transport's handshake: read and dropped
     }
@@ -117,7 +118,7 @@ class in_process_link {
     std::size_t step = 0;
     if (!call([&] {
           dest = receiver_->payload_destination(h, reason);
-          if (!dest.empty() && dest.size() == h.payload_bytes) step = receiver_->progress_step(h);
+          if (!dest.empty() && dest.size() == h.payload_bytes) step = caps_.progress_step(h);
         }))
       return false;
     if (dest.size() != h.payload_bytes) {
@@ -128,7 +129,7 @@ class in_process_link {
     if (!dest.empty() && have > 0) std::memcpy(dest.data(), payload.data(), have);
     // Cut-through: the receiver hears of each full step that leaves the frame incomplete.
     for (std::size_t got = step; step != 0 && got < dest.size() && got <= have; got += step)
-      if (!call([&] { receiver_->on_progress(h, got); })) return false;
+      if (!call([&] { caps_.streaming->on_progress(h, got); })) return false;
     if (have < dest.size())
       return refuse("the peer closed the connection in the middle of a frame");
     if (!call([&] { receiver_->on_message(h, dest); })) return false;
@@ -163,6 +164,7 @@ class in_process_link {
 
   bool open() const { return receiver_ != nullptr; }
   transport::receiver* receiver() const { return receiver_.get(); }
+  bool peer_admitted() const { return receiver_ != nullptr && caps_.peer_admitted(); }
 
  private:
   void close_from(std::string reason) {
@@ -196,6 +198,7 @@ class in_process_link {
   std::size_t max_frame_;
   bool scheduler_;
   std::shared_ptr<transport::receiver> receiver_;  // the fuzzer's thread only
+  transport::receiver_capabilities caps_;          // receiver_'s, asked in start()
   std::mutex mu_;                                  // guards what follows
   std::vector<sent_frame> sent_;
   std::vector<transport::sent_callback> done_;
