@@ -1,7 +1,7 @@
 #pragma once
 // An in-process `bps::Transport` for fuzzing a real `Server<>`: no sockets and no I/O threads.
 // The fuzzer is the far end of every link and also each link's I/O thread: it hands a link a
-// frame (`deliver`), which calls the server's receiver exactly as transport/tcp_link.hpp does
+// frame (`deliver`), which calls the server's receiver exactly as transport/tcp/tcp_link.hpp does
 // (the header validated by `wire::decode` with the same frame limit, transport frames before the
 // peer's proof refused, `payload_destination` before the payload, cut-through steps, then
 // `on_message`; a receiver that throws or refuses closes the link). What the server sends is
