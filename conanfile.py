@@ -5,8 +5,8 @@
 Consumers then write, with the CMakeDeps and CMakeToolchain generators:
 
     find_package(byteps CONFIG REQUIRED)
-    target_link_libraries(app PRIVATE byteps::byteps)   # byteps::tls for transport/tls.hpp,
-                                                        # byteps::rdma for transport/rdma.hpp,
+    target_link_libraries(app PRIVATE byteps::byteps)   # byteps::tls for transport/tls/tls.hpp,
+                                                        # byteps::rdma for transport/rdma/rdma.hpp,
                                                         # byteps::cuda for local/nccl.hpp
 
 package_info() below describes the package to Conan's generators; the CMake package that
@@ -73,10 +73,10 @@ class BytepsConan(ConanFile):
         self.requires("asio/1.28.1", transitive_headers=True)
         self.requires("fmt/9.1.0", transitive_headers=True)
         # libcrypto: the job token's challenge-response (rendezvous/auth.hpp), near Debian 12's 3.0;
-        # libssl: the tls component (transport/tls.hpp).
+        # libssl: the tls component (transport/tls/tls.hpp).
         self.requires("openssl/3.0.13", transitive_headers=True)
         if self.options.with_rdma:
-            # transport/rdma.hpp includes infiniband/verbs.h and rdma/rdma_cma.h.
+            # transport/rdma/rdma.hpp includes infiniband/verbs.h and rdma/rdma_cma.h.
             self.requires("rdma-core/48.0", transitive_headers=True)
 
     def configure(self):

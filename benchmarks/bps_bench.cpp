@@ -6,7 +6,7 @@
 #include <byteps/bodies.hpp>  // the TLS communicators are not in byteps::compiled
 #include <byteps/compress/registry.hpp>
 #if BYTEPS_BENCH_TLS
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #endif
 
 #include <fmt/format.h>

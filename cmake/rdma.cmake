@@ -1,4 +1,4 @@
-# BYTEPS_WITH_RDMA: bps::transport::rdma (include/byteps/transport/rdma.hpp, over rdma-core), its
+# BYTEPS_WITH_RDMA: bps::transport::rdma (include/byteps/transport/rdma/rdma.hpp, over rdma-core), its
 # real-device tests and the rdma component of the package. AUTO builds them when rdma-core's
 # libibverbs and librdmacm are found, ON fails the configure when they are not, OFF never looks.
 # Sets BYTEPS_HAVE_RDMA and, when ON, defines the INTERFACE target byteps::rdma (byteps +

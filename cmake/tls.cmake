@@ -1,4 +1,4 @@
-# BYTEPS_WITH_TLS: bps::transport::tls<tcp> (include/byteps/transport/tls.hpp, over OpenSSL's
+# BYTEPS_WITH_TLS: bps::transport::tls<tcp> (include/byteps/transport/tls/tls.hpp, over OpenSSL's
 # libssl through Asio's SSL stream), its tests and the tls component of the package. AUTO builds
 # them when libssl is found, ON fails the configure when it is not, OFF never looks. Sets
 # BYTEPS_HAVE_TLS and, when ON, defines the INTERFACE target byteps::tls (byteps + libssl) that

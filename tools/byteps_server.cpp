@@ -5,10 +5,10 @@
 // the build has rdma-core (and libssl for TLS).
 #include <byteps/bodies.hpp>
 #if BYTEPS_SERVER_WITH_RDMA
-#include <byteps/transport/rdma.hpp>
+#include <byteps/transport/rdma/rdma.hpp>
 #endif
 #if BYTEPS_SERVER_TLS
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #endif
 
 #include <cstdio>

@@ -4,7 +4,7 @@
 // the frames of every node. A watchdog turns a hang into a failed test with a message.
 #include "cluster.hpp"
 
-#include <byteps/transport/faulty.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
 
 #include "faulty_instances.hpp"
 

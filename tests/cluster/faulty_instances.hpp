@@ -3,7 +3,7 @@
 // files use, compiled once (faulty_instances.cpp) rather than in each of them: the tests' own
 // compiled mode, as byteps::compiled is the library's (docs/architecture.md, "Compiled mode").
 #include <byteps/bodies.hpp>
-#include <byteps/transport/faulty.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
 
 namespace bps {
 

@@ -2,7 +2,7 @@
 // parametrises its tests): exact sums of every dtype at odd sizes (with whole answers, and in
 // pieces from servers that sum as pushes arrive), averages, and broadcast.
 // A new transport or local policy is one line of BPS_EVERY_SETUP.
-#include <byteps/transport/faulty.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
 #include <catch2/catch.hpp>
 
 #include "cluster.hpp"

@@ -25,7 +25,7 @@ if(NOT rc EQUAL 0)
 endif()
 
 # "asio/" is any of Asio's headers (the transports include its parts, not <asio.hpp>).
-set(heavy asio/ byteps/transport/tcp.hpp byteps/transport/ipc.hpp byteps/worker/node.hpp
+set(heavy asio/ byteps/transport/tcp/tcp.hpp byteps/transport/ipc/ipc.hpp byteps/worker/node.hpp
           byteps/server/node.hpp byteps/rendezvous/scheduler.hpp byteps/local/host.hpp)
 set(found "")
 foreach(h IN LISTS heavy)

@@ -16,7 +16,7 @@
 #include <byteps/byteps.hpp>
 #if BYTEPS_CHECK_TLS
 #include <byteps/bodies.hpp>  // compiled mode: the communicators over tls are instantiated here
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #endif
 
 #include <csignal>

@@ -5,7 +5,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <byteps/bodies.hpp>
 #include <byteps/core/net_interface.hpp>
-#include <byteps/transport/rdma.hpp>
+#include <byteps/transport/rdma/rdma.hpp>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>  // fmt::join
 #include <cstdio>

@@ -2,7 +2,7 @@
 // themselves to each other by certificates of the job's CA, exact sums of every dtype; while it
 // runs, a stranger's certificate and a client without one knock on the scheduler and are
 // refused with WARNINGs, and the job's answers stay exact.
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #include <catch2/catch.hpp>
 
 #include "certificates.hpp"

@@ -1,7 +1,7 @@
 // transport::tls<tcp> on its own: its options and files are checked when it is built, and a
 // listener refuses, with a WARNING naming the peer and OpenSSL's reason, every peer that does not
 // prove itself by a certificate of the job's CA; a client refuses a listener the same way.
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #include <catch2/catch.hpp>
 
 #include "certificates.hpp"

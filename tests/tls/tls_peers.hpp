@@ -5,7 +5,7 @@
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -9,7 +9,7 @@
 // TSan, so its write and the send's read of the same bytes are unordered, as they would be in a
 // trainer that reused a gradient buffer before its push was sent.
 #include <asio.hpp>
-#include <byteps/transport/tcp.hpp>
+#include <byteps/transport/tcp/tcp.hpp>
 
 #include <chrono>
 #include <cstddef>

@@ -12,7 +12,7 @@
 #include <byteps/partition/by_bytes.hpp>
 #include <byteps/schedule/fifo.hpp>
 #include <byteps/schedule/priority.hpp>
-#include <byteps/transport/tcp.hpp>
+#include <byteps/transport/tcp/tcp.hpp>
 
 #include <catch2/catch.hpp>
 

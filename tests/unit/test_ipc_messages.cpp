@@ -1,8 +1,8 @@
-// transport::ipc's control payloads (transport/ipc_messages.hpp): each decodes to what was
+// transport::ipc's control payloads (transport/ipc/ipc_messages.hpp): each decodes to what was
 // encoded, and a payload cut short or with bytes past its end is a decode_error naming the frame.
 #include <catch2/catch.hpp>
 
-#include "byteps/transport/ipc_messages.hpp"
+#include "byteps/transport/ipc/ipc_messages.hpp"
 
 using namespace bps;
 using namespace bps::transport::ipc_detail;

@@ -1,4 +1,4 @@
-#include <byteps/transport/ipc_ring.hpp>
+#include <byteps/transport/ipc/ipc_ring.hpp>
 
 #include <atomic>
 #include <cstdint>

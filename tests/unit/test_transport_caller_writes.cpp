@@ -11,7 +11,7 @@
 
 #include <asio.hpp>
 #include <byteps/transport/frame_write.hpp>
-#include <byteps/transport/tcp.hpp>
+#include <byteps/transport/tcp/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>

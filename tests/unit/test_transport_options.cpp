@@ -1,8 +1,8 @@
-#include <byteps/transport/faulty_options.hpp>
-#include <byteps/transport/ipc_options.hpp>
-#include <byteps/transport/tcp_options.hpp>
-#include <byteps/transport/tcp_socket.hpp>
-#include <byteps/transport/tls_options.hpp>
+#include <byteps/transport/faulty/faulty_options.hpp>
+#include <byteps/transport/ipc/ipc_options.hpp>
+#include <byteps/transport/tcp/tcp_options.hpp>
+#include <byteps/transport/tcp/tcp_socket.hpp>
+#include <byteps/transport/tls/tls_options.hpp>
 #include <catch2/catch.hpp>
 
 #include "config_env.hpp"

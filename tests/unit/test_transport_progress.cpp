@@ -5,9 +5,9 @@
 // The receiver only records on the I/O thread; Catch checks on the test thread (Catch is not
 // thread-safe).
 
-#include <byteps/transport/faulty.hpp>
-#include <byteps/transport/ipc.hpp>
-#include <byteps/transport/tcp.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
+#include <byteps/transport/ipc/ipc.hpp>
+#include <byteps/transport/tcp/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>

@@ -4,9 +4,9 @@
 // listener's thread is slower than the flood.
 
 #include <asio.hpp>
-#include <byteps/transport/faulty.hpp>
-#include <byteps/transport/ipc.hpp>
-#include <byteps/transport/tcp.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
+#include <byteps/transport/ipc/ipc.hpp>
+#include <byteps/transport/tcp/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>

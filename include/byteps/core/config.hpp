@@ -4,7 +4,7 @@
 /// environment variables BytePS users know with `Config::from_env()`. Nothing else in byteps
 /// reads the environment. `docs/env.md` lists every variable with its default.
 ///
-/// A transport's knobs are its own `options` (transport/tcp_options.hpp), passed to a node
+/// A transport's knobs are its own `options` (transport/tcp/tcp_options.hpp), passed to a node
 /// beside the `Config`. `Config` only records, range-checked, the variables that set them
 /// (`io_threads`, `enable_ipc`, `rdma`), because it is the one reader of the environment; a
 /// transport's `options::from(cfg)` turns that record into its options when a node is given

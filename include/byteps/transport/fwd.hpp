@@ -6,8 +6,8 @@
 /// headers that define the transports (tcp.hpp, ipc.hpp, ...), which only the code that builds
 /// a communicator includes (docs/architecture.md, "Compiled mode").
 
-#include "byteps/transport/ipc_options.hpp"
-#include "byteps/transport/tcp_options.hpp"
+#include "byteps/transport/ipc/ipc_options.hpp"
+#include "byteps/transport/tcp/tcp_options.hpp"
 
 namespace bps::transport {
 

@@ -11,8 +11,8 @@
 /// `transport::rdma`.
 
 #include "byteps/transport/fwd.hpp"
-#include "byteps/transport/ipc.hpp"
-#include "byteps/transport/tcp.hpp"
+#include "byteps/transport/ipc/ipc.hpp"
+#include "byteps/transport/tcp/tcp.hpp"
 
 // `transport::standard` itself is declared in transport/fwd.hpp, so a trainer can name it
 // without these definitions.

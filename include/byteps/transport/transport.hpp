@@ -29,7 +29,7 @@
 /// environment's values that `Config::from_env()` recorded (the only reader of the environment)
 /// to the options. A decorator's options hold its inner transport's as `inner`.
 ///
-/// Writing a new transport: copy transport/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
+/// Writing a new transport: copy transport/tcp/tcp.hpp's shape; `static_assert(bps::Transport<T>)`.
 
 #include <fmt/core.h>
 

@@ -1,7 +1,7 @@
 // A program outside byteps built against an installed byteps with the rdma component: the verbs
 // policy over rdma-core compiles and links (libibverbs, librdmacm). It needs no RDMA device: it
 // reports the devices it finds and exits 0.
-#include <byteps/transport/rdma.hpp>
+#include <byteps/transport/rdma/rdma.hpp>
 
 #include <cstdio>
 

@@ -1,7 +1,7 @@
 // A program outside byteps built against an installed byteps with the tls component: the TLS
 // transport compiles and links (libssl), and checks its files when built: a CA that is not there
 // is a usage_error naming BYTEPS_TLS_CA and the path.
-#include <byteps/transport/tls.hpp>
+#include <byteps/transport/tls/tls.hpp>
 #include <cstdio>
 #include <string>
 

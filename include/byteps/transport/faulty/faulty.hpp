@@ -84,8 +84,8 @@
 #include "byteps/core/config.hpp"
 #include "byteps/core/log.hpp"
 #include "byteps/detail/timer_thread.hpp"
-#include "byteps/transport/fault_plan.hpp"
-#include "byteps/transport/faulty_options.hpp"
+#include "byteps/transport/faulty/fault_plan.hpp"
+#include "byteps/transport/faulty/faulty_options.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 

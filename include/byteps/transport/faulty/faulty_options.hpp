@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "byteps/core/config.hpp"
-#include "byteps/transport/fault_plan.hpp"
+#include "byteps/transport/faulty/fault_plan.hpp"
 
 namespace bps::transport {
 

@@ -29,7 +29,7 @@
 ///    Answers take the ring from `min_ipc_answer_bytes` (256 KiB) on, pushes from
 ///    `min_ipc_bytes` (16 KiB).
 /// 4. Memory the sender shares by name (`share_memory`: the worker's `local::host` segments,
-///    where its owned slices lie) is offered once per link (`ipc_share`, transport/ipc_shared.hpp)
+///    where its owned slices lie) is offered once per link (`ipc_share`, transport/ipc/ipc_shared.hpp)
 ///    when a payload first lies in it; once the peer mapped it (`ipc_share_accept`), payloads
 ///    that lie whole in it, 64-byte aligned, go as their place (`ipc_shared_payload`) instead
 ///    of a copy into the ring, and a node that takes frames in place reads them there. The
@@ -65,10 +65,10 @@
 #include "byteps/detail/shm_segment.hpp"
 #include "byteps/detail/task_queue.hpp"
 #include "byteps/transport/fwd.hpp"
-#include "byteps/transport/ipc_messages.hpp"
-#include "byteps/transport/ipc_options.hpp"
-#include "byteps/transport/ipc_ring.hpp"
-#include "byteps/transport/ipc_shared.hpp"
+#include "byteps/transport/ipc/ipc_messages.hpp"
+#include "byteps/transport/ipc/ipc_options.hpp"
+#include "byteps/transport/ipc/ipc_ring.hpp"
+#include "byteps/transport/ipc/ipc_shared.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -158,4 +158,4 @@ class ipc {
 
 }  // namespace bps::transport
 
-#include "byteps/transport/impl/ipc_link.hpp"
+#include "byteps/transport/ipc/impl/ipc_link.hpp"

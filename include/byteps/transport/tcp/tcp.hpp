@@ -14,10 +14,10 @@
 #include "byteps/core/error.hpp"
 #include "byteps/core/linkage.hpp"
 #include "byteps/core/log.hpp"
-#include "byteps/transport/tcp_engine.hpp"
-#include "byteps/transport/tcp_link.hpp"
-#include "byteps/transport/tcp_options.hpp"
-#include "byteps/transport/tcp_socket.hpp"
+#include "byteps/transport/tcp/tcp_engine.hpp"
+#include "byteps/transport/tcp/tcp_link.hpp"
+#include "byteps/transport/tcp/tcp_options.hpp"
+#include "byteps/transport/tcp/tcp_socket.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/frame.hpp"
 
@@ -61,5 +61,5 @@ static_assert(bps::Transport<tcp>);
 }  // namespace bps::transport
 
 #if BYTEPS_INCLUDE_BODIES
-#include "byteps/transport/impl/tcp.hpp"
+#include "byteps/transport/tcp/impl/tcp.hpp"
 #endif

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "byteps/core/log.hpp"
-#include "byteps/transport/tcp_listeners.hpp"
+#include "byteps/transport/tcp/tcp_listeners.hpp"
 
 namespace bps::transport {
 

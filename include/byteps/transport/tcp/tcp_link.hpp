@@ -185,4 +185,4 @@ using tcp_link = basic_tcp_link<asio::ip::tcp::socket>;
 
 }  // namespace bps::transport
 
-#include "byteps/transport/impl/tcp_link.hpp"
+#include "byteps/transport/tcp/impl/tcp_link.hpp"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "byteps/core/log.hpp"
-#include "byteps/transport/tcp_socket.hpp"
+#include "byteps/transport/tcp/tcp_socket.hpp"
 
 namespace bps::transport {
 

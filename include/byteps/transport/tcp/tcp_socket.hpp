@@ -105,5 +105,5 @@ auto dial_until(asio::io_context& io, const std::string& host, std::uint16_t por
 }  // namespace bps::transport
 
 #if BYTEPS_INCLUDE_BODIES
-#include "byteps/transport/impl/tcp_socket.hpp"
+#include "byteps/transport/tcp/impl/tcp_socket.hpp"
 #endif

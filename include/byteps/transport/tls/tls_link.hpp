@@ -10,7 +10,7 @@
 #include <asio/ssl/error.hpp>
 #include <asio/ssl/stream.hpp>
 
-#include "byteps/transport/tcp_link.hpp"
+#include "byteps/transport/tcp/tcp_link.hpp"
 
 namespace bps::transport {
 

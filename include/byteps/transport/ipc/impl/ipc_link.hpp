@@ -1,13 +1,13 @@
 #pragma once
 /// @file
-/// A link of `transport::ipc` (transport/ipc.hpp): its handshake, its sends (through the inner
+/// A link of `transport::ipc` (transport/ipc/ipc.hpp): its handshake, its sends (through the inner
 /// link, the ring, or by reference into memory shared by name) and its receiving end (`splice`),
 /// which hands ring and shared payloads to the node where they lie or copies them out.
-/// Included at the end of transport/ipc.hpp.
+/// Included at the end of transport/ipc/ipc.hpp.
 
 #include <unordered_map>
 
-#include "byteps/transport/ipc.hpp"
+#include "byteps/transport/ipc/ipc.hpp"
 
 namespace bps::transport {
 
@@ -287,7 +287,7 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
     if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
   }
 
-  // A control frame with its typed payload (transport/ipc_messages.hpp), or none.
+  // A control frame with its typed payload (transport/ipc/ipc_messages.hpp), or none.
   void send_control(wire::msg type, std::vector<std::byte> payload = {}) {
     wire::header h;
     h.type = type;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The bodies of transport/tcp.hpp's functions that are not templates: inline in header-only mode,
+/// The bodies of transport/tcp/tcp.hpp's functions that are not templates: inline in header-only mode,
 /// compiled once into byteps::compiled otherwise (core/linkage.hpp).
 
 namespace bps::transport {

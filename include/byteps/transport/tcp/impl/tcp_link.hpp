@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// The bodies of `basic_tcp_link` (transport/tcp_link.hpp), out of the class so that compiled
+/// The bodies of `basic_tcp_link` (transport/tcp/tcp_link.hpp), out of the class so that compiled
 /// mode's explicit instantiation declaration of `tcp_link` keeps them out of every translation
 /// unit but src/bodies.cpp's (docs/architecture.md, "Compiled mode"). Included at the end of
-/// transport/tcp_link.hpp.
+/// transport/tcp/tcp_link.hpp.
 
 namespace bps::transport {
 

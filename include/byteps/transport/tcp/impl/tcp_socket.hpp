@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The bodies of transport/tcp_socket.hpp's functions that are not templates: inline in header-only
+/// The bodies of transport/tcp/tcp_socket.hpp's functions that are not templates: inline in header-only
 /// mode, compiled once into byteps::compiled otherwise (core/linkage.hpp).
 
 namespace bps::transport {
