@@ -62,8 +62,8 @@ struct summation_server {
     // Worker 2 does not exist: the handler must refuse it, not index past its tables.
     const int worker = static_cast<int>(h.sender % (num_workers + 1));
     const std::function<std::string()> name = [] { return std::string("'t'"); };
-    const auto o =
-        handler.handle(server::request{h, received, worker, num_workers, failover, name});
+    const auto o = handler.handle(
+        server::request{h, server::push_bytes::in(received), worker, num_workers, failover, name});
     using kind = server::outcome::kind;
     if (o.what == kind::release) {
       // The round's pushes and offers all had this push's shape, or it would have failed.

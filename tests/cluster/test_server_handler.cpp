@@ -32,11 +32,11 @@ class doubling {
   server::outcome handle(const server::request& r) {
     const wire::header& h = r.head;
     if (h.type != wire::msg::push || h.dtype != static_cast<std::uint32_t>(dtype::float32) ||
-        r.payload.size % 4 != 0)
+        r.whole().size() % 4 != 0)
       return server::outcome::refuse(
           fmt::format("doubling takes float32 pushes only, not this one of {}", r.tensor_name()));
-    auto out = std::make_shared<std::vector<float>>(r.payload.size / 4);
-    if (!out->empty()) std::memcpy(out->data(), r.payload.data.get(), r.payload.size);
+    auto out = std::make_shared<std::vector<float>>(r.whole().size() / 4);
+    if (!out->empty()) std::memcpy(out->data(), r.whole().data(), r.whole().size());
     for (float& x : *out) x *= 2;
     return server::outcome::answer_now(
         {std::as_bytes(std::span(*out)), h.round, dtype::float32, h.offset, h.tensor_bytes, out});

@@ -69,7 +69,7 @@ struct replacement {
     std::memcpy(b.data.get(), v.data(), bytes);
     for (std::size_t w = 0; c && w < c->size(); ++w)
       bps::wire::detail::put_le<std::uint64_t>(b.data.get() + bytes + 8 * w, (*c)[w]);
-    auto o = handler.handle(bps::server::request{h, b, worker, workers, true, name});
+    auto o = handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), worker, workers, true, name});
     pool.give_back(std::move(b));
     return o;
   }

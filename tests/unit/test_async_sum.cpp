@@ -49,7 +49,7 @@ struct driver {
     h.payload_bytes = bytes;
     auto b = pool.take(bytes);
     if (bytes != 0) std::memcpy(b.data.get(), v.data(), bytes);
-    auto o = handler.handle(bps::server::request{h, b, worker, workers, false, name});
+    auto o = handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), worker, workers, false, name});
     pool.give_back(std::move(b));
     return o;
   }
@@ -169,10 +169,10 @@ TEST_CASE("async_sum refuses rounds out of order, other shapes and sum offers, n
     auto b = bps_test::pooled_floats(d.pool, {1.0f});
     // Without failover no offer belongs here; with it, one must end with the applied counts
     // (tests/unit/test_async_failover.cpp takes well-formed ones).
-    const auto o = d.handler.handle(bps::server::request{h, b, 0, 2, false, d.name});
+    const auto o = d.handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), 0, 2, false, d.name});
     REQUIRE(o.what == kind::refuse);
     CHECK(contains(o.error, "async mode takes pushes only, not a sum_offer of 'grad'"));
-    const auto bare = d.handler.handle(bps::server::request{h, b, 0, 2, true, d.name});
+    const auto bare = d.handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), 0, 2, true, d.name});
     d.pool.give_back(std::move(b));
     REQUIRE(bare.what == kind::refuse);
     CHECK(contains(bare.error, "a sum_offer of 'grad' partition 0 without the 16 bytes of "

@@ -63,9 +63,9 @@ struct stream_driver {
   // Hands over `a`'s bytes up to `in` (all of them, and its last call, when `complete`).
   outcome call(arriving& a, std::size_t in, bool complete) {
     a.in = complete ? a.bytes->size() : in;
-    buffer_pool::buffer none;
-    bps::server::request r{a.head, none,     a.worker, workers, failover, name,
-                           &a.ref, a.in,     a.first,  complete};
+    bps::server::request r{a.head,   bps::server::push_bytes::lent(a.ref, a.in, a.first, complete),
+                           a.worker, workers,
+                           failover, name};
     a.first = false;
     return handler.handle(r);
   }
@@ -79,7 +79,8 @@ struct stream_driver {
     h.payload_bytes = data.size();
     auto b = pool.take(data.size());
     std::memcpy(b.data.get(), data.data(), data.size());
-    auto o = handler.handle(bps::server::request{h, b, worker, workers, failover, name});
+    auto o = handler.handle(
+        bps::server::request{h, bps::server::push_bytes::in(b), worker, workers, failover, name});
     pool.give_back(std::move(b));
     return o;
   }

@@ -27,7 +27,7 @@ struct sync_driver {
                                   static_cast<std::uint32_t>(worker));
     auto b = bps_test::pooled_floats(pool, v);
     h.payload_bytes = b.size;
-    auto o = handler.handle(bps::server::request{h, b, worker, workers, failover, name});
+    auto o = handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), worker, workers, failover, name});
     pool.give_back(std::move(b));
     return o;
   }
@@ -103,7 +103,7 @@ TEST_CASE("sync_sum refuses a wrong-size push with a message naming the tensor",
   const auto h = bps_test::grad_frame(bps::wire::msg::push, 0, 6);
   auto b = d.pool.take(6);  // one and a half floats
   std::memset(b.data.get(), 0, 6);
-  const auto o = d.handler.handle(bps::server::request{h, b, 0, 2, false, d.name});
+  const auto o = d.handler.handle(bps::server::request{h, bps::server::push_bytes::in(b), 0, 2, false, d.name});
   REQUIRE(o.what == kind::refuse);
   CHECK(o.error.find("'grad'") != std::string::npos);
   CHECK(o.error.find("not a whole number of float32") != std::string::npos);

@@ -97,7 +97,7 @@ class decoding {
           where()));
     const auto type = dtype_from_wire(h.dtype);
     const std::span<const std::byte> in = r.whole();
-    const bool partial = r.streamed != nullptr && !(r.first && r.complete);  // never: not streamed
+    const bool partial = !(r.push.first && r.push.complete);  // never: not streamed
     if (!type || partial || in.size() < wire::compressed_prefix_bytes)
       return outcome::refuse(fmt::format("a malformed compressed push of {}: {}", where(),
                                          !type ? fmt::format("dtype value {} is unknown", h.dtype)
@@ -127,7 +127,8 @@ class decoding {
     plain.flags &= ~wire::flag_compressed;
     plain.payload_bytes = raw;
     outcome o =
-        inner_.handle(request{plain, decoded, r.worker, r.num_workers, r.failover, r.tensor_name});
+        inner_.handle(request{plain, push_bytes::in(decoded), r.worker, r.num_workers, r.failover,
+                             r.tensor_name});
     pool_->give_back(std::move(decoded));  // or whatever Inner swapped in for it
     using kind = outcome::kind;
     if (o.what == kind::release || o.what == kind::answer_now) return encode(*codec, o, r);

@@ -46,52 +46,63 @@
 
 namespace bps::server {
 
-/// A push's bytes while they arrive (cut-through): the link still writes the tail while the
-/// handler reads the head. `owner` keeps the bytes alive; a handler may hold it as long as it
-/// reads them, and tells one frame from another by it.
+/// Bytes a link lends a handler: a streamed push's buffer, which the link still writes while
+/// the handler reads its head (cut-through), a landed push's landing buffer (RDMA), or a push in
+/// a colocated worker's ring (ipc). `owner` keeps them alive; a handler may hold it as long as
+/// it reads them, and tells one frame from another by it.
 struct payload_ref {
-  std::span<const std::byte> bytes;  ///< the whole payload; only the first `bytes_in` are in
+  std::span<const std::byte> bytes;  ///< the whole payload
   std::shared_ptr<const void> owner;
+};
+
+/// A push's bytes: the one way every push reaches a handler, however it came. Whole in a buffer
+/// of the server's pool (`buffer` set), or lent by its link (`owner` set): streamed as it arrives
+/// (cut-through, for handlers that ask for it, `streams_pushes`: several calls, each with more
+/// `bytes_in`, `first` marking a frame's first and `complete` its last; a frame's calls come in
+/// order, calls for other frames of the key may come between them), landed (RDMA) or in place
+/// (ipc), both whole in one call (for handlers that ask for them, `reads_in_place`). Lent bytes
+/// may be read until the handler answers that worker for the round (the worker pushes again
+/// only after), never later, and must not be kept as the handler's own (no answer may be sent
+/// from them).
+struct push_bytes {
+  std::span<const std::byte> bytes;   ///< the whole payload; the first `bytes_in` are in
+  std::shared_ptr<const void> owner;  ///< lent bytes' owner; null for a push in `buffer`
+  std::size_t bytes_in = 0;
+  bool first = true;     ///< the frame's first call
+  bool complete = true;  ///< the frame's last call: all of `bytes` are in
+  /// A whole push in a buffer the server owns: a handler may keep its bytes without a copy by
+  /// swapping in a buffer of its own (or an empty one); the server gives back to the pool
+  /// whatever it holds after. Null for lent bytes.
+  detail::buffer_pool::buffer* buffer = nullptr;
+
+  /// A whole push in `b`, a buffer of the server's pool.
+  static push_bytes in(detail::buffer_pool::buffer& b) noexcept {
+    return {b.span(), nullptr, b.size, true, true, &b};
+  }
+  /// Bytes a link lends, `bytes_in` of them in so far.
+  static push_bytes lent(payload_ref r, std::size_t bytes_in, bool first, bool complete) noexcept {
+    return {r.bytes, std::move(r.owner), bytes_in, first, complete, nullptr};
+  }
+  payload_ref ref() const { return {bytes, owner}; }
 };
 
 /// One push or, with failover on, one `sum_offer` (a round's sum that a worker already got from
 /// a server that died since).
 struct request {
   const wire::header& head;  ///< the frame's header: type, key, part, round, dtype, shape
-  /// The frame's payload. A handler may keep the bytes without a copy by swapping in a buffer
-  /// of its own (or an empty one): the server gives back to the pool whatever it holds after.
-  detail::buffer_pool::buffer& payload;
-  int worker = -1;        ///< the sender's rank, checked against its link's peer_hello
-  int num_workers = 0;    ///< `DMLC_NUM_WORKER`: the pushes that make a synchronous round
-  bool failover = false;  ///< `Config::failover()`: a replacement server may start mid-job
+  push_bytes push;           ///< its payload, however it came
+  int worker = -1;           ///< the sender's rank, checked against its link's peer_hello
+  int num_workers = 0;       ///< `DMLC_NUM_WORKER`: the pushes that make a synchronous round
+  bool failover = false;     ///< `Config::failover()`: a replacement server may start mid-job
   /// The tensor as messages name it: `'name'` once declared, else `key 0x...`. Costs a lock:
   /// call it only to build a message.
   const std::function<std::string()>& tensor_name;
-  /// Cut-through, for handlers that ask for it (`streams_pushes`): not null for a push the
-  /// server hands over as its bytes arrive, in several calls (`payload` is then empty and must
-  /// stay so). Each call says how much is in; `first` marks a frame's first call and `complete`
-  /// its last, when all of `streamed->bytes` are in. A frame's calls come in order, but calls
-  /// for other frames of the key may come between them.
-  ///
-  /// Landed pushes, for handlers that ask for them (`reads_in_place`) on a transport that
-  /// registers memory (RDMA): a push written straight into its link's landing buffer, which
-  /// the next round of that worker overwrites (server/landing.hpp), comes the same way, whole,
-  /// in one call (`first` and `complete`, `bytes_in` its size). The handler may read its bytes
-  /// until it answers that worker for the round (the worker pushes again only after), never
-  /// later, and must not keep them as its own (no answer may be sent from them).
-  const payload_ref* streamed = nullptr;
-  std::size_t bytes_in = 0;  ///< streamed: the first `bytes_in` bytes are in
-  bool first = true;
-  bool complete = true;
   /// A push flagged `wire::flag_compressed`: how to make the key's server compressor, from the
   /// recipe its workers declared (server/decoding.hpp decodes with it); null otherwise.
   const compress::spec* codec = nullptr;
 
-  /// A whole frame's bytes, wherever they came: `payload`, or a landed push (`streamed`, whole).
-  /// Not for the calls of a push still arriving.
-  std::span<const std::byte> whole() const noexcept {
-    return streamed != nullptr ? streamed->bytes : std::span<const std::byte>(payload.span());
-  }
+  /// A whole frame's bytes, wherever they came. Not for the calls of a push still arriving.
+  std::span<const std::byte> whole() const noexcept { return push.bytes; }
 };
 
 /// The bytes a worker pulls, with the fields of the `pull_response` header that carries them.
@@ -187,17 +198,17 @@ inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {
 }
 
 /// A handler that takes pushes as they arrive has `static constexpr bool cut_through = true`;
-/// it then gets streamed requests (see `request::streamed`) for pushes of `streamed_size`.
+/// it then gets streamed pushes (see `push_bytes`) of `streamed_size`.
 template <class H>
 concept streams_pushes = requires {
   requires H::cut_through;
 };
 
-/// A handler that can read a push where the transport wrote it (see `request::streamed`) has
+/// A handler that can read a push where the transport wrote it (lent bytes, `push_bytes`) has
 /// `static constexpr bool reads_in_place = true`; on a transport that registers memory its
 /// server then lands each worker's pushes of a partition in one buffer that stays, so the
 /// worker writes later rounds there without asking (RDMA's cached places). Other handlers get
-/// every push in a buffer of its own (`request::payload`), as over TCP.
+/// every push in a buffer of its own (`push_bytes::buffer`), as over TCP.
 template <class H>
 concept reads_in_place = requires {
   requires H::reads_in_place;

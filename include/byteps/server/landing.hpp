@@ -11,7 +11,7 @@
 ///
 /// Why reusing it is safe: a worker pushes round r+1 of a partition only after it received
 /// round r's answer, and the server answers only after its handler read every push of the round
-/// (`request::streamed`, landed pushes; sync_sum sums out of the landing buffers into its own
+/// (lent `push_bytes`, landed pushes; sync_sum sums out of the landing buffers into its own
 /// sum buffer, never adopting one). A compressed push that grows gets a larger buffer (1.5x at
 /// least, so sizes settle after a few rounds); a smaller one fills the first bytes of the same.
 ///

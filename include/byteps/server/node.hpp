@@ -268,22 +268,11 @@ class node {
     server::take_declare(names_, s, key, payload, compressors_, log_);
   }
 
-  // A whole push or, with failover, a sum_offer: handled on the I/O thread that read it when it
-  // is small (`inline_sum_bytes`), else posted to its key's engine thread.
-  void post_push(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload,
+  // Every push and, with failover, sum_offer, however its bytes came (server::arriving_push):
+  // a frame's only call, whole and small (`inline_sum_bytes`), is handled on the I/O thread
+  // that read it; anything else on its key's engine thread, which sees a frame's calls in order.
+  void post_push(session_ptr s, const wire::header& h, server::arriving_push in,
                  server::receive_times received);
-
-  // Cut-through: part (`complete` false) or the rest of a streamed push, for its key's engine,
-  // which sees a frame's calls in order.
-  void post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
-                   std::size_t bytes_in, bool first, bool complete, server::receive_times received);
-
-  // Which call of a streamed push `on_push` carries out; a whole push is its only call.
-  struct stream_call {
-    const server::payload_ref* in = nullptr;
-    std::size_t bytes_in = 0;
-    bool first = true, complete = true;
-  };
 
   // What gathers the answers of a push summed while its worker's push_batch is handled
   // (server/batch_split.hpp); null for answers that go alone.
@@ -291,9 +280,8 @@ class node {
 
   // Holding e.mu (engine thread, or the I/O thread for small pushes). A push or, with
   // failover, a sum_offer: the handler decides, the server carries it out.
-  void on_push(engine& e, const session_ptr& s, const wire::header& h,
-               detail::buffer_pool::buffer& payload, server::receive_times received,
-               stream_call call = {}, answer_batches* batch = nullptr);
+  void on_push(engine& e, const session_ptr& s, const wire::header& h, server::push_bytes push,
+               server::receive_times received, answer_batches* batch = nullptr);
 
   // Sends the handler's answer about `h`'s partition to each of `to`, or adds it to `batch`.
   void answer(const wire::header& h, const server::reply& a, std::span<const session_ptr> to,

@@ -13,18 +13,18 @@
 /// `receive_buffer(bytes)` and `recycle(buffer)` (its buffer pool); `gate()` (its
 /// `rendezvous::hello_gate`); `places()` (its `worker_places`: one link per worker process);
 /// `now_ns()` (the timeline's clock, 0 when tracing is off); `declare(session&, key, payload)`
-/// (wire/declare.hpp); `post_push(session_ptr, header, buffer, receive_times)`;
+/// (wire/declare.hpp); `post_push(session_ptr, header, arriving_push, receive_times)`, the one
+/// way every push and sum_offer goes to the server, however its bytes came;
 /// `worker_lost(session&, reason, mid_frame)` (mid_frame: the close cut a frame);
 /// `worker_failed(session&, why)` (its bye said it left after a failure). For cut-through:
-/// `streams(bytes)` (is a push of that size streamed), `shared_receive_buffer(bytes)` and
-/// `post_stream(session_ptr, header, payload_ref, bytes_in, first, complete, receive_times)`. For
-/// landed pushes (RDMA, server/landing.hpp): `lands_pushes()` and `landing_buffer(bytes)` (null
-/// past the budget); a landed push goes to `post_stream` whole, in one call (or chunk by chunk when
-/// it also streams). For pushes read in place (a colocated worker's ipc ring,
-/// `in_place_receiver::takes_in_place`): `takes_in_place()`; a push in the ring then goes to
-/// `post_stream` whole, owned by the ring's hold, and every other push of the link whole in a
-/// buffer of its own (or chunk by chunk when it streams), so that a key gets all its pushes the
-/// same way.
+/// `streams(bytes)` (is a push of that size streamed) and `shared_receive_buffer(bytes)`; a
+/// streamed push goes to `post_push` chunk by chunk, lent. For landed pushes (RDMA,
+/// server/landing.hpp): `lands_pushes()` and `landing_buffer(bytes)` (null past the budget); a
+/// landed push goes lent and whole, in one call (or chunk by chunk when it also streams). For
+/// pushes read in place (a colocated worker's ipc ring, `in_place_receiver::takes_in_place`):
+/// `takes_in_place()`; a push in the ring then goes lent and whole, owned by the ring's hold,
+/// and every other push of the link lent and whole in a buffer of its own (or chunk by chunk
+/// when it streams), so that a key gets all its pushes the same way.
 ///
 /// @par Thread Safety
 /// The callbacks run on the link's I/O thread, one at a time (the transport's rule). `link`,
@@ -58,6 +58,28 @@ namespace bps::server {
 /// Timeline: when a push's frame began to arrive and when it was in (0 with tracing off).
 struct receive_times {
   std::int64_t began_ns = 0, arrived_ns = 0;
+};
+
+/// A push as a session hands it to its server: lent by the link (streamed, landed or in
+/// place), or whole in `buffer`, a buffer of the server's pool (`whole`).
+struct arriving_push {
+  payload_ref lent;
+  std::size_t bytes_in = 0;  ///< lent: the first `bytes_in` bytes are in
+  bool first = true, complete = true;
+  detail::buffer_pool::buffer buffer;  ///< whole: the push; lent: empty
+  bool in_buffer = false;
+
+  static arriving_push whole(detail::buffer_pool::buffer b) {
+    arriving_push p;
+    p.buffer = std::move(b);
+    p.in_buffer = true;
+    return p;
+  }
+  std::size_t size() const noexcept { return in_buffer ? buffer.size : lent.bytes.size(); }
+  /// The handler's view; `buffer` stays here, for the server to give back after.
+  push_bytes bytes() {
+    return in_buffer ? push_bytes::in(buffer) : push_bytes::lent(lent, bytes_in, first, complete);
+  }
 };
 
 template <class Owner>
@@ -189,8 +211,10 @@ class session final : public transport::receiver,
     if (h.sender != static_cast<std::uint32_t>(worker))
       throw wire::decode_error("push with another worker's rank");
     const auto now = owner_->now_ns();
-    owner_->post_stream(this->shared_from_this(), h, server::payload_ref{payload, std::move(keep)},
-                        payload.size(), true, true, receive_times{now, now});
+    owner_->post_push(
+        this->shared_from_this(), h,
+        arriving_push{{payload, std::move(keep)}, payload.size(), true, true, {}, false},
+        receive_times{now, now});
   }
 
   // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.
@@ -206,8 +230,10 @@ class session final : public transport::receiver,
   void on_progress(const wire::header& h, std::size_t bytes_in) override {
     if (h.sender != static_cast<std::uint32_t>(worker))
       throw wire::decode_error("push with another worker's rank");
-    owner_->post_stream(this->shared_from_this(), h, streamed(), bytes_in,
-                        std::exchange(first_, false), false, receive_times{received_ns_, 0});
+    owner_->post_push(
+        this->shared_from_this(), h,
+        arriving_push{streamed(), bytes_in, std::exchange(first_, false), false, {}, false},
+        receive_times{received_ns_, 0});
   }
 
   void on_message(const wire::header& h, std::span<std::byte> payload) override {
@@ -242,10 +268,13 @@ class session final : public transport::receiver,
         if (streaming_) {
           auto in = streamed();
           streaming_.reset();
-          return owner_->post_stream(this->shared_from_this(), h, std::move(in), in.bytes.size(),
-                                     first_, true, receive_times{received_ns_, owner_->now_ns()});
+          const std::size_t size = in.bytes.size();
+          return owner_->post_push(this->shared_from_this(), h,
+                                   arriving_push{std::move(in), size, first_, true, {}, false},
+                                   receive_times{received_ns_, owner_->now_ns()});
         }
-        return owner_->post_push(this->shared_from_this(), h, std::move(incoming_),
+        return owner_->post_push(this->shared_from_this(), h,
+                                 arriving_push::whole(std::move(incoming_)),
                                  receive_times{received_ns_, owner_->now_ns()});
       case wire::msg::push_batch:  // each record as its own push frame
         return server::take_push_batch(*this, h, payload, owner_->config().fusion_bytes);

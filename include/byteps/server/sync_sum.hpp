@@ -13,8 +13,8 @@
 /// (`outcome::piece`), so the answer flows back while the pushes still flow in. The bits are
 /// those of a whole rank-order sum: chunking changes when a sum is taken, not what it is.
 ///
-/// Landed pushes (`request::streamed`, whole; a transport that registers memory): the key holds
-/// each worker's landing buffer, not a copy, and sums them all straight into buffer r % 2 in
+/// Landed pushes (lent bytes, whole: `push_bytes`; a transport that registers memory): the key
+/// holds each worker's landing buffer, not a copy, and sums them all straight into buffer r % 2 in
 /// worker-rank order once every push is in (a streamed key's path, in one piece). No push
 /// buffer becomes the sum, since the landing buffer takes that worker's next round; it is read
 /// before the round is answered, and a worker pushes again only after its answer.
@@ -45,7 +45,7 @@ namespace bps::server {
 
 class sync_sum {
  public:
-  /// Takes pushes as they arrive (cut-through): see `streamed`.
+  /// Takes pushes as they arrive (cut-through): see `lent`.
   static constexpr bool cut_through = true;
   /// Takes landed pushes (RDMA): a key whose pushes land holds them where they are and sums
   /// them in worker-rank order once all are in, as a streamed key does.
@@ -63,11 +63,12 @@ class sync_sum {
   BYTEPS_DECL outcome handle(const request& r);
 
  private:
+  // Lent bytes (streamed, landed, in place): the key holds each worker's push where it is.
   // Cut-through: a push of a streamed key is summed chunk by chunk, in worker-rank order, as
   // soon as every worker's bytes cover the chunk, and each summed run goes out at once as a
   // piece of the answer; the piece that completes the round is the last. A round whose every
   // push arrived whole is answered whole, as an unstreamed key's.
-  BYTEPS_DECL outcome streamed(key_state& k, const request& r);
+  BYTEPS_DECL outcome lent(key_state& k, const request& r);
 
   BYTEPS_DECL static reply piece(const key_state& k, std::size_t from, std::size_t bytes);
 

@@ -19,54 +19,35 @@
 namespace bps::server {
 
 template <class T, class H>
-void node<T, H>::post_push(session_ptr s, const wire::header& h,
-                             detail::buffer_pool::buffer payload, server::receive_times received) {
-  stats_.received(payload.size);
+void node<T, H>::post_push(session_ptr s, const wire::header& h, server::arriving_push in,
+                           server::receive_times received) {
+  if (in.complete) stats_.received(in.size());
   auto& e = engine_for(key_id{h.key, h.part});
-  if (payload.size <= inline_sum_bytes) {
+  if (in.first && in.complete && in.size() <= inline_sum_bytes) {
     {
       std::lock_guard lock(e.mu);
-      on_push(e, s, h, payload, received, {}, s->batching);  // on s's I/O thread: its batch
+      on_push(e, s, h, in.bytes(), received, s->batching);  // on s's I/O thread: its batch
     }
-    pool_->give_back(std::move(payload));
+    pool_->give_back(std::move(in.buffer));  // or whatever the handler swapped in for it
     return;
   }
   e.post([this, &e, s = std::move(s), h, received,
-          payload = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))]() mutable {
-    on_push(e, s, h, *payload, received);
-    pool_->give_back(std::move(*payload));
-  });
-}
-
-template <class T, class H>
-void node<T, H>::post_stream(session_ptr s, const wire::header& h, server::payload_ref in,
-                               std::size_t bytes_in, bool first, bool complete,
-                               server::receive_times received) {
-  if (complete) stats_.received(in.bytes.size());
-  auto& e = engine_for(key_id{h.key, h.part});
-  // A small landed or in-place push is summed on its I/O thread, as post_push does for small
-  // pushes (a streamed push is never small), and its answers join the batch being handled.
-  if ((lands || in_place) && first && complete && in.bytes.size() <= inline_sum_bytes) {
-    std::lock_guard lock(e.mu);
-    detail::buffer_pool::buffer none;
-    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete}, s->batching);
-    return;
-  }
-  e.post([this, &e, s = std::move(s), h, in = std::move(in), bytes_in, first, complete, received] {
-    detail::buffer_pool::buffer none;
-    on_push(e, s, h, none, received, stream_call{&in, bytes_in, first, complete});
+          in = std::make_shared<server::arriving_push>(std::move(in))] {
+    on_push(e, s, h, in->bytes(), received);
+    pool_->give_back(std::move(in->buffer));
   });
 }
 
 template <class T, class H>
 void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
-                           detail::buffer_pool::buffer& payload, server::receive_times received,
-                           stream_call call, answer_batches* batch) {
+                         server::push_bytes push, server::receive_times received,
+                         answer_batches* batch) {
   if (auto dead = dead_reason(); !dead.empty()) {
-    if (call.complete) s->send_error(h, dead, wire::flag_fatal);
+    if (push.complete) s->send_error(h, dead, wire::flag_fatal);
     return;
   }
-  const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && call.complete;
+  const bool first = push.first;
+  const bool traced = trace_.on() && (h.flags & wire::flag_traced) != 0 && push.complete;
   const auto sum_ns = traced ? trace_.now() : 0;
   const std::function<std::string()> name = [this, key = h.key] { return names_.quoted(key); };
   std::shared_ptr<const compress::spec> codec;  // compressed pushes only: a lock, a lookup
@@ -79,9 +60,8 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
                            wire::flag_usage);
     codec = names_.codec(h.key);
   }
-  const server::outcome o = e.handler.handle(
-      server::request{h, payload, s->worker, cfg_.num_workers, cfg_.failover(), name, call.in,
-                      call.bytes_in, call.first, call.complete, codec.get()});
+  const server::outcome o = e.handler.handle(server::request{
+      h, std::move(push), s->worker, cfg_.num_workers, cfg_.failover(), name, codec.get()});
   using kind = server::outcome::kind;
   const key_id id{h.key, h.part};
   const auto answer_released = [&] {
@@ -106,7 +86,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
       break;
   }
   auto& room =
-      h.type == wire::msg::push && call.first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
+      h.type == wire::msg::push && first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
   if (traced && h.type == wire::msg::push)
     server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
   if (o.what == kind::wait) return;

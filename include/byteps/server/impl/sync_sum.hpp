@@ -15,10 +15,10 @@ void sync_sum::check_config(const Config& cfg) {
 outcome sync_sum::handle(const request& r) {
   const wire::header& h = r.head;
   auto& k = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_).first->second;
-  if (r.streamed != nullptr) return streamed(k, r);
+  if (r.push.buffer == nullptr) return lent(k, r);
   if (h.type == wire::msg::sum_offer) {
     bool completes = false;
-    auto problem = k.offer(h, r.payload, r.worker, r.num_workers, completes, r.tensor_name);
+    auto problem = k.offer(h, *r.push.buffer, r.worker, r.num_workers, completes, r.tensor_name);
     if (!problem.empty()) return outcome::refuse(std::move(problem));
     if (!completes) return outcome::taken();
     return finish(k);
@@ -27,39 +27,40 @@ outcome sync_sum::handle(const request& r) {
     if (auto previous = k.previous_sum(h.round))
       return outcome::answer_now(sum(k, *previous, h.round));
   }
-  auto problem = k.accept(h, r.payload, r.worker, r.num_workers, r.tensor_name);
+  auto problem = k.accept(h, *r.push.buffer, r.worker, r.num_workers, r.tensor_name);
   if (!problem.empty()) return outcome::refuse(std::move(problem));
   if (!k.complete(r.num_workers)) return outcome::wait();
   return finish(k);
 }
 
-outcome sync_sum::streamed(key_state& k, const request& r) {
+outcome sync_sum::lent(key_state& k, const request& r) {
   const wire::header& h = r.head;
-  const std::size_t size = r.streamed->bytes.size();
+  const std::size_t size = r.push.bytes.size();
   // A whole push here on a key that does not hold its pushes yet: a landed push on a key a
   // sum_offer shaped (failover). Between rounds it starts holding them.
-  if (k.shaped && !k.streamed() && r.first && r.complete && k.pushed() == 0) k.hold_inputs();
+  if (k.shaped && !k.streamed() && r.push.first && r.push.complete && k.pushed() == 0)
+    k.hold_inputs();
   if (k.shaped && !k.streamed()) {
     // An unstreamed key (its partition is smaller): this push cannot have its shape, which
     // poisons the round. Its first call counts it (and puts its worker among those the
     // round's error goes to); its bytes are never read.
-    if (!r.first) return outcome::taken();
+    if (!r.push.first) return outcome::taken();
     auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
     if (!problem.empty()) return outcome::refuse(std::move(problem));
     return k.complete(r.num_workers) ? finish(k) : outcome::wait();
   }
-  if (r.first) {
+  if (r.push.first) {
     if (r.failover && k.shaped) {
       if (auto previous = k.previous_sum(h.round))
         return outcome::answer_now(sum(k, *previous, h.round));  // its later calls: taken
     }
     auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name, true);
     if (!problem.empty()) return outcome::refuse(std::move(problem));  // later calls: taken
-    k.take_input(r.worker, *r.streamed);
-  } else if (!k.is_input(r.worker, r.streamed->owner.get())) {
+    k.take_input(r.worker, r.push.ref());
+  } else if (!k.is_input(r.worker, r.push.owner.get())) {
     return outcome::taken();
   }
-  const auto [from, bytes] = k.arrived(r.worker, r.bytes_in, r.complete);
+  const auto [from, bytes] = k.arrived(r.worker, r.push.bytes_in, r.push.complete);
   if (k.complete(r.num_workers)) {
     if (!k.round_error.empty() || from == 0) return finish(k);  // no piece went out
     outcome o = outcome::piece(piece(k, from, bytes), true);
