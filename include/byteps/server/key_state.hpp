@@ -1,8 +1,11 @@
 #pragma once
 /// @file
-/// `server::sync_sum`'s state for one partition key: its shape (fixed by the first push ever),
-/// the round being summed, who pushed, and the two sum buffers. Owned and touched by one engine
-/// thread only. Who waits for the sum is the server's business (`waiting.hpp`), not the key's.
+/// `server::sync_sum`'s state for one partition key: its shape (fixed by the first push ever,
+/// `key_shape`), the round being summed, who pushed, and the two sum buffers. How a round's
+/// pushes become its sum is a strategy per kind of round: whole pushes in pool buffers
+/// (`whole_round`), or pushes their links lend, held where they are (`lent_round`). Owned and
+/// touched by one engine thread only. Who waits for the sum is the server's business
+/// (`waiting.hpp`), not the key's.
 ///
 /// With failover on (`Config::failover_timeout` > 0) a key also:
 /// - adopts the round of the first push or `sum_offer` it ever sees (a replacement server starts
@@ -33,6 +36,8 @@
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/server/key_shape.hpp"
+#include "byteps/server/lent_round.hpp"
+#include "byteps/server/whole_round.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::server {
@@ -43,7 +48,7 @@ class key_state : public key_shape {
   /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`, 0 for a handler
   /// that does not stream); a key whose partition makes two chunks or more is `streamed()`.
   key_state(detail::buffer_pool& pool, bool failover, std::size_t chunk = 0)
-      : pool_(&pool), failover_(failover), chunk_(chunk) {}
+      : pool_(&pool), failover_(failover), chunk_(chunk), whole_(pool, failover), lent_(chunk) {}
 
   /// Checks worker `worker`'s push of `size` bytes for the current round and counts it as
   /// pushed. Returns what was wrong with it (the message for that worker alone), or "" when
@@ -88,22 +93,7 @@ class key_state : public key_shape {
                      int num_workers, NameFn&& tensor_name) {
     if (auto bad = admit(h, received.size, worker, num_workers, tensor_name); !bad.empty())
       return bad;
-    auto w = static_cast<std::size_t>(worker);
-    if (!round_error.empty()) return {};
-    if (!failover_) {
-      add(received);
-      return {};
-    }
-    // Worker-rank order: add this push if its turn has come, then every held one whose has.
-    if (w != next_) {
-      held_[w] = std::move(received);
-      return {};
-    }
-    add(received);
-    for (++next_; next_ < held_.size() && held_[next_].data; ++next_) {
-      add(held_[next_]);
-      pool_->give_back(std::move(held_[next_]));
-    }
+    if (round_error.empty()) whole_.take(worker, received, out_[round % 2]);
     return {};
   }
 
@@ -142,9 +132,8 @@ class key_state : public key_shape {
           "server is at round {}: no worker can have it yet",
           worker, h.round, tensor_name(), h.part, round);
     // Some worker already has this round's sum: it is the round's result, whatever was re-pushed.
-    for (auto& b : held_) pool_->give_back(std::move(b));
+    whole_.next_round();  // nothing more is added to it
     keep(round, received);
-    offered_ = true;
     round_error.clear();
     completes = true;
     return {};
@@ -161,42 +150,44 @@ class key_state : public key_shape {
   int pushed() const noexcept { return pushed_; }
 
   /// Every worker pushed the current round and all of their bytes are in.
-  bool complete(int num_workers) const noexcept { return pushed_ == num_workers && arriving_ == 0; }
+  bool complete(int num_workers) const noexcept {
+    return pushed_ == num_workers && lent_.arriving() == 0;
+  }
 
-  /// Cut-through: this key's pushes are summed as they arrive (see `arrived`), from where they
-  /// are: a streamed push's shared buffer, or a landed push's landing buffer (sync_sum.hpp).
-  bool streamed() const noexcept { return streamed_; }
+  /// This key's pushes are lent and held where they are (`lent_round`): streamed (its size
+  /// makes two chunks or more), landed or in place (its first push came that way).
+  bool streamed() const noexcept { return lent_.holds(); }
 
   /// Makes a key shaped by a `sum_offer` (failover) hold its pushes from now on, as one shaped
   /// by a landed push does. Only between rounds' pushes (`pushed() == 0`); an offered sum kept
   /// in either buffer stays.
   void hold_inputs() {
-    streamed_ = true;
-    inputs_.assign(pushed_by_.size(), {});
-    in_.assign(pushed_by_.size(), 0);
+    lent_.hold(static_cast<int>(pushed_by_.size()));
     for (auto& o : out_)
       if (!o.data) o = pool_->take(bytes);
   }
 
-  /// Streamed keys: worker `worker`'s push, just admitted, arrives in `in`.
-  BYTEPS_DECL void take_input(int worker, const payload_ref& in);
+  /// Lent pushes (`streamed()`): worker `worker`'s push, just admitted, arrives in `in`.
+  void take_input(int worker, const payload_ref& in) { lent_.take(worker, in); }
 
-  /// Streamed keys: whether `owner`'s frame is worker `worker`'s push of the current round (a
+  /// Lent pushes: whether `owner`'s frame is worker `worker`'s push of the current round (a
   /// refused frame, or one of a round that ended without it, is not).
   bool is_input(int worker, const void* owner) const noexcept {
-    const auto w = static_cast<std::size_t>(worker);  // none on a key a refusal left unshaped
-    return owner != nullptr && w < inputs_.size() && inputs_[w].owner.get() == owner;
+    return lent_.is_input(worker, owner);
   }
 
-  /// Streamed keys: worker `worker`'s push has `bytes_in` bytes in (all when `done`). Sums the
-  /// chunks that every worker's bytes now cover, in worker-rank order (so the bits do not
-  /// depend on arrival order), and returns where they start in the partition and how many
-  /// there are: the next piece of the answer (0 bytes: nothing new).
-  BYTEPS_DECL std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in,
-                                                          bool done);
+  /// Lent pushes: worker `worker`'s push has `bytes_in` bytes in (all when `done`). Sums the
+  /// chunks that every worker's bytes now cover, once every worker pushed a sound round, and
+  /// returns where they start in the partition and how many bytes they are: the next piece of
+  /// the answer (0 bytes: nothing new).
+  std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in, bool done) {
+    const bool summable = round_error.empty() && pushed_ == static_cast<int>(pushed_by_.size());
+    return lent_.arrived(worker, bytes_in, done, summable,
+                         out_[round % 2].span().first(bytes), type);
+  }
 
-  /// Streamed keys: bytes of the current round's sum already answered in pieces.
-  std::size_t answered_bytes() const noexcept { return answered_; }
+  /// Lent pushes: bytes of the current round's sum already answered in pieces.
+  std::size_t answered_bytes() const noexcept { return lent_.answered(); }
 
   /// The current round's sum buffer (a streamed key's pieces point into it).
   std::span<const std::byte> sum_buffer() const noexcept { return out_[round % 2].span(); }
@@ -204,8 +195,7 @@ class key_state : public key_shape {
   /// The round's sum, in the tensor's dtype; valid until round + 2 begins.
   std::span<const std::byte> finish_round() {
     auto& out = out_[round % 2];
-    if (!wide_.empty() && !offered_ && added_ > 0)  // summed by add(), not in streamed chunks
-      reduce::accumulate_finish(out.data.get(), wide_.data(), bytes / dtype_size(type), type);
+    whole_.finish(out);  // (nothing to finish for lent pushes, summed in chunks, or an offer)
     return out.span();
   }
 
@@ -218,33 +208,18 @@ class key_state : public key_shape {
   BYTEPS_DECL void init_shape(const wire::header& h, dtype t, std::size_t size, int worker,
                               int num_workers, bool hold = false);
 
-  // Adds one contribution to the round's sum; `b` may come back holding a buffer to recycle.
-  BYTEPS_DECL void add(detail::buffer_pool::buffer& b);
-
   // Makes `b`'s bytes the sum of round `r`; `b` may come back holding a buffer to recycle.
   BYTEPS_DECL void keep(std::uint64_t r, detail::buffer_pool::buffer& b);
 
   detail::buffer_pool* pool_;
   bool failover_ = false;
+  std::size_t chunk_ = 0;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
-  std::vector<std::byte> wide_;         // fp32 accumulator for fp16 and bf16
-  // Failover mode only.
-  std::vector<detail::buffer_pool::buffer> held_;  // by worker: pushes waiting for their turn
-  std::size_t next_ = 0;                           // the worker whose push is added next
-  std::size_t added_ = 0;                          // contributions in the sum so far
-  bool offered_ = false;                           // the current round's sum came from a sum_offer
-  bool previous_valid_ = false;  // out_[(round - 1) % 2] holds the previous round's sum
-  // Streamed keys only.
-  std::size_t chunk_ = 0;
-  bool streamed_ = false;
-  std::vector<payload_ref> inputs_;  // by worker: its push of this round (empty: none yet)
-  std::vector<std::size_t> in_;      // by worker: bytes of its push that are in
-  int arriving_ = 0;                 // pushes of this round whose bytes are not all in
-  std::size_t answered_ = 0;         // bytes of this round's sum already summed and answered
-  std::vector<const std::byte*> sources_;
-  std::vector<std::byte> scratch_;  // fp32 accumulator of fp16 and bf16 chunks
+  bool previous_valid_ = false;  // failover: out_[(round - 1) % 2] holds the previous round's sum
+  whole_round whole_;            // the round's pushes, when they come whole in pool buffers
+  lent_round lent_;              // the round's pushes, when their links lend them
 };
 
 }  // namespace bps::server
