@@ -18,8 +18,24 @@ shm_segment::shm_segment(std::string name, std::size_t bytes, std::uint64_t fing
     ::shm_unlink(name_.c_str());
     throw system_failure(what, "ftruncate (is /dev/shm full?)");
   }
+  // Its pages are taken now: a /dev/shm too small for the segment (a container's is 64 MiB by
+  // default) fails here, where callers can go without shared memory, not with SIGBUS at the
+  // first touch of a page past the limit. A file system without fallocate keeps ftruncate's.
+  if (creator) {
+    const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+      ::close(fd);
+      ::shm_unlink(name_.c_str());
+      errno = rc;
+      const auto call = fmt::format("posix_fallocate of {} bytes (is /dev/shm smaller?)", bytes);
+      throw system_failure(what, call.c_str());
+    }
+  }
   if (!creator) wait_for_size(fd, bytes, deadline, what);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Every page mapped now, in one call, rather than by a fault at each page's first touch in
+  // each process: an ipc ring is touched page by page as it cycles, so those faults would land
+  // on the first rounds of a job (and a larger ring cycles later).
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw system_failure(what, "mmap");
   base_ = static_cast<std::byte*>(p);

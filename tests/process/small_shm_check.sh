@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A job on a machine whose /dev/shm is smaller than one ipc ring (a container's default is
+# 64 MiB; here 8 MiB, in a mount namespace of this test's own): the rings cannot be made, and
+# the job must go by TCP with exact sums, as it does with BYTEPS_ENABLE_IPC=0, never die of
+# SIGBUS at the first write past the limit (as it did before shm_segment took its pages with
+# posix_fallocate).
+#   small_shm_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK [ARGS...]
+# Needs root (a mount namespace and a tmpfs mount).
+set -euo pipefail
+launch=$1 check=$2
+shift 2
+if ((EUID != 0)); then
+  echo "FAILED: needs root to mount a small /dev/shm in a mount namespace of its own" >&2
+  exit 1
+fi
+run_with_shm() {  # SIZE CHECK_ARGS...: the job, with a /dev/shm of SIZE
+  local size=$1
+  shift
+  unshare --mount --propagation private bash -c '
+    mount -t tmpfs -o size="$1" tmpfs /dev/shm || exit 90
+    shift
+    exec "$@"' _ "$size" "$launch" --workers 2 --servers 1 --timeout 240 -- "$check" "$@"
+}
+echo "== /dev/shm of 8 MiB, rings of 16 MiB: the rings cannot be made"
+BYTEPS_IPC_RING_BYTES=16777216 run_with_shm 8m "$@" || {
+  echo "FAILED: the job failed with a /dev/shm smaller than a ring (exit $?)" >&2
+  exit 1
+}
