@@ -83,7 +83,13 @@ struct holder final : transport::receiver, transport::in_place_receiver {
 
 // A connected pair of ipc transports whose client link already sends through its ring.
 struct ring_pair {
-  Config c = base_config(1, 1);
+  // Rings of 32 MiB (BYTEPS_IPC_RING_BYTES), twice the default: a test that fills one sees
+  // the option honoured.
+  Config c = [] {
+    Config c = base_config(1, 1);
+    c.ipc_ring_bytes = std::size_t{32} << 20;
+    return c;
+  }();
   ipc_tcp server_net{c}, client_net{c};
   std::shared_ptr<holder> in = std::make_shared<holder>();
   std::shared_ptr<ipc_tcp::link> accepted;  // the ipc link must live for its handshake

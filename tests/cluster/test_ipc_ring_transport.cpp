@@ -34,9 +34,10 @@ TEST_CASE("ipc transport: payloads a receiver holds in place fill the ring, what
   auto& in = pair.in;
   auto& client = pair.client;
   REQUIRE(client->through_shm());
-  // The ring's size (ipc.hpp): how many payloads of `bytes` fit in it from its start.
+  // The ring's size (ipc.hpp, BYTEPS_IPC_RING_BYTES): how many payloads of `bytes` fit in it
+  // from its start.
   constexpr std::size_t bytes = std::size_t{4} << 20;
-  const std::size_t fit = std::max<std::size_t>(4 * c.max_frame_bytes(), 16u << 20) / bytes;
+  const std::size_t fit = std::max<std::size_t>(4 * c.max_frame_bytes(), c.ipc_ring_bytes) / bytes;
   REQUIRE(fit >= 2);
 
   std::vector<std::vector<std::byte>> sent;

@@ -35,6 +35,7 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_TCP_NOTSENT_LOWAT",
     "BYTEPS_ENABLE_MIXED_MODE",
     "BYTEPS_ENABLE_IPC",
+    "BYTEPS_IPC_RING_BYTES",
     "BYTEPS_LOCAL_SIZE",
     "BYTEPS_LOCAL_RANK",
     "BYTEPS_CONNECT_TIMEOUT_MS",

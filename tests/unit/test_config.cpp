@@ -39,6 +39,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_TCP_NOTSENT_LOWAT", "131072");
   set("BYTEPS_ENABLE_MIXED_MODE", "1");
   set("BYTEPS_ENABLE_IPC", "0");
+  set("BYTEPS_IPC_RING_BYTES", "33554432");
   set("BYTEPS_LOCAL_SIZE", "4");
   set("BYTEPS_LOCAL_RANK", "3");
   set("BYTEPS_CONNECT_TIMEOUT_MS", "1500");
@@ -65,6 +66,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.tcp_notsent_lowat == 131072);
   CHECK(c.mixed_mode);
   CHECK_FALSE(c.enable_ipc);
+  CHECK(c.ipc_ring_bytes == 33554432);
   CHECK(c.local_size == 4);
   CHECK(c.local_rank == 3);
   CHECK(c.connect_timeout == 1500ms);
@@ -256,6 +258,8 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
       {"BYTEPS_IO_THREADS", "65"},
       {"BYTEPS_TCP_NOTSENT_LOWAT", "1073741825"},
       {"BYTEPS_TCP_NOTSENT_LOWAT", "-1"},
+      {"BYTEPS_IPC_RING_BYTES", "1048575"},
+      {"BYTEPS_IPC_RING_BYTES", "1099511627777"},
       {"BYTEPS_LOCAL_SIZE", "0"},
       {"BYTEPS_LOCAL_RANK", "1"},  // == BYTEPS_LOCAL_SIZE (1)
       {"BYTEPS_CONNECT_TIMEOUT_MS", "0"},
@@ -349,6 +353,7 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"io_threads", [](bps::Config& c) { c.io_threads = 0; }},
       {"io_threads", [](bps::Config& c) { c.io_threads = 65; }},
       {"tcp_notsent_lowat", [](bps::Config& c) { c.tcp_notsent_lowat = (1u << 30) + 1; }},
+      {"ipc_ring_bytes", [](bps::Config& c) { c.ipc_ring_bytes = (1u << 20) - 1; }},
       {"local_size", [](bps::Config& c) { c.local_size = 0; }},
       {"local_rank", [](bps::Config& c) { c.local_rank = -1; }},
       {"local_rank", [](bps::Config& c) { c.local_size = 2; c.local_rank = 2; }},

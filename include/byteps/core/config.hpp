@@ -148,6 +148,8 @@ struct Config {
   /// BYTEPS_TCP_NOTSENT_LOWAT (tcp_options::notsent_lowat; 0: the kernel's default).
   std::size_t tcp_notsent_lowat = 262144;
   bool enable_ipc = true;  ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)
+  /// BYTEPS_IPC_RING_BYTES (ipc_options::ring_bytes): each shared-memory ring's size.
+  std::size_t ipc_ring_bytes = std::size_t{16} << 20;
   /// The RDMA transport's variables (`transport::rdma_options::from` copies them; ranges and
   /// meanings in transport/rdma/rdma_options.hpp and docs/env.md).
   struct rdma_settings {

@@ -29,6 +29,8 @@ void Config::validate() const {
     fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
   if (tcp_notsent_lowat > (std::size_t{1} << 30))
     fail("tcp_notsent_lowat (BYTEPS_TCP_NOTSENT_LOWAT)", tcp_notsent_lowat, "0 (off) .. 2^30");
+  if (ipc_ring_bytes < (std::size_t{1} << 20) || ipc_ring_bytes > (std::size_t{1} << 40))
+    fail("ipc_ring_bytes (BYTEPS_IPC_RING_BYTES)", ipc_ring_bytes, "2^20 .. 2^40");
   if (rdma.port < 1 || rdma.port > 255) fail("rdma.port (BYTEPS_RDMA_PORT)", rdma.port, "1 .. 255");
   if (rdma.gid_index < -1 || rdma.gid_index > 255)
     fail("rdma.gid_index (BYTEPS_RDMA_GID_INDEX)", rdma.gid_index, "-1 (RoCE v2 preferred) .. 255");

@@ -69,6 +69,9 @@ Config Config::from_env() {
       env_integer("BYTEPS_TCP_NOTSENT_LOWAT", 262144, 0, std::int64_t{1} << 30));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;
   c.enable_ipc = env_integer("BYTEPS_ENABLE_IPC", 1, 0, 1) == 1;
+  c.ipc_ring_bytes =
+      static_cast<std::size_t>(env_integer("BYTEPS_IPC_RING_BYTES", std::int64_t{16} << 20,
+                                           std::int64_t{1} << 20, std::int64_t{1} << 40));
   if (const char* e = env_or_null("DMLC_ENABLE_RDMA")) {
     const std::string_view v = e;
     if (v == "ibverbs" || v == "1")

@@ -101,7 +101,7 @@ class ipc {
       : inner_(cfg, opts.inner),
         enabled_(opts.enabled),
         ring_bytes_(ipc_detail::align_up(
-            std::max<std::size_t>(4 * cfg.max_frame_bytes(), 16u << 20))) {
+            std::max<std::size_t>(4 * cfg.max_frame_bytes(), opts.ring_bytes))) {
     if (enabled_) ipc_detail::remove_orphan_rings();
   }
 

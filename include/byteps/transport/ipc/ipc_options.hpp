@@ -13,11 +13,18 @@ struct ipc_options {
   /// Offer and accept shared-memory rings with peers on this host (BYTEPS_ENABLE_IPC). Off: the
   /// transport behaves exactly like the inner one.
   bool enabled = true;
+  /// Each ring's size (BYTEPS_IPC_RING_BYTES), at least 4 of the job's largest frames. A push
+  /// read in place holds its space until its round is summed, so the ring bounds how far a
+  /// worker may run ahead of the others before its pushes take TCP.
+  std::size_t ring_bytes = std::size_t{16} << 20;
   InnerOptions inner{};
 
-  /// The values the environment gave (`Config::enable_ipc`, and the inner transport's own).
+  /// The values the environment gave (`Config::enable_ipc`, `Config::ipc_ring_bytes`, and the
+  /// inner transport's own).
   static ipc_options from(const Config& cfg) {
-    return {.enabled = cfg.enable_ipc, .inner = InnerOptions::from(cfg)};
+    return {.enabled = cfg.enable_ipc,
+            .ring_bytes = cfg.ipc_ring_bytes,
+            .inner = InnerOptions::from(cfg)};
   }
 };
 
