@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A server's CPU per byte (issue 37): one server summing W workers' pushes of one tensor on
+# loopback, its CPU time (user + system, from the shell that ran it) per GB of pushes summed,
+# for each dtype asked. The bound is what a server must read and write, each push once and the
+# sum once, (W + 1) x the tensor's bytes a round, at this machine's memory bandwidth on one
+# core: twice memcpy's rate (a copy reads and writes each byte; bps-micro's BM_memcpy/4096000,
+# the default partition, the size the server's loops run over). x_bound is the measured CPU
+# over that. Prints one table row per dtype.
+#   benchmarks/server-cpu.sh [--build DIR] [--workers W] [--bytes SIZE] [--iters N]
+#                            [--dtypes LIST]
+# Defaults: build-bench, 4 workers, 64M, 20 iterations, float32,float16. The build needs
+# bps-bench, bps-micro and byteps-server (-DBYTEPS_BUILD_BENCHMARKS=ON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build-bench workers=4 bytes=64M iters=20 dtypes=float32,float16
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --bytes) bytes=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --dtypes) dtypes=$2; shift 2 ;;
+    --help|-h) usage; exit 0 ;;
+    *) echo "server-cpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -d $build ]] || { echo "server-cpu.sh: no build folder $build (see --help)" >&2; exit 2; }
+build=$(cd "$build" && pwd)
+for tool in benchmarks/bps-bench benchmarks/bps-micro tools/byteps-server tools/byteps-launch; do
+  [[ -x $build/$tool ]] || { echo "server-cpu.sh: $build/$tool is missing; build the" \
+    "benchmarks (-DBYTEPS_BUILD_BENCHMARKS=ON) into $build or pass --build" >&2; exit 2; }
+done
+to_bytes() {
+  local n=${1%[KMG]} unit=${1: -1}
+  case $unit in K) echo $((n << 10)) ;; M) echo $((n << 20)) ;; G) echo $((n << 30)) ;; *) echo "$1" ;; esac
+}
+size=$(to_bytes "$bytes")
+work=$(mktemp -d)
+trap '[[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
+
+# memcpy's rate on this machine (bytes/s, one core) for the default partition, 4096000 bytes.
+micro_size=4096000
+memcpy_rate=$("$build/benchmarks/bps-micro" --benchmark_filter="^BM_memcpy/$micro_size\$" \
+  --benchmark_format=json 2>/dev/null | python3 -c '
+import json, sys
+rows = [b for b in json.load(sys.stdin)["benchmarks"] if b.get("run_type") != "aggregate"]
+print(rows[0]["bytes_per_second"] if rows else "")')
+[[ -n $memcpy_rate ]] || { echo "server-cpu.sh: bps-micro has no BM_memcpy/$micro_size" >&2; exit 1; }
+
+# The server, wrapped so that its shell prints the CPU its child used when it exits (the
+# scheduler runs the same program, and prints its own; only server 0's line is read).
+cat >"$work/server" <<WRAP
+#!/usr/bin/env bash
+"$build/tools/byteps-server" "\$@" && status=0 || status=\$?
+times >"\$0.\$\$.times"  # in this shell: a subshell's children are not the server
+echo "server-cpu: \$(tail -1 "\$0.\$\$.times")" >&2
+exit \$status
+WRAP
+chmod +x "$work/server"
+
+printf '# %s workers, 1 server, %s bytes per push, %s iterations (+5 warm-up), loopback; memcpy %.2f GB/s\n' \
+  "$workers" "$size" "$iters" "$(python3 -c "print($memcpy_rate / 1e9)")"
+printf '# %-8s %8s %8s %10s %13s %9s\n' dtype user_s sys_s GB_summed cpu_s_per_GB x_bound
+IFS=, read -ra list <<<"$dtypes"
+for dtype in "${list[@]}"; do
+  log=$work/$dtype.log
+  "$build/tools/byteps-launch" --workers "$workers" --servers 1 --server-bin "$work/server" -- \
+    "$build/benchmarks/bps-bench" --min-bytes "$size" --max-bytes "$size" --iters "$iters" \
+    --dtype "$dtype" >"$log" 2>&1 || { cat "$log"; echo "server-cpu.sh: the job failed" >&2; exit 1; }
+  times_line=$(grep -E '^\[server 0\] server-cpu: ' "$log")
+  python3 - "$dtype" "$times_line" "$workers" "$size" "$iters" "$memcpy_rate" <<'PY'
+import re, sys
+dtype, line = sys.argv[1], sys.argv[2]
+workers, size, iters, rate = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+user, system = (int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", line))
+cpu = user + system
+rounds = iters + 5                       # bps-bench's warm-up rounds are summed too
+summed = workers * size * rounds         # bytes of pushes the server summed
+bound = (workers + 1) * size * rounds / (2 * rate)
+print(f"  {dtype:<8} {user:8.2f} {system:8.2f} {summed / 1e9:10.2f} {cpu / (summed / 1e9):13.3f} "
+      f"{cpu / bound:9.1f}")
+PY
+done
