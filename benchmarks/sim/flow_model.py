@@ -22,7 +22,9 @@ All workers are identical and start together, so the model keeps one representat
 moves every worker's copy of a partition together ("lockstep"); a server's connections from the
 n workers are one class of n members. This is what lets it run 1,024 workers in seconds.
 
-The command line, the records it is validated against and the prediction tables are psim.py's.
+The resources of one push_pull and their max-min fair rates are network.py's, the closed-form
+bounds formulas.py's, units and their text units.py's; the command line, the
+records it is validated against and the prediction tables are psim.py's.
 Python 3 standard library only.
 """
 
@@ -30,44 +32,13 @@ import heapq
 import json
 import os
 
+from formulas import bound_of
+from network import build_net, solve
+from units import MIB, parse_rate
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CALIBRATION = os.path.join(HERE, "calibration.json")
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 INF = float("inf")
-
-
-# --------------------------------------------------------------------------------------------
-# units
-
-def parse_bytes(text):
-    """'64M' / '64MiB' / '1G' / '4096000' -> bytes (K, M, G are powers of 1024, as bps-bench's)."""
-    t = str(text).strip().lower().replace("ib", "").replace("b", "")
-    mult = 1
-    if t and t[-1] in "kmg":
-        mult = {"k": KIB, "m": MIB, "g": GIB}[t[-1]]
-        t = t[:-1]
-    return int(round(float(t) * mult))
-
-
-def parse_rate(text):
-    """'1gbit' / '25g' / '400mbit' / '1e9' -> bits per second (decimal, as tbf's)."""
-    t = str(text).strip().lower().replace("bit", "").replace("bps", "").replace("/s", "")
-    mult = 1.0
-    if t and t[-1] in "kmg":
-        mult = {"k": 1e3, "m": 1e6, "g": 1e9}[t[-1]]
-        t = t[:-1]
-    return float(t) * mult
-
-
-def fmt_bytes(b):
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if b >= size and b % size == 0:
-            return "%d %s" % (b // size, unit)
-    return "%d B" % b
-
-
-def fmt_rate(bps):
-    return ("%g Gbit/s" % (bps / 1e9)) if bps >= 1e9 else ("%g Mbit/s" % (bps / 1e6))
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,207 +155,11 @@ def layout(p):
 
 
 # --------------------------------------------------------------------------------------------
-# formulas (../shared/MISSION.md)
-
-def bound_ps(n, k, m, b):
-    return max(m / b, n * m / (k * b))
-
-
-def bound_colocated(n, m, b):
-    return 2.0 * (n - 1) / n * m / b
-
-
-def bound_mixed(n, k, m, b):
-    return 2.0 * n * (n - 1) * m / ((n * n + k * n - 2 * k) * b)
-
-
-def ring_formula(n, m, b):
-    return 2.0 * (n - 1) / n * m / b
-
-
-def ring_model(n, m, b, eff, latency):
-    """Ring all-reduce with TCP's efficiency and one message latency per step (2(n-1) steps)."""
-    return 2.0 * (n - 1) / n * m / (b * eff) + 2 * (n - 1) * latency
-
-
-def bound_of(p):
-    n, k, m, b = p["n"], p["k"], p["size"], p["rate_bps"] / 8
-    if p["placement"] == "ps":
-        return bound_ps(n, k, m, b), "max(M/B, nM/(kB))"
-    if p["placement"] == "colocated":
-        return bound_colocated(n, m, b), "2(n-1)/n M/B"
-    return bound_mixed(n, k, m, b), "2n(n-1)M/((n^2+kn-2k)B)"
-
-
-# --------------------------------------------------------------------------------------------
 # the simulation
-
-class Resource:
-    """A capacity shared by flow classes: load = a_push * (sum of push classes' rates)
-    + a_ans * (sum of answer classes' rates) + sum of own[c] * rate[c]."""
-    __slots__ = ("name", "kind", "cap", "a_push", "a_ans", "own")
-
-    def __init__(self, name, kind, cap, a_push=0.0, a_ans=0.0, own=None):
-        self.name, self.kind, self.cap = name, kind, cap
-        self.a_push, self.a_ans, self.own = a_push, a_ans, own or {}
-
 
 class Result:
     def __init__(self, **kw):
         self.__dict__.update(kw)
-
-
-def solve(net, active_push, active_ans):
-    """Max-min fair rates (progressive filling) of the active classes: every unfrozen class
-    rises at the same rate until a resource it uses is full. net = (S, colocated,
-    n_colocated, res_global, res_generic, res_of). Returns ({class: rate}, {class: kind of the
-    resource that froze it}); class s is server s's push stream, S + s its answer stream, each
-    rate per member (per worker connection)."""
-    S, colocated, n_colocated, res_global, res_generic, res_of = net
-    any_colocated = n_colocated > 0
-    rate = {}
-    unf_push = set(active_push)
-    unf_ans = set(active_ans)
-    frozen_by = {}
-    if any_colocated:
-        # the generic worker-host links stand for the hosts whose colocated server moves
-        # nothing now; a host whose server is busy has its own (res_of)
-        busy = sum(1 for s in set(active_push) | set(active_ans) if colocated[s])
-        use_generic = busy < n_colocated
-    else:
-        use_generic = True
-    res = list(res_global)
-    if use_generic:
-        res.extend(res_generic)
-    seen = set()
-    for s in list(unf_push) + list(unf_ans):
-        if s not in seen:
-            seen.add(s)
-            res.extend(res_of[s])
-    fz_push = fz_ans = 0.0
-    level = 0.0
-    while unf_push or unf_ans:
-        nu_p, nu_a = len(unf_push), len(unf_ans)
-        best, sat = INF, []
-        for r in res:
-            slope = r.a_push * nu_p + r.a_ans * nu_a
-            load = r.a_push * fz_push + r.a_ans * fz_ans
-            for c, coef in r.own.items():
-                if c < S:
-                    if c in unf_push:
-                        slope += coef
-                    elif c in rate:
-                        load += coef * rate[c]
-                else:
-                    if c - S in unf_ans:
-                        slope += coef
-                    elif c in rate:
-                        load += coef * rate[c]
-            if slope <= 1e-18:
-                continue
-            lam = (r.cap - load) / slope
-            if lam < best * (1 - 1e-12):
-                best, sat = lam, [r]
-            elif lam <= best * (1 + 1e-12):
-                sat.append(r)
-        if best == INF:
-            raise RuntimeError("unbounded flow: no resource limits an active class")
-        best = max(best, level)
-        level = best
-        for r in sat:
-            if r.a_push > 0:
-                for s in list(unf_push):
-                    if r.a_push + r.own.get(s, 0.0) > 1e-15:
-                        unf_push.discard(s)
-                        rate[s] = best
-                        fz_push += best
-                        frozen_by[s] = r.kind
-            if r.a_ans > 0:
-                for s in list(unf_ans):
-                    if r.a_ans + r.own.get(S + s, 0.0) > 1e-15:
-                        unf_ans.discard(s)
-                        rate[S + s] = best
-                        fz_ans += best
-                        frozen_by[S + s] = r.kind
-            for c, coef in r.own.items():
-                if c < S:
-                    if c in unf_push and coef + r.a_push > 1e-15:
-                        unf_push.discard(c)
-                        rate[c] = best
-                        fz_push += best
-                        frozen_by[c] = r.kind
-                elif c - S in unf_ans and coef + r.a_ans > 1e-15:
-                    unf_ans.discard(c - S)
-                    rate[c] = best
-                    fz_ans += best
-                    frozen_by[c] = r.kind
-    return rate, frozen_by
-
-
-
-def build_net(p, parts, owner, S, colocated):
-    """The resources of one push_pull: links, CPUs and their coefficients per class."""
-    n = p["n"]
-    link = p["rate_bps"] / 8 * p["tcp_efficiency"]          # payload bytes/s per direction
-    chunk = p["server_chunk_bytes"]
-    c_tcp, c_frame, c_sum = (p["tcp_cpu_per_byte_side_s"], p["frame_cpu_s"],
-                             p["sum_cpu_per_byte_s"])
-    io, eng = p["io_threads"], p["engine_threads"]
-    big = max(parts)
-    cut = chunk and big >= 2 * chunk
-    piece = chunk if cut else big
-    inline = big <= p["inline_sum_bytes"]
-    # ---- resources ----
-    res_generic, res_of = [], [[] for _ in range(S)]
-    wcpu_push = c_tcp + c_frame / big
-    wcpu_ans = c_tcp + c_frame / piece
-    res_generic.append(Resource("worker uplink", "worker link", link, a_push=1.0))
-    res_generic.append(Resource("worker downlink", "worker link", link, a_ans=1.0))
-    if c_tcp or c_frame:
-        # asio runs each link's handlers on a strand: a node uses at most one thread per link
-        remote_links = S - (1 if any(colocated) else 0)
-        res_generic.append(Resource("worker I/O thread", "worker CPU",
-                                    float(min(io, max(1, remote_links))),
-                                    a_push=wcpu_push, a_ans=wcpu_ans))
-    n_colocated = sum(1 for c in colocated if c)
-    per_server = [0] * S
-    for s in owner:
-        per_server[s] += 1
-    for s in range(S):
-        r = n - 1 if colocated[s] else n                     # members that cross a link
-        ps_, as_ = s, S + s
-        if colocated[s]:
-            res_of[s].append(Resource("host %d uplink" % s, "host link", link,
-                                      a_push=1.0, own={ps_: -1.0, as_: float(n - 1)}))
-            res_of[s].append(Resource("host %d downlink" % s, "host link", link,
-                                      a_ans=1.0, own={as_: -1.0, ps_: float(n - 1)}))
-        else:
-            res_of[s].append(Resource("server %d downlink" % s, "server link", link,
-                                      own={ps_: float(n)}))
-            res_of[s].append(Resource("server %d uplink" % s, "server link", link,
-                                      own={as_: float(n)}))
-        if c_tcp or c_frame or (c_sum and inline):
-            res_of[s].append(Resource(
-                "server %d I/O thread" % s, "server CPU", float(min(io, r)),
-                own={ps_: r * (c_tcp + c_frame / big) + ((n - 1) * c_sum if inline else 0.0),
-                     as_: r * (c_tcp + c_frame / piece)}))
-        if c_sum and not inline:
-            res_of[s].append(Resource("server %d engines" % s, "server CPU",
-                                      float(min(eng, max(1, per_server[s]))),
-                                      own={ps_: (n - 1) * c_sum}))
-    res_global = []
-    if p["host_cores"] and p["host_cpu_per_link_byte_s"]:
-        c = p["host_cpu_per_link_byte_s"]
-        own = {}
-        for s in range(S):
-            if colocated[s]:
-                own[s] = -c
-                own[S + s] = -c
-        res_global.append(Resource("emulation host CPU", "host CPU (emulation)",
-                                   float(p["host_cores"]), a_push=n * c, a_ans=n * c, own=own))
-
-    return (S, colocated, n_colocated, res_global, res_generic, res_of)
-
 
 
 def simulate(p):
@@ -588,21 +363,3 @@ def first_bottleneck(limits):
         if k != "line rate" and v >= 0.10:
             return k
     return "line rate"
-
-
-def short_bytes(b):
-    for unit, size in (("G", GIB), ("M", MIB), ("K", KIB)):
-        if b >= size and b % size == 0:
-            return "%d%s" % (b // size, unit)
-    return "%.0fK" % (b / KIB) if b >= KIB else "%dB" % b
-
-
-def parts_short(parts):
-    text = "%dx%s" % (len(parts), short_bytes(parts[0]))
-    return text if parts[-1] == parts[0] else text + "(+%s)" % short_bytes(parts[-1])
-
-
-def parts_text(parts):
-    if len(set(parts)) == 1:
-        return "%d x %s" % (len(parts), fmt_bytes(parts[0]))
-    return "%d x %s (last %s)" % (len(parts), fmt_bytes(parts[0]), fmt_bytes(parts[-1]))

@@ -8,11 +8,10 @@ Python 3 standard library only.
 import argparse
 import sys
 
-from flow_model import (CALIBRATION, MIB, bound_colocated, bound_mixed, bound_ps, fmt_bytes,
-                        fmt_rate, limits_text, load_calibration, make_params,
-                        mixed_cpu_fraction, parse_bytes, parse_rate, parts_short, parts_text,
-                        ring_formula, ring_model, simulate, split)
-
+from flow_model import (CALIBRATION, limits_text, load_calibration, make_params,
+                        mixed_cpu_fraction, simulate, split)
+from formulas import bound_colocated, bound_mixed, bound_ps, ring_formula, ring_model
+from units import MIB, fmt_bytes, fmt_rate, parse_bytes, parse_rate, parts_short, parts_text
 # --------------------------------------------------------------------------------------------
 # validation against docs/performance.md
 

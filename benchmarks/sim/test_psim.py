@@ -14,9 +14,12 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flow_model  # noqa: E402
+import formulas  # noqa: E402
+import network  # noqa: E402
+import units  # noqa: E402
 import psim  # noqa: E402
 
-MIB, KIB = flow_model.MIB, flow_model.KIB
+MIB, KIB = units.MIB, units.KIB
 GBIT = 1e9
 B = GBIT / 8  # bytes/s of a 1 Gbit/s link
 
@@ -76,17 +79,17 @@ class PartitionRule(unittest.TestCase):
 
 class Formulas(unittest.TestCase):
     def test_ring(self):
-        self.assertAlmostEqual(flow_model.ring_formula(4, 64 * MIB, B), 1.5 * 64 * MIB / B)
-        self.assertAlmostEqual(flow_model.ring_model(4, 64 * MIB, B, 0.5, 1e-3),
+        self.assertAlmostEqual(formulas.ring_formula(4, 64 * MIB, B), 1.5 * 64 * MIB / B)
+        self.assertAlmostEqual(formulas.ring_model(4, 64 * MIB, B, 0.5, 1e-3),
                                1.5 * 64 * MIB / (0.5 * B) + 6e-3)
 
     def test_ps_bounds(self):
-        self.assertAlmostEqual(flow_model.bound_ps(8, 8, MIB, B), MIB / B)
-        self.assertAlmostEqual(flow_model.bound_ps(8, 2, MIB, B), 4 * MIB / B)
-        self.assertAlmostEqual(flow_model.bound_colocated(4, MIB, B), 1.5 * MIB / B)
+        self.assertAlmostEqual(formulas.bound_ps(8, 8, MIB, B), MIB / B)
+        self.assertAlmostEqual(formulas.bound_ps(8, 2, MIB, B), 4 * MIB / B)
+        self.assertAlmostEqual(formulas.bound_colocated(4, MIB, B), 1.5 * MIB / B)
 
     def test_mixed_formula_reaches_m_over_b_at_k_equal_n(self):
-        self.assertAlmostEqual(flow_model.bound_mixed(8, 8, MIB, B), MIB / B)
+        self.assertAlmostEqual(formulas.bound_mixed(8, 8, MIB, B), MIB / B)
         # k = n: every byte goes to the CPU servers (the plain PS case)
         self.assertAlmostEqual(flow_model.mixed_cpu_fraction(8, 8), 1.0)
         self.assertAlmostEqual(flow_model.mixed_cpu_fraction(4, 2), 2 * 2 * 3 / (4 * 6 - 4))
@@ -198,7 +201,7 @@ class ClosedForms(unittest.TestCase):
         n, m = 4, 256 * MIB
         r = flow_model.simulate(ideal(n, n, "colocated", size=m, scheduling_credit=0,
                                 partition_bytes=MIB))
-        self.assertLess(abs(r.time / flow_model.bound_colocated(n, m, B) - 1), 0.01)
+        self.assertLess(abs(r.time / formulas.bound_colocated(n, m, B) - 1), 0.01)
 
     def test_mixed_under_fair_sharing(self):
         # 4 colocated + 2 CPU servers. The formula, t_opt = 2n(n-1)M / ((n^2 + kn - 2k) B)
@@ -210,7 +213,7 @@ class ClosedForms(unittest.TestCase):
         # goes at B/4 (their downlinks: 4 x_c <= B), 0.8 M/B more: 1.6 M/B in all.
         n, k = 4, 2
         m = 256 * MIB
-        self.assertAlmostEqual(flow_model.bound_mixed(n, k, m, B), 1.2 * m / B)
+        self.assertAlmostEqual(formulas.bound_mixed(n, k, m, B), 1.2 * m / B)
         r = flow_model.simulate(ideal(n, k, "mixed", size=m, scheduling_credit=0,
                                 partition_bytes=256 * KIB))
         self.assertLess(abs(r.time / (1.6 * m / B) - 1), 0.01)
@@ -253,8 +256,8 @@ class LockstepSolve(unittest.TestCase):
     def snapshot(self, mode, n, k, act_push, act_ans):
         p = ideal(n, k, mode)
         parts, owner, S, colocated = flow_model.layout(p)
-        net = flow_model.build_net(p, parts, owner, S, colocated)
-        rate, _ = flow_model.solve(net, act_push, act_ans)
+        net = network.build_net(p, parts, owner, S, colocated)
+        rate, _ = network.solve(net, act_push, act_ans)
         return rate, per_connection_max_min(n, S, colocated, B, act_push, act_ans), S
 
     def test_separate_servers_match_per_connection_max_min(self):
@@ -278,8 +281,8 @@ class LockstepSolve(unittest.TestCase):
         for mode, n, k in (("ps", 5, 3), ("colocated", 4, 4), ("mixed", 4, 2), ("mixed", 6, 3)):
             p = ideal(n, k, mode)
             parts, owner, S, colocated = flow_model.layout(p)
-            net = flow_model.build_net(p, parts, owner, S, colocated)
-            rate, _ = flow_model.solve(net, list(range(S)), list(range(S)))
+            net = network.build_net(p, parts, owner, S, colocated)
+            rate, _ = network.solve(net, list(range(S)), list(range(S)))
             exact = per_connection_max_min(n, S, colocated, B, range(S), range(S))
             for cls, rates in exact.items():
                 for r in rates:
