@@ -193,8 +193,11 @@ struct outcome {
 
 /// Whether a push of `bytes` is summed as it arrives: the server's chunk is on and the push
 /// makes at least two chunks (one rule for the server's links and its handler's keys).
+inline bool streamed_size(std::size_t chunk, std::size_t bytes) noexcept {
+  return chunk > 0 && bytes >= 2 * chunk;
+}
 inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {
-  return cfg.server_chunk_bytes > 0 && bytes >= 2 * cfg.server_chunk_bytes;
+  return streamed_size(cfg.server_chunk_bytes, bytes);
 }
 
 /// A handler that takes pushes as they arrive has `static constexpr bool cut_through = true`;

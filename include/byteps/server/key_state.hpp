@@ -48,7 +48,7 @@ class key_state : public key_shape {
   /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`, 0 for a handler
   /// that does not stream); a key whose partition makes two chunks or more is `streamed()`.
   key_state(detail::buffer_pool& pool, bool failover, std::size_t chunk = 0)
-      : pool_(&pool), failover_(failover), chunk_(chunk), whole_(pool, failover), lent_(chunk) {}
+      : pool_(&pool), failover_(failover), whole_(pool, failover), lent_(chunk) {}
 
   /// Checks worker `worker`'s push of `size` bytes for the current round and counts it as
   /// pushed. Returns what was wrong with it (the message for that worker alone), or "" when
@@ -213,7 +213,6 @@ class key_state : public key_shape {
 
   detail::buffer_pool* pool_;
   bool failover_ = false;
-  std::size_t chunk_ = 0;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds

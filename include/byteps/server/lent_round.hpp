@@ -25,6 +25,9 @@ class lent_round {
   /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`; 0 without).
   explicit lent_round(std::size_t chunk) : chunk_(chunk) {}
 
+  /// Whether pushes of `bytes` stream (`streamed_size` with this chunk): such a key holds them.
+  bool streams(std::size_t bytes) const noexcept { return streamed_size(chunk_, bytes); }
+
   /// The key holds its pushes from now on (a streamed size, or a first push that was lent).
   BYTEPS_DECL void hold(int num_workers);
   bool holds() const noexcept { return !inputs_.empty(); }

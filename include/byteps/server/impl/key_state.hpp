@@ -22,7 +22,7 @@ void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int
   whole_.shape(type, count(), num_workers);
   // A streamed key's rounds may still come whole (a handler that wraps sync_sum without
   // cut_through gets whole pushes), and then go through whole_ as any key's.
-  if (hold || (chunk_ > 0 && size >= 2 * chunk_)) lent_.hold(num_workers);
+  if (hold || lent_.streams(size)) lent_.hold(num_workers);
   // From the pool, so that on RDMA they are registered and answers go out without staging.
   if (lent_.holds() || whole_.accumulates_wide())
     for (auto& o : out_) o = pool_->take(bytes);
