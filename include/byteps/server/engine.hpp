@@ -1,12 +1,13 @@
 #pragma once
 /// @file
 /// `server::engine<H, Session>`: one of a server's engine threads (`BYTEPS_SERVER_ENGINE_THREAD`)
-/// with what belongs to it alone: its own request handler `H` for the keys it owns, and who
-/// waits for which round of those keys. Owning both per thread is why no lock guards a sum.
+/// with what belongs to it alone: its own request handler `H` for the keys it owns, the shards of
+/// the embedding tables whose keys it owns (`tables`), and who waits for which round of those
+/// keys. Owning both per thread is why no lock guards a sum.
 /// Also its stall report, which reads only its own waiting rooms.
 ///
 /// @par Thread Safety
-/// `mu` guards `handler` and `waiting`: the engine thread holds it for each posted task; an I/O
+/// `mu` guards `handler`, `tables` and `waiting`: the engine thread holds it for each posted task; an I/O
 /// thread that handles a small push inline, and the throughput report, take it too.
 
 #include <fmt/core.h>
@@ -25,6 +26,7 @@
 #include "byteps/server/handler.hpp"
 #include "byteps/server/names.hpp"
 #include "byteps/server/stats.hpp"
+#include "byteps/server/tables.hpp"
 #include "byteps/server/waiting.hpp"
 
 namespace bps::server {
@@ -35,6 +37,7 @@ struct engine {
 
   std::mutex mu;
   H handler;
+  server::tables tables;
   waiting_rooms<Session> waiting;
   detail::task_thread thread;  // last: joins before the rest is destroyed
 

@@ -274,6 +274,14 @@ class node {
   void post_push(session_ptr s, const wire::header& h, server::arriving_push in,
                  server::receive_times received);
 
+  // An embedding table's request (server/tables.hpp), on its key's engine thread: every request
+  // of a table goes there, so a link's requests are handled in the order they came.
+  void post_rows(session_ptr s, const wire::header& h, detail::buffer_pool::buffer payload);
+
+  // Holding e.mu, on the engine thread: the table request's outcome, carried out as a push's.
+  void on_rows(engine& e, const session_ptr& s, const wire::header& h,
+               std::span<const std::byte> payload);
+
   // What gathers the answers of a push summed while its worker's push_batch is handled
   // (server/batch_split.hpp); null for answers that go alone.
   using answer_batches = server::answer_batches<session>;

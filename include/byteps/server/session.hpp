@@ -15,6 +15,7 @@
 /// `now_ns()` (the timeline's clock, 0 when tracing is off); `declare(session&, key, payload)`
 /// (wire/declare.hpp); `post_push(session_ptr, header, arriving_push, receive_times)`, the one
 /// way every push and sum_offer goes to the server, however its bytes came;
+/// `post_rows(session_ptr, header, buffer)`, an embedding table's request (server/tables.hpp);
 /// `worker_lost(session&, reason, mid_frame)` (mid_frame: the close cut a frame);
 /// `worker_failed(session&, why)` (its bye said it left after a failure). For cut-through:
 /// `streams(bytes)` (is a push of that size streamed) and `shared_receive_buffer(bytes)`; a
@@ -180,6 +181,13 @@ class session final : public transport::receiver,
         }
         incoming_ = owner_->receive_buffer(h.payload_bytes);
         return incoming_.span();
+      case wire::msg::rows_request:  // an embedding table's (server/tables.hpp)
+        if (worker < 0) {
+          reason = "rows_request before peer_hello";
+          return {};
+        }
+        incoming_ = owner_->receive_buffer(h.payload_bytes);
+        return incoming_.span();
       case wire::msg::push_batch:  // tensor fusion: server/batch_split.hpp
         if (!server::batch_fits(h, reason)) return {};
         batch_.resize(h.payload_bytes);
@@ -278,6 +286,10 @@ class session final : public transport::receiver,
                                  receive_times{received_ns_, owner_->now_ns()});
       case wire::msg::push_batch:  // each record as its own push frame
         return server::take_push_batch(*this, h, payload, owner_->config().fusion_bytes);
+      case wire::msg::rows_request:
+        if (h.sender != static_cast<std::uint32_t>(worker))
+          throw wire::decode_error("rows_request with another worker's rank");
+        return owner_->post_rows(this->shared_from_this(), h, std::move(incoming_));
       case wire::msg::bye:
         said_bye = true;
         // A worker that leaves after a failure says why (worker/node.hpp): the job failed.
@@ -310,6 +322,20 @@ class session final : public transport::receiver,
   /// Sends `a` as a piece of the answer about `about`'s partition (cut-through); `last` ends it.
   void send_piece(const wire::header& about, const reply& a, bool last) {
     send_pull_response(about, a, wire::flag_piece | (last ? wire::flag_last_piece : 0u));
+  }
+
+  /// Sends `a` as the `rows_answer` to the table request `about`. Any thread.
+  void send_rows_answer(const wire::header& about, const reply& a) {
+    wire::header r;
+    r.type = wire::msg::rows_answer;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = about.round;
+    r.dtype = static_cast<std::uint32_t>(a.type);
+    if (a.keep)
+      link->send(r, a.bytes, [keep = a.keep] {});
+    else
+      link->send(r, a.bytes, {});
   }
 
   /// Sends `text` as an error about `about`'s partition and round. Any thread.

@@ -49,8 +49,11 @@ enum class msg : std::uint16_t {
   challenge = 17,       ///< listener -> new connection: a fresh nonce its hello must prove (payload)
   push_batch = 18,      ///< worker -> server: small pushes in one frame (batch.hpp; part = count)
   answer_batch = 19,    ///< server -> worker: small pull_responses in one frame (batch.hpp)
+  rows_request = 20,    ///< worker -> server: an embedding table's declare, pull or push
+                        ///< (payload: table/messages.hpp)
+  rows_answer = 21,     ///< server -> worker: a rows_request's answer (a pull's rows)
 };
-inline constexpr std::uint16_t max_msg = 19;
+inline constexpr std::uint16_t max_msg = 21;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
@@ -85,6 +88,8 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::challenge: return "challenge";
     case msg::push_batch: return "push_batch";
     case msg::answer_batch: return "answer_batch";
+    case msg::rows_request: return "rows_request";
+    case msg::rows_answer: return "rows_answer";
   }
   return is_transport_msg(m) ? "transport" : "unknown";
 }

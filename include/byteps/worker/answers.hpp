@@ -4,7 +4,8 @@
 /// I/O threads (`server_receiver` calls it): an answer is read straight into the caller's buffer
 /// (or, for a compressed operation, into its partition's encoded buffer, then decoded: the
 /// decode stage), averaged if asked, and its partition marked answered; an error frame fails the
-/// tensor's operation (or, when fatal, the server); a closed link fails the communicator or hands
+/// tensor's operation (or, when fatal, the server); a table call's answer is written into the
+/// caller's rows (worker/row_calls.hpp); a closed link fails the communicator or hands
 /// the server to failover. With failover on, answers land where its `answer_keeper` says
 /// (`failover`, which keeps a copy of each sum), and a lost server is handed to it.
 ///
@@ -30,6 +31,7 @@
 #include "byteps/wire/frame.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/registered_memory.hpp"
+#include "byteps/worker/row_calls.hpp"
 #include "byteps/worker/server_receiver.hpp"
 
 namespace bps::worker {
@@ -190,11 +192,27 @@ class answers {
     state_.ops().release_if_done(op);
   }
 
+  // I/O thread: the answer to a table call's request (worker/row_calls.hpp), whole in `payload`.
+  void rows_answered(int server, std::uint64_t generation, const wire::header& h,
+                     std::span<const std::byte> payload) {
+    row_calls::delivery d;
+    {
+      std::lock_guard lock(state_.mu);
+      if (generation != state_.links[server].generation) return;
+      d = state_.rows.take(server, h, payload.size());
+      if (!d.op) return;
+    }
+    row_calls::write(d, payload);
+    std::lock_guard lock(state_.mu);
+    state_.rows.delivered(d);
+  }
+
   void server_error(int server, std::uint64_t generation, const wire::header& h,
                     const std::string& text) {
     std::lock_guard lock(state_.mu);
     auto& slot = state_.links[server];
     if (generation != slot.generation) return;  // from a server already replaced
+    if (!(h.flags & wire::flag_fatal) && state_.rows.refused(server, h, text)) return;
     if (h.flags & wire::flag_fatal) {
       if (keeper_ == nullptr)
         return state_.die_locked(fmt::format("server {} at {}: {}", server, slot.address, text));

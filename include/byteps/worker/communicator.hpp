@@ -46,6 +46,7 @@
 #include "byteps/local/fwd.hpp"
 #include "byteps/partition/by_bytes.hpp"
 #include "byteps/schedule/priority.hpp"
+#include "byteps/embedding/table_spec.hpp"
 #include "byteps/transport/fwd.hpp"
 #include "byteps/worker/stats.hpp"
 
@@ -132,6 +133,41 @@ class Communicator {
   }
 
   handle broadcast(std::string_view name, void* data, std::size_t count, dtype type, int root);
+
+  /// Declares an embedding table held by the servers (docs/tables.md): each row on the server
+  /// its id hashes to, updated there by `spec.optimizer` from the gradients every worker pushes.
+  /// Every worker declares the same table (a server refuses a declaration that differs from
+  /// another worker's, naming the field); declaring it again alike does nothing. Blocks until
+  /// every server holds it, at most `Config::op_timeout`. Synchronous jobs with one process per
+  /// machine only, for now (a `usage_error` says so otherwise).
+  void declare_table(const table_spec& spec);
+
+  /// Writes rows `ids` of table `table` into `rows` (`ids.size() * dim` elements, the table's
+  /// type), row i at `rows[i * dim]`. Returns at once; `ids` may be reused then, `rows` must stay
+  /// until the handle is done. An id asked twice is fetched once. A pull after a `push_rows`
+  /// whose handle is done sees that round's update.
+  template <element_type E>
+  handle pull_rows(std::string_view table, std::span<const std::uint64_t> ids,
+                   std::span<E> rows) {
+    static_assert(!std::is_const_v<E>, "pull_rows writes the rows into the span: it cannot be const");
+    return pull_rows(table, ids, rows.data(), rows.size(), dtype_v<E>);
+  }
+  handle pull_rows(std::string_view table, std::span<const std::uint64_t> ids, void* rows,
+                   std::size_t count, dtype type);
+
+  /// Pushes the gradients `grads` of rows `ids` of table `table` (`ids.size() * dim` elements,
+  /// the table's type) as this worker's part of the table's next round; gradients of an id
+  /// given twice are summed first. Every worker calls it once per round, with any ids (none
+  /// too); when every worker's push is in, each server sums each row's gradients in rank order
+  /// and applies the table's optimizer to it once, and every worker's handle completes. Returns
+  /// at once; `ids` and `grads` may be reused then. One push of a table at a time.
+  template <element_type E>
+  handle push_rows(std::string_view table, std::span<const std::uint64_t> ids,
+                   std::span<E> grads) {
+    return push_rows(table, ids, grads.data(), grads.size(), dtype_v<E>);
+  }
+  handle push_rows(std::string_view table, std::span<const std::uint64_t> ids, const void* grads,
+                   std::size_t count, dtype type);
 
   /// The learning rate the trainer uses from now on, for error-feedback compressors
   /// (`ef_...`): the error kept from a round is scaled by the previous rate over this one, as

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,7 @@
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/rendezvous/client.hpp"
 #include "byteps/schedule/scheduler.hpp"
+#include "byteps/embedding/table_spec.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/worker/answers.hpp"
 #include "byteps/worker/compressor_choice.hpp"
@@ -54,6 +56,7 @@
 #include "byteps/worker/local_stage.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/request_checks.hpp"
+#include "byteps/worker/row_calls.hpp"
 #include "byteps/worker/server_links.hpp"
 #include "byteps/worker/server_receiver.hpp"
 #include "byteps/worker/shared_state.hpp"
@@ -166,6 +169,14 @@ class node {
       return start(std::move(name), std::move(what), data, count, type, opts, deadline);
     }
   }
+
+  /// Embedding tables (worker/impl/node_rows.hpp): a declaration every server acknowledged
+  /// (blocks), and pulls and pushes of rows that return at once.
+  void declare_table(const table_spec& spec);
+  handle pull_rows(std::string_view name, std::span<const std::uint64_t> ids, void* rows,
+                   std::size_t count, dtype type);
+  handle push_rows(std::string_view name, std::span<const std::uint64_t> ids, const void* grads,
+                   std::size_t count, dtype type);
 
   /// Throughput and stage times over the last 10 s, bytes per server, operations in flight.
   comm_stats stats() {
@@ -341,6 +352,15 @@ class node {
     return handle(op);
   }
 
+  // A table call's record, with the worker's deadline; one request of it to `server`; its
+  // deadline passed (worker/impl/node_rows.hpp).
+  std::shared_ptr<detail::op_state> row_operation(std::string what);
+  void check_frame_sizes(const std::vector<row_request>& requests, const table_record& t,
+                         std::string_view what) const;
+  void send_rows(int server, const table_record& t, std::uint64_t round,
+                 const std::shared_ptr<std::vector<std::byte>>& payload);
+  void expire_rows(detail::op_state& o);
+
   // The send path (worker/impl/node_send.hpp): one dispatch pass, its pushes alone or fused,
   // and what happens once their payloads left.
   void dispatch_locked();
@@ -385,4 +405,5 @@ class node {
 }  // namespace bps::worker
 
 #include "byteps/worker/impl/node_join.hpp"
+#include "byteps/worker/impl/node_rows.hpp"
 #include "byteps/worker/impl/node_send.hpp"

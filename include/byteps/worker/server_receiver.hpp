@@ -4,8 +4,9 @@
 /// straight into the place its owner names (the caller's buffer, or failover's kept sum), and
 /// each answer of an `answer_batch` (tensor fusion) the same way; an error frame and the link's
 /// close go to the owner, tagged with the server's rank and the link's generation so that
-/// reports from a replaced link are recognised. The owner provides `answer_destination`,
-/// `answered`, `answer_batch`, `server_error` and `server_closed` (worker/answers.hpp), all
+/// reports from a replaced link are recognised. A table call's answer is read into a buffer of
+/// the receiver's and handed over whole. The owner provides `answer_destination`, `answered`,
+/// `answer_batch`, `rows_answered`, `server_error` and `server_closed` (worker/answers.hpp), all
 /// called on the link's I/O thread.
 
 #include <fmt/core.h>
@@ -52,6 +53,10 @@ class server_receiver final : public transport::receiver, public transport::cach
       batch_.resize(h.payload_bytes);
       return batch_;
     }
+    if (h.type == wire::msg::rows_answer) {  // a table call's (worker/row_calls.hpp)
+      rows_.resize(h.payload_bytes);
+      return rows_;
+    }
     if (h.type == wire::msg::error && h.payload_bytes <= 65536) {
       discard_.resize(h.payload_bytes);
       return discard_;
@@ -74,6 +79,8 @@ class server_receiver final : public transport::receiver, public transport::cach
       return;
     }
     if (h.type == wire::msg::answer_batch) return answer_batch(h, payload);
+    if (h.type == wire::msg::rows_answer)
+      return owner_->rows_answered(server_, generation_, h, payload);
     owner_->server_error(
         server_, generation_, h,
         std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
@@ -110,6 +117,7 @@ class server_receiver final : public transport::receiver, public transport::cach
   key_id receiving_id_;
   std::vector<std::byte> discard_;
   std::vector<std::byte> batch_;  // I/O thread only: an answer_batch being read
+  std::vector<std::byte> rows_;   // I/O thread only: a rows_answer being read
 };
 
 }  // namespace bps::worker

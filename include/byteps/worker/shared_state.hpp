@@ -24,6 +24,7 @@
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/liveness.hpp"
 #include "byteps/worker/op_table.hpp"
+#include "byteps/worker/row_calls.hpp"
 #include "byteps/worker/server_links.hpp"
 
 namespace bps::worker {
@@ -42,6 +43,7 @@ struct shared_state {
   detail::tracer& trace;  ///< the timeline: null when BYTEPS_TRACE_ON=0
   mutable std::mutex mu;
   worker::dispatcher<P, S> dispatcher;
+  row_calls rows;  ///< the embedding tables declared, and their calls in flight
   server_links<T> links;
   liveness life;        ///< dead (why) or closing: the worker's one failure flag
   int machine = 0;      ///< this worker's rank among the machines
@@ -62,6 +64,7 @@ struct shared_state {
       auto text = why.starts_with(op->what) ? why : op->what + ": " + why;
       ops().fail(op, std::make_exception_ptr(communicator_error(text)));
     }
+    rows.fail_all(why);
     links.say_failed(why);  // before the close: each server then names the cause
     links.close_all();
     if (also_fail) also_fail();

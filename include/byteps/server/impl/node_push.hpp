@@ -115,6 +115,53 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
 }
 
 template <class T, class H>
+void node<T, H>::post_rows(session_ptr s, const wire::header& h,
+                           detail::buffer_pool::buffer payload) {
+  stats_.received(payload.size);
+  auto& e = engine_for(key_id{h.key, 0});
+  e.post([this, &e, s = std::move(s), h,
+          in = std::make_shared<detail::buffer_pool::buffer>(std::move(payload))] {
+    on_rows(e, s, h, in->span());
+    pool_->give_back(std::move(*in));
+  });
+}
+
+template <class T, class H>
+void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
+                         std::span<const std::byte> payload) {
+  if (auto dead = dead_reason(); !dead.empty()) return s->send_error(h, dead, wire::flag_fatal);
+  server::outcome o;
+  try {
+    o = e.tables.handle(h, payload, s->worker,
+                        {.server = rank_, .servers = cfg_.num_servers, .num_workers = cfg_.num_workers});
+  } catch (const wire::decode_error& err) {  // not a request: the worker breaks the protocol
+    log_.warn("{}: a malformed rows_request ({}); closing its link", s->describe(), err.what());
+    return s->link->close();
+  }
+  using kind = server::outcome::kind;
+  const key_id id{h.key, 0};
+  switch (o.what) {
+    case kind::refuse:
+      return s->send_error(h, o.error, wire::flag_usage);
+    case kind::answer_now:
+      stats_.sent(o.answer.bytes.size());
+      return s->send_rows_answer(h, o.answer);
+    case kind::wait:
+      e.waiting.join(id, s, h.round);
+      return;
+    case kind::release: {
+      auto& room = e.waiting.join(id, s, h.round);
+      for (auto& w : room.workers) w->send_rows_answer(h, o.answer);
+      room.workers.clear();
+      return;
+    }
+    default:
+      return s->send_error(h, "a table request's outcome the server cannot carry out",
+                           wire::flag_usage);
+  }
+}
+
+template <class T, class H>
 void node<T, H>::answer(const wire::header& h, const server::reply& a,
                           std::span<const session_ptr> to, answer_batches* batch) {
   for (auto& w : to)

@@ -47,6 +47,25 @@ Communicator<T, L, P, S>::~Communicator() {
 }
 
 template <class T, class L, class P, class S>
+void Communicator<T, L, P, S>::declare_table(const table_spec& spec) {
+  node_->declare_table(spec);
+}
+
+template <class T, class L, class P, class S>
+handle Communicator<T, L, P, S>::pull_rows(std::string_view table,
+                                           std::span<const std::uint64_t> ids, void* rows,
+                                           std::size_t count, dtype type) {
+  return node_->pull_rows(table, ids, rows, count, type);
+}
+
+template <class T, class L, class P, class S>
+handle Communicator<T, L, P, S>::push_rows(std::string_view table,
+                                           std::span<const std::uint64_t> ids, const void* grads,
+                                           std::size_t count, dtype type) {
+  return node_->push_rows(table, ids, grads, count, type);
+}
+
+template <class T, class L, class P, class S>
 void Communicator<T, L, P, S>::register_memory(std::span<std::byte> memory) {
   node_->register_memory(memory);
 }

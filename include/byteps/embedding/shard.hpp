@@ -1,0 +1,175 @@
+#pragma once
+/// @file
+/// `embedding::shard`: the rows of one embedding table that one server holds, with the optimizer's
+/// state beside them. A row exists from the first time it is pulled or pushed (its initial
+/// values are table/placement.hpp's), so a server's memory is what the job touched, not the
+/// table's size.
+///
+/// A synchronous round (`add_push`, then `apply_round` once every worker pushed) sums each
+/// row's gradients in float32 in the workers' rank order, then applies the optimizer once per
+/// row: the result does not depend on the order pushes arrived in.
+///
+/// Not thread-safe: a server's engine owns it (one thread at a time).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "byteps/core/dtype.hpp"
+#include "byteps/reduce/half.hpp"
+#include "byteps/embedding/optimizer.hpp"
+#include "byteps/embedding/placement.hpp"
+#include "byteps/embedding/table_spec.hpp"
+
+namespace bps::embedding {
+
+/// Loads `n` elements of `type` (float32, float16, bfloat16) at `src` as floats.
+inline void widen(const std::byte* src, dtype type, float* dst, std::size_t n) {
+  switch (type) {
+    case dtype::float16:
+      reduce::widen_to_f32(reinterpret_cast<const float16*>(src), dst, n);
+      return;
+    case dtype::bfloat16:
+      reduce::widen_to_f32(reinterpret_cast<const bfloat16*>(src), dst, n);
+      return;
+    default:
+      std::memcpy(dst, src, n * sizeof(float));
+  }
+}
+
+/// Stores `n` floats at `dst` as `type`, rounding to nearest even.
+inline void narrow(const float* src, dtype type, std::byte* dst, std::size_t n) {
+  switch (type) {
+    case dtype::float16:
+      reduce::narrow_from_f32(src, reinterpret_cast<float16*>(dst), n);
+      return;
+    case dtype::bfloat16:
+      reduce::narrow_from_f32(src, reinterpret_cast<bfloat16*>(dst), n);
+      return;
+    default:
+      std::memcpy(dst, src, n * sizeof(float));
+  }
+}
+
+class shard {
+ public:
+  /// `spec` has passed `check_spec` and its optimizer `optimizer::parse`.
+  shard(table_spec spec, optimizer opt, int num_workers)
+      : spec_(std::move(spec)),
+        opt_(opt),
+        row_bytes_(spec_.dim * dtype_size(spec_.type)),
+        pushes_(static_cast<std::size_t>(num_workers)) {}
+
+  const table_spec& spec() const noexcept { return spec_; }
+  std::size_t row_bytes() const noexcept { return row_bytes_; }
+
+  /// Bytes this shard holds: its rows and their optimizer state.
+  std::size_t bytes() const noexcept {
+    return weights_.size() + state_.size() * sizeof(float) + steps_.size() * sizeof(std::uint64_t);
+  }
+  std::size_t rows_held() const noexcept { return slots_.size(); }
+
+  /// Writes row `id` (stored type) at `out`.
+  void read(std::uint64_t id, std::byte* out) {
+    const std::size_t s = slot(id);  // first: a new row grows weights_
+    std::memcpy(out, weights_.data() + s * row_bytes_, row_bytes_);
+  }
+
+  /// The round this shard's pushes are for now: the next to complete.
+  std::uint64_t round() const noexcept { return round_; }
+  /// Whether worker `w` pushed in the current round already.
+  bool pushed(int w) const { return pushes_[static_cast<std::size_t>(w)].in; }
+
+  /// Worker `w`'s push for the current round: `count` ids and their gradients (stored type),
+  /// kept until `apply_round`.
+  void add_push(int w, std::span<const std::byte> ids, std::span<const std::byte> values,
+                std::uint64_t count) {
+    auto& p = pushes_[static_cast<std::size_t>(w)];
+    p.in = true;
+    p.ids.resize(count);
+    for (std::size_t i = 0; i < count; ++i)
+      p.ids[i] = wire_id(ids.data() + 8 * i);
+    p.grads.resize(count * spec_.dim);
+    widen(values.data(), spec_.type, p.grads.data(), p.grads.size());
+    ++pushed_;
+  }
+  bool round_complete() const noexcept { return pushed_ == pushes_.size(); }
+
+  /// Every worker pushed: sums each row's gradients in rank order and applies the optimizer to
+  /// each row once, then opens the next round.
+  void apply_round() {
+    const std::size_t dim = spec_.dim;
+    std::unordered_map<std::uint64_t, std::size_t> where;  // id -> its sum in `sums`
+    std::vector<std::uint64_t> order;
+    std::vector<float> sums;
+    for (auto& p : pushes_) {
+      for (std::size_t i = 0; i < p.ids.size(); ++i) {
+        const float* g = p.grads.data() + i * dim;
+        auto [it, fresh] = where.try_emplace(p.ids[i], order.size());
+        if (fresh) {
+          order.push_back(p.ids[i]);
+          sums.insert(sums.end(), g, g + dim);
+        } else {
+          float* s = sums.data() + it->second * dim;
+          for (std::size_t j = 0; j < dim; ++j) s[j] = s[j] + g[j];
+        }
+      }
+      p = {};
+    }
+    std::vector<float> w(dim);
+    const std::size_t per_state = opt_.state_per_element() * dim;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const std::size_t s = slot(order[k]);
+      std::byte* stored = weights_.data() + s * row_bytes_;
+      widen(stored, spec_.type, w.data(), dim);
+      opt_.apply(w.data(), sums.data() + k * dim, state_.data() + s * per_state, steps_[s], dim);
+      narrow(w.data(), spec_.type, stored, dim);
+    }
+    pushed_ = 0;
+    ++round_;
+  }
+
+ private:
+  static std::uint64_t wire_id(const std::byte* p) noexcept {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+    return v;
+  }
+
+  // Row `id`'s slot, created with its initial values on first touch.
+  std::size_t slot(std::uint64_t id) {
+    auto [it, fresh] = slots_.try_emplace(id, slots_.size());
+    if (fresh) {
+      std::vector<float> init(spec_.dim);
+      for (std::uint32_t j = 0; j < spec_.dim; ++j)
+        init[j] = initial_value(spec_.seed, id, j, spec_.init_scale);
+      weights_.resize(weights_.size() + row_bytes_);
+      narrow(init.data(), spec_.type, weights_.data() + it->second * row_bytes_, spec_.dim);
+      state_.resize(state_.size() + opt_.state_per_element() * spec_.dim, opt_.initial_state());
+      steps_.push_back(0);
+    }
+    return it->second;
+  }
+
+  struct worker_push {
+    bool in = false;
+    std::vector<std::uint64_t> ids;
+    std::vector<float> grads;
+  };
+
+  table_spec spec_;
+  optimizer opt_;
+  std::size_t row_bytes_;
+  std::unordered_map<std::uint64_t, std::size_t> slots_;
+  std::vector<std::byte> weights_;   // by slot: the row in the stored type
+  std::vector<float> state_;         // by slot: the optimizer's state
+  std::vector<std::uint64_t> steps_; // by slot: adam's t
+  std::vector<worker_push> pushes_;  // by worker rank: its push of the current round
+  std::size_t pushed_ = 0;
+  std::uint64_t round_ = 1;
+};
+
+}  // namespace bps::embedding

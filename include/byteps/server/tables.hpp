@@ -1,0 +1,133 @@
+#pragma once
+/// @file
+/// `server::tables`: the embedding tables' shards an engine holds (table/shard.hpp), and what a
+/// server does with a `rows_request`: a declare makes the table's shard (or checks that a
+/// worker declares what the others did), a pull is answered at once with the rows, and a push
+/// waits, as a dense push does, until every worker pushed the round; then the optimizer runs
+/// and every worker is answered. The outcomes are the handler's vocabulary (handler.hpp), so the
+/// server carries them out with the same waiting rooms, stall reports and failures.
+///
+/// Not thread-safe: an engine owns it, as it owns its handler.
+
+#include <fmt/core.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "byteps/core/error.hpp"
+#include "byteps/server/handler.hpp"
+#include "byteps/embedding/messages.hpp"
+#include "byteps/embedding/optimizer.hpp"
+#include "byteps/embedding/placement.hpp"
+#include "byteps/embedding/shard.hpp"
+#include "byteps/wire/codec.hpp"
+#include "byteps/wire/frame.hpp"
+
+namespace bps::server {
+
+class tables {
+ public:
+  /// Where this server stands: its rank among `servers`, and the job's workers.
+  struct place {
+    int server = 0;
+    int servers = 1;
+    int num_workers = 1;
+  };
+
+  /// A `rows_request` from worker `worker`. Throws `wire::decode_error` for a payload that is
+  /// not a request (the link is then closed, as for any malformed frame).
+  outcome handle(const wire::header& h, std::span<const std::byte> payload, int worker,
+                 const place& at) {
+    auto it = shards_.find(h.key);
+    embedding::shard* s = it == shards_.end() ? nullptr : it->second.get();
+    const auto req = embedding::decode_request(payload, s != nullptr ? s->row_bytes() : 0);
+    if (req.what == embedding::op::declare) return declare(h, req.spec, at);
+    const auto what = fmt::format("{} of table {}", embedding::op_name(req.what),
+                                  s != nullptr ? "'" + s->spec().name + "'"
+                                               : fmt::format("key 0x{:016x}", h.key));
+    if (s == nullptr)
+      return outcome::refuse(fmt::format("{}: server {} holds no such table; every worker calls "
+                                         "declare_table before its first pull_rows or push_rows",
+                                         what, at.server));
+    for (std::uint64_t i = 0; i < req.count; ++i) {
+      const auto id = req.id(i);
+      if (id >= s->spec().rows)
+        return outcome::refuse(fmt::format("{}: row id {} is out of range (the table has {} rows)",
+                                           what, id, s->spec().rows));
+      if (embedding::row_server(h.key, id, at.servers) != at.server)
+        return outcome::refuse(fmt::format("{}: row id {} belongs to server {}, not server {}",
+                                           what, id, embedding::row_server(h.key, id, at.servers),
+                                           at.server));
+    }
+    if (req.what == embedding::op::pull) {
+      auto rows = std::make_shared<std::vector<std::byte>>(req.count * s->row_bytes());
+      for (std::uint64_t i = 0; i < req.count; ++i)
+        s->read(req.id(i), rows->data() + i * s->row_bytes());
+      reply r;
+      r.bytes = *rows;
+      r.round = h.round;
+      r.type = s->spec().type;
+      r.keep = std::move(rows);
+      return outcome::answer_now(std::move(r));
+    }
+    if (h.round != s->round())
+      return outcome::refuse(fmt::format(
+          "{}: worker {} pushes round {}, but the table is at round {}: every worker calls "
+          "push_rows on a table the same number of times, one at a time",
+          what, worker, h.round, s->round()));
+    if (s->pushed(worker))
+      return outcome::refuse(
+          fmt::format("{}: worker {} pushed round {} twice", what, worker, h.round));
+    s->add_push(worker, req.ids, req.values, req.count);
+    if (!s->round_complete()) return outcome::wait();
+    s->apply_round();
+    reply r;
+    r.round = h.round;
+    r.type = s->spec().type;
+    return outcome::release(r);
+  }
+
+  /// Bytes of rows and optimizer state held, over every table.
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto& [key, s] : shards_) n += s->bytes();
+    return n;
+  }
+  std::size_t count() const noexcept { return shards_.size(); }
+
+ private:
+  outcome declare(const wire::header& h, const table_spec& spec, const place& at) {
+    reply done;
+    done.round = h.round;
+    done.type = spec.type;
+    if (embedding::table_key(spec.name) != h.key)
+      return outcome::refuse(fmt::format("declare_table of '{}': the frame's key 0x{:016x} is not "
+                                         "the table's",
+                                         spec.name, h.key));
+    if (auto it = shards_.find(h.key); it != shards_.end()) {
+      const auto diff = embedding::first_difference(it->second->spec(), spec);
+      if (diff.empty()) return outcome::answer_now(done);
+      return outcome::refuse(fmt::format(
+          "declare_table of '{}': another worker declared it differently ({}: theirs, then "
+          "this worker's); every worker declares a table alike",
+          spec.name, diff));
+    }
+    try {
+      embedding::check_spec(spec);
+      auto opt = embedding::optimizer::parse(spec.optimizer, spec.name);
+      shards_.emplace(h.key, std::make_unique<embedding::shard>(spec, opt, at.num_workers));
+    } catch (const usage_error& e) {
+      return outcome::refuse(e.what());
+    }
+    return outcome::answer_now(done);
+  }
+
+  std::unordered_map<std::uint64_t, std::unique_ptr<embedding::shard>> shards_;
+};
+
+}  // namespace bps::server

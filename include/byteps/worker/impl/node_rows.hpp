@@ -1,0 +1,169 @@
+#pragma once
+/// @file
+/// The embedding-table calls of `worker::node` (worker/node.hpp): `declare_table`, `pull_rows`
+/// and `push_rows` made into requests (worker/row_calls.hpp) and sent to the servers, each call
+/// one operation record with the worker's deadline. Included at the end of worker/node.hpp.
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "byteps/embedding/optimizer.hpp"
+#include "byteps/embedding/table_spec.hpp"
+#include "byteps/worker/node.hpp"
+#include "byteps/worker/row_calls.hpp"
+
+namespace bps::worker {
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::declare_table(const table_spec& spec) {
+  embedding::check_spec(spec);
+  embedding::optimizer::parse(spec.optimizer, spec.name);  // throws for a recipe no server reads
+  const auto refuse = [&](const std::string& why) {
+    throw usage_error(fmt::format("declare_table of '{}': {}", spec.name, why));
+  };
+  if (cfg_.enable_async)
+    refuse("embedding tables are synchronous for now; this job runs BYTEPS_ENABLE_ASYNC=1");
+  if (cfg_.failover())
+    refuse("embedding tables do not survive a server's failover yet; this job sets "
+           "BYTEPS_FAILOVER_TIMEOUT_MS");
+  if (local_size() > 1)
+    refuse(fmt::format("embedding tables need one worker process per machine for now; this "
+                       "machine has {} (BYTEPS_LOCAL_SIZE)",
+                       local_size()));
+  std::shared_ptr<detail::op_state> op;
+  {
+    std::lock_guard lock(state_.mu);
+    state_.life.throw_if_gone({});
+    if (!state_.rows.declare(spec)) return;  // declared alike before
+    auto& t = state_.rows.at(spec.name, "declare_table");
+    op = row_operation(fmt::format("declare_table of '{}'", spec.name));
+    const auto round = state_.rows.next_call_round();
+    const auto payload = std::make_shared<std::vector<std::byte>>(embedding::encode_declare(spec));
+    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
+      row_request r;
+      r.server = s;
+      state_.rows.await(op, t, round, std::move(r), nullptr);
+      send_rows(s, t, round, payload);
+    }
+  }
+  deadlines_.watch(op);
+  try {
+    handle(op).wait();
+  } catch (...) {
+    std::lock_guard lock(state_.mu);
+    state_.rows.forget(spec.name);  // so that a corrected declaration is sent again
+    throw;
+  }
+}
+
+template <class T, class L, class P, class S>
+handle node<T, L, P, S>::pull_rows(std::string_view name, std::span<const std::uint64_t> ids,
+                                   void* rows, std::size_t count, dtype type) {
+  std::unique_lock lock(state_.mu);
+  state_.life.throw_if_gone({});
+  auto& t = state_.rows.at(name, "pull_rows");
+  row_calls::check(t, "pull_rows", ids, count, type);
+  if (rows == nullptr && count != 0)
+    throw usage_error(fmt::format("pull_rows of table '{}': the rows pointer is null", name));
+  auto op = row_operation(fmt::format("pull_rows of table '{}'", name));
+  auto requests = row_calls::plan_pull(t, ids, static_cast<int>(state_.links.size()));
+  check_frame_sizes(requests, t, "pull_rows");
+  const auto round = state_.rows.next_call_round();
+  for (auto& r : requests) {
+    const int server = r.server;
+    auto payload = std::make_shared<std::vector<std::byte>>(std::move(r.payload));
+    state_.rows.await(op, t, round, std::move(r), static_cast<std::byte*>(rows));
+    send_rows(server, t, round, payload);
+  }
+  state_.rows.finish_if_done(op);  // no ids: done at once
+  lock.unlock();
+  deadlines_.watch(op);
+  return handle(op);
+}
+
+template <class T, class L, class P, class S>
+handle node<T, L, P, S>::push_rows(std::string_view name, std::span<const std::uint64_t> ids,
+                                   const void* grads, std::size_t count, dtype type) {
+  std::unique_lock lock(state_.mu);
+  state_.life.throw_if_gone({});
+  auto& t = state_.rows.at(name, "push_rows");
+  row_calls::check(t, "push_rows", ids, count, type);
+  if (grads == nullptr && count != 0)
+    throw usage_error(fmt::format("push_rows of table '{}': the gradients pointer is null", name));
+  if (t.push_in_flight && !t.push_in_flight->released)
+    throw usage_error(fmt::format("push_rows of table '{}': the previous push_rows of this table "
+                                  "is still in flight; wait on its handle first",
+                                  name));
+  auto op = row_operation(fmt::format("push_rows of table '{}'", name));
+  auto requests = row_calls::plan_push(t, ids, static_cast<const std::byte*>(grads),
+                                       static_cast<int>(state_.links.size()));
+  check_frame_sizes(requests, t, "push_rows");
+  const auto round = ++t.pushes;
+  for (auto& r : requests) {
+    const int server = r.server;
+    auto payload = std::make_shared<std::vector<std::byte>>(std::move(r.payload));
+    state_.rows.await(op, t, round, std::move(r), nullptr);
+    send_rows(server, t, round, payload);
+  }
+  t.push_in_flight = op;
+  lock.unlock();
+  deadlines_.watch(op);
+  return handle(op);
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::check_frame_sizes(const std::vector<row_request>& requests,
+                                         const table_record& t, std::string_view what) const {
+  const auto limit = cfg_.max_frame_bytes();
+  for (const auto& r : requests) {
+    const std::size_t rows = (r.payload.size() - embedding::request_head_bytes) / 8;
+    const std::size_t bytes = std::max<std::size_t>(r.payload.size(), rows * t.row_bytes);
+    if (bytes > limit)
+      throw usage_error(fmt::format(
+          "{} of table '{}': the rows for server {} make a frame of {} bytes, more than a frame "
+          "may carry ({} bytes: BYTEPS_PARTITION_BYTES + 1 MiB); pass fewer ids per call",
+          what, t.spec.name, r.server, bytes, limit));
+  }
+}
+
+template <class T, class L, class P, class S>
+std::shared_ptr<detail::op_state> node<T, L, P, S>::row_operation(std::string what) {
+  auto op = std::make_shared<detail::op_state>();
+  op->what = std::move(what);
+  op->deadline = clock::now() + cfg_.op_timeout;
+  op->on_deadline = [this](detail::op_state& o) { expire_rows(o); };
+  return op;
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::send_rows(int server, const table_record& t, std::uint64_t round,
+                                 const std::shared_ptr<std::vector<std::byte>>& payload) {
+  wire::header h;
+  h.type = wire::msg::rows_request;
+  h.sender = static_cast<std::uint32_t>(state_.machine);
+  h.key = t.key;
+  h.dtype = static_cast<std::uint32_t>(t.spec.type);
+  h.round = round;
+  state_.links[server].link->send(h, *payload, [payload] {});
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::expire_rows(detail::op_state& o) {
+  std::lock_guard lock(state_.mu);
+  if (o.released || state_.life.dead()) return;
+  std::string waiting;
+  for (int s : state_.rows.waiting_on(o))
+    waiting += fmt::format("{}server {} at {}", waiting.empty() ? "" : ", ", s,
+                           state_.links[s].address);
+  state_.die_locked(fmt::format(
+      "{} did not finish within {} ms (BYTEPS_OP_TIMEOUT_MS); still waiting for {}. A worker "
+      "may not have called it (a push_rows round needs every worker's), or a node is stuck.",
+      o.what, cfg_.op_timeout.count(), waiting.empty() ? std::string("its sends") : waiting));
+}
+
+}  // namespace bps::worker
