@@ -5,11 +5,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include "cluster.hpp"
 #include "run_cluster.hpp"
+#include "server_access.hpp"
 
 // Embedding tables in real in-process clusters: every worker pushes rows (with duplicates, and
 // some rounds none), then pulls what it touched, and each pulled row must equal, bit for bit,
@@ -350,4 +353,35 @@ TEST_CASE("tables: a declaration that differs from another worker's is refused b
     comm.declare_table(spec);  // the corrected declaration is sent again and taken
   });
   CHECK(refused == 1);
+}
+
+TEST_CASE("tables: a server's INFO line says how many rows and bytes its tables hold") {
+  auto cfg = test::base_config(1, 1);
+  cfg.log = log_level::info;
+  cfg.server_log_interval = std::chrono::milliseconds(100);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  {
+    test::basic_cluster<> c(cfg, [&](test::basic_cluster<>::server_type& s) {
+      testing::server_access::log(s).set_sink([&](log_level, std::string_view line) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(line);
+      });
+    });
+    c.run_workers([](tcp_comm& comm, int) {
+      // 64 float32 a row with adam: 256 bytes of row, 512 of m and v, 8 of its step.
+      comm.declare_table(spec_of("emb_info", "adam", dtype::float32, 64));
+      std::vector<std::uint64_t> ids(1000);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+      std::vector<float> rows(ids.size() * 64, 0.5f);
+      comm.push_rows("emb_info", ids, std::span(rows)).wait();
+      comm.pull_rows("emb_info", ids, std::span(rows)).wait();
+    });
+  }
+  std::string last;
+  for (const auto& l : lines)
+    if (l.find("embedding tables:") != std::string::npos) last = l;
+  INFO(last);
+  CHECK(last.find("; embedding tables: 1 shard, 1000 rows, 0.776 MB with optimizer state") !=
+        std::string::npos);
 }

@@ -80,23 +80,29 @@ struct engine {
 
 /// The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown (`last`)
 /// for the rest of the last interval: `stats`' throughput and, from every engine's waiting
-/// rooms, the workers behind. An idle interval with nobody behind says nothing.
+/// rooms, the workers behind; with embedding tables, the rows and bytes this server holds. An idle interval with nobody behind says nothing.
 template <class Engines>
 void report_throughput(Engines& engines, int num_workers, throughput& stats, logger& log,
                        bool last) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<worker_lag> lag(static_cast<std::size_t>(num_workers));
-  if (!last) {  // at shutdown the engines are stopped and nobody waits any more
-    for (auto& e : engines) {
-      std::lock_guard lock(e->mu);
-      e->waiting.add_lag(now, num_workers, lag);
-    }
+  std::size_t shards = 0, rows = 0, table_bytes = 0;
+  for (auto& e : engines) {
+    std::lock_guard lock(e->mu);
+    // at shutdown the engines are stopped and nobody waits any more
+    if (!last) e->waiting.add_lag(now, num_workers, lag);
+    shards += e->tables.count();
+    rows += e->tables.rows_held();
+    table_bytes += e->tables.bytes();
   }
   const auto i = stats.take(now);
   const bool behind =
       std::any_of(lag.begin(), lag.end(), [](const auto& l) { return l.partitions > 0; });
   if (i.bytes_in == 0 && i.bytes_out == 0 && i.rounds == 0 && !behind) return;
-  log.info("{}", report_line(i, lag));
+  if (shards == 0) return log.info("{}", report_line(i, lag));
+  log.info("{}; embedding tables: {} shard{}, {} rows, {:.3f} MB with optimizer state",
+           report_line(i, lag), shards, shards == 1 ? "" : "s", rows,
+           static_cast<double>(table_bytes) / 1e6);
 }
 
 }  // namespace bps::server

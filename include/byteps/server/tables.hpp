@@ -99,6 +99,12 @@ class tables {
     return n;
   }
   std::size_t count() const noexcept { return shards_.size(); }
+  /// Rows held, over every table.
+  std::size_t rows_held() const {
+    std::size_t n = 0;
+    for (const auto& [key, s] : shards_) n += s->rows_held();
+    return n;
+  }
 
  private:
   outcome declare(const wire::header& h, const table_spec& spec, const place& at) {

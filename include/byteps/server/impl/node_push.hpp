@@ -153,6 +153,7 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
       auto& room = e.waiting.join(id, s, h.round);
       for (auto& w : room.workers) w->send_rows_answer(h, o.answer);
       room.workers.clear();
+      stats_.round_done();
       return;
     }
     default:

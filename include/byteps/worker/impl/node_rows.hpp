@@ -121,7 +121,7 @@ void node<T, L, P, S>::check_frame_sizes(const std::vector<row_request>& request
                                          const table_record& t, std::string_view what) const {
   const auto limit = cfg_.max_frame_bytes();
   for (const auto& r : requests) {
-    const std::size_t rows = (r.payload.size() - embedding::request_head_bytes) / 8;
+    const auto rows = wire::detail::get_le<std::uint64_t>(r.payload.data() + 8);  // count
     const std::size_t bytes = std::max<std::size_t>(r.payload.size(), rows * t.row_bytes);
     if (bytes > limit)
       throw usage_error(fmt::format(
