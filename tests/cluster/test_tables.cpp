@@ -121,7 +121,7 @@ TEST_CASE("tables: what a worker passes wrong is refused, naming the table and t
     BPS_EXPECT(param.find("sgd takes no parameter 'beta1'") != std::string::npos, "{}", param);
     auto wide = spec_of("emb_wide", "sgd", dtype::float32, 65536);  // 256 KiB a row
     comm.declare_table(wide);
-    std::vector<std::uint64_t> many(30);
+    std::vector<std::uint64_t> many(60);  // about 7.5 MiB for each of the 2 servers
     for (std::size_t i = 0; i < many.size(); ++i) many[i] = i;
     std::vector<float> wide_rows(many.size() * 65536);
     auto frame = message_of<usage_error>([&] { comm.pull_rows("emb_wide", many, std::span(wide_rows)); });
