@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -215,4 +219,115 @@ TEST_CASE("tables: a server's INFO line says how many rows and bytes its tables 
   INFO(last);
   CHECK(last.find("; embedding tables: 1 shard, 1000 rows, 0.776 MB with optimizer state") !=
         std::string::npos);
+}
+
+namespace tables_test {
+
+// A fresh folder under TMPDIR (the suite's sandbox), removed when the test ends.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "bps-tables-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = pattern;
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+// Rounds [first, last] of the exact job's steps for `spec`, every worker pushing its own.
+void push_rounds(tcp_comm& comm, const table_spec& spec, int first, int last) {
+  for (int r = first; r <= last; ++r) {
+    auto [ids, grads] = step_of(comm.rank(), r, spec);
+    comm.push_rows(spec.name, ids, std::span(grads)).wait();
+  }
+}
+
+}  // namespace tables_test
+
+TEST_CASE("tables: a checkpoint saved after 3 rounds and loaded by a new job goes on as if never stopped - adam, 2 workers x 2 servers") {
+  temp_dir dir;
+  const auto& [recipe, opt] = optimizers[2];  // adam: moments and step counts must survive
+  const auto spec = spec_of("emb_ckpt", recipe, dtype::float32);
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(2, 2), {1, 1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    push_rounds(comm, spec, 1, 3);
+    comm.barrier();
+    if (comm.rank() == 0) comm.save_table(spec.name, dir.path.string());
+    comm.barrier();
+  });
+  std::ifstream manifest(embedding::manifest_file(dir.path.string(), spec.name));
+  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  INFO(text);
+  CHECK(text.starts_with("byteps embedding table checkpoint 1\nname emb_ckpt\nrows 1000\ndim 6\n"));
+  CHECK(text.find("servers 2\nshard 0 emb_ckpt-") != std::string::npos);
+  CHECK(text.find(".shard-1-of-2 rows ") != std::string::npos);
+
+  table_ref ref(spec, opt);
+  std::vector<std::uint64_t> touched;
+  for (int r = 1; r <= 5; ++r) {
+    std::vector<std::pair<std::vector<std::uint64_t>, std::vector<float>>> by_rank;
+    for (int w = 0; w < 2; ++w) by_rank.push_back(step_of(w, r, spec));
+    ref.round(by_rank);
+    for (const auto& [ids, grads] : by_rank) touched.insert(touched.end(), ids.begin(), ids.end());
+  }
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(2, 2), {1, 1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    comm.load_table(spec.name, dir.path.string());
+    push_rounds(comm, spec, 4, 5);
+    std::vector<float> out(touched.size() * spec.dim);
+    comm.pull_rows(spec.name, touched, std::span(out)).wait();
+    for (std::size_t i = 0; i < touched.size(); ++i) {
+      const auto want = ref.row(touched[i]);
+      for (std::uint32_t j = 0; j < spec.dim; ++j)
+        BPS_EXPECT(out[i * spec.dim + j] == want[j],
+                   "after the checkpoint, worker {}: row {} column {} is {}, the uninterrupted "
+                   "reference {}",
+                   comm.rank(), touched[i], j, out[i * spec.dim + j], want[j]);
+    }
+  });
+}
+
+TEST_CASE("tables: a checkpoint that cannot be loaded is refused, naming the file and why") {
+  temp_dir dir;
+  const auto spec = spec_of("emb_ckpt_bad", "adagrad:lr=0.1", dtype::float32);
+  const auto where = dir.path.string();
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(1, 2), {1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    push_rounds(comm, spec, 1, 2);
+    comm.save_table(spec.name, where);
+    auto missing = test::message_of<usage_error>([&] { comm.load_table(spec.name, where + "/none"); });
+    BPS_EXPECT(missing.find("cannot read the manifest " + where + "/none/emb_ckpt_bad-") !=
+                   std::string::npos,
+               "{}", missing);
+  });
+  // Another declaration: each server names the field that differs.
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(1, 2), {1}, [&](tcp_comm& comm) {
+    auto other = spec;
+    other.dim = 8;
+    comm.declare_table(other);
+    auto text = test::message_of<usage_error>([&] { comm.load_table(spec.name, where); });
+    BPS_EXPECT(text.find("was saved from another declaration (dim 6 against 8: the file's, then "
+                         "the job's)") != std::string::npos,
+               "{}", text);
+  });
+  // Another server count.
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(1, 3), {1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    auto text = test::message_of<usage_error>([&] { comm.load_table(spec.name, where); });
+    BPS_EXPECT(text.find("was saved by 2 servers, this job has 3") != std::string::npos, "{}", text);
+  });
+  // A damaged shard file.
+  const auto shard = embedding::shard_file(where, spec.name, 1, 2);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x5a');
+  }
+  test::run_cluster<transport::tcp, tcp_comm>(test::base_config(1, 2), {1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    auto text = test::message_of<usage_error>([&] { comm.load_table(spec.name, where); });
+    BPS_EXPECT(text.find("load_table of 'emb_ckpt_bad' on server 1: the shard file " + shard +
+                         " is damaged: its checksum does not match its bytes") != std::string::npos,
+               "{}", text);
+  });
 }

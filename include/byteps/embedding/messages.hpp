@@ -11,7 +11,9 @@
 ///              [string optimizer][u64 init_scale's bits][u64 seed]
 ///     pull:    count ids (u64), each held by the server it goes to, no id twice
 ///     push:    count ids (u64), then count rows of the table's dtype: their gradients
-///   answer:    a pull's rows in its ids' order; empty for a declare or a push.
+///     save, load: the checkpoint's directory (count 0): [string dir]
+///   answer:    a pull's rows in its ids' order; a save's [u64 rows][u64 bytes][u64 checksum] of
+///              the shard file it wrote (embedding/checkpoint.hpp); empty otherwise.
 
 #include <bit>
 #include <cstddef>
@@ -28,16 +30,20 @@ namespace bps::embedding {
 
 inline constexpr std::uint8_t request_format_version = 1;
 inline constexpr std::size_t request_head_bytes = 16;
-/// Set in the `round` of a declare's and a pull's frames.
+/// Set in the `round` of every request but a push.
 inline constexpr std::uint64_t call_round_bit = 1ull << 63;
 
-enum class op : std::uint8_t { declare = 1, pull = 2, push = 3 };
+enum class op : std::uint8_t { declare = 1, pull = 2, push = 3, save = 4, load = 5 };
+inline constexpr std::size_t max_dir_bytes = 4096;
+inline constexpr std::size_t save_answer_bytes = 24;
 
 constexpr std::string_view op_name(op o) noexcept {
   switch (o) {
     case op::declare: return "declare_table";
     case op::pull: return "pull_rows";
     case op::push: return "push_rows";
+    case op::save: return "save_table";
+    case op::load: return "load_table";
   }
   return "unknown";
 }
@@ -46,6 +52,7 @@ constexpr std::string_view op_name(op o) noexcept {
 struct request {
   op what = op::pull;
   table_spec spec;                     ///< declare
+  std::string dir;                     ///< save, load
   std::span<const std::byte> ids;      ///< pull, push: `count` little-endian u64s
   std::span<const std::byte> values;   ///< push: `count` rows of gradients
   std::uint64_t count = 0;
@@ -74,6 +81,14 @@ inline std::vector<std::byte> encode_declare(const table_spec& s) {
   return w.take();
 }
 
+/// A save's or load's payload.
+inline std::vector<std::byte> encode_checkpoint(op o, const std::string& dir) {
+  wire::byte_writer w;
+  put_head(w, o, 0);
+  w.put_string(dir);
+  return w.take();
+}
+
 /// A pull's or push's payload with room for `count` ids and `value_bytes` after them; the
 /// caller writes them at `request_head_bytes` and after.
 inline std::vector<std::byte> request_buffer(op o, std::uint64_t count, std::size_t value_bytes) {
@@ -94,7 +109,7 @@ inline request decode_request(std::span<const std::byte> payload, std::size_t ro
     throw wire::decode_error("rows_request format " + std::to_string(v) + ", expected " +
                              std::to_string(request_format_version));
   const auto o = in.get<std::uint8_t>();
-  if (o < 1 || o > 3) throw wire::decode_error("rows_request of unknown op " + std::to_string(o));
+  if (o < 1 || o > 5) throw wire::decode_error("rows_request of unknown op " + std::to_string(o));
   r.what = static_cast<op>(o);
   in.get<std::uint16_t>();
   in.get<std::uint32_t>();
@@ -111,6 +126,12 @@ inline request decode_request(std::span<const std::byte> payload, std::size_t ro
     r.spec.init_scale = std::bit_cast<double>(in.get<std::uint64_t>());
     r.spec.seed = in.get<std::uint64_t>();
     if (!in.done()) throw wire::decode_error("bytes after a rows_request's declaration");
+    return r;
+  }
+  if (r.what == op::save || r.what == op::load) {
+    r.dir = in.get_string(max_dir_bytes);
+    if (r.dir.empty()) throw wire::decode_error("a checkpoint request without a directory");
+    if (!in.done()) throw wire::decode_error("bytes after a checkpoint request's directory");
     return r;
   }
   if (row_bytes == 0) return r;

@@ -18,11 +18,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/core.h>
+
 #include "byteps/core/dtype.hpp"
 #include "byteps/reduce/half.hpp"
 #include "byteps/embedding/optimizer.hpp"
 #include "byteps/embedding/placement.hpp"
 #include "byteps/embedding/table_spec.hpp"
+#include "byteps/wire/codec.hpp"
 
 namespace bps::embedding {
 
@@ -76,6 +79,59 @@ class shard {
   void read(std::uint64_t id, std::byte* out) {
     const std::size_t s = slot(id);  // first: a new row grows weights_
     std::memcpy(out, weights_.data() + s * row_bytes_, row_bytes_);
+  }
+
+  /// Whether some worker pushed in the current round (a load must wait for a round boundary).
+  bool round_open() const noexcept { return pushed_ != 0; }
+
+  /// The shard as a checkpoint file holds it (embedding/checkpoint.hpp writes and reads the
+  /// file): its rows in the order they were made, each with its id, its stored values, its
+  /// optimizer state and its step count.
+  std::vector<std::byte> serialise() const {
+    wire::byte_writer w;
+    const std::size_t per_state = opt_.state_per_element() * spec_.dim;
+    w.put<std::uint64_t>(slots_.size());
+    std::vector<std::uint64_t> ids(slots_.size());
+    for (const auto& [id, slot] : slots_) ids[slot] = id;
+    auto& b = w.bytes();
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      w.put<std::uint64_t>(ids[s]);
+      const std::byte* row = weights_.data() + s * row_bytes_;
+      b.insert(b.end(), row, row + row_bytes_);
+      const auto* state = reinterpret_cast<const std::byte*>(state_.data() + s * per_state);
+      b.insert(b.end(), state, state + per_state * sizeof(float));
+      w.put<std::uint64_t>(steps_[s]);
+    }
+    return w.take();
+  }
+
+  /// Replaces every row with those of `serialise`'s form; throws `wire::decode_error` saying
+  /// what is wrong, changing nothing.
+  void restore(std::span<const std::byte> in) {
+    wire::byte_reader r(in);
+    const std::size_t per_state = opt_.state_per_element() * spec_.dim;
+    const std::size_t per_row = 8 + row_bytes_ + per_state * sizeof(float) + 8;
+    const auto count = r.get<std::uint64_t>();
+    if (count > (in.size() - 8) / per_row || in.size() - 8 != count * per_row)
+      throw wire::decode_error(fmt::format("{} rows in {} bytes, at {} bytes a row", count,
+                                           in.size() - 8, per_row));
+    std::unordered_map<std::uint64_t, std::size_t> slots;
+    std::vector<std::byte> weights(count * row_bytes_);
+    std::vector<float> state(count * per_state);
+    std::vector<std::uint64_t> steps(count);
+    const std::byte* p = in.data() + 8;
+    for (std::size_t s = 0; s < count; ++s, p += per_row) {
+      const auto id = wire_id(p);
+      if (id >= spec_.rows) throw wire::decode_error(fmt::format("row id {} is out of range", id));
+      if (!slots.emplace(id, s).second) throw wire::decode_error(fmt::format("row id {} twice", id));
+      std::memcpy(weights.data() + s * row_bytes_, p + 8, row_bytes_);
+      std::memcpy(state.data() + s * per_state, p + 8 + row_bytes_, per_state * sizeof(float));
+      steps[s] = wire_id(p + 8 + row_bytes_ + per_state * sizeof(float));
+    }
+    slots_ = std::move(slots);
+    weights_ = std::move(weights);
+    state_ = std::move(state);
+    steps_ = std::move(steps);
   }
 
   /// The round this shard's pushes are for now: the next to complete.

@@ -2,7 +2,8 @@
 /// @file
 /// `server::tables`: the embedding tables' shards an engine holds (table/shard.hpp), and what a
 /// server does with a `rows_request`: a declare makes the table's shard (or checks that a
-/// worker declares what the others did), a pull is answered at once with the rows, and a push
+/// worker declares what the others did), a pull is answered at once with the rows, a save writes
+/// the shard's checkpoint file and a load reads it (embedding/checkpoint.hpp), and a push
 /// waits, as a dense push does, until every worker pushed the round; then the optimizer runs
 /// and every worker is answered. The outcomes are the handler's vocabulary (handler.hpp), so the
 /// server carries them out with the same waiting rooms, stall reports and failures.
@@ -21,6 +22,7 @@
 
 #include "byteps/core/error.hpp"
 #include "byteps/server/handler.hpp"
+#include "byteps/embedding/checkpoint.hpp"
 #include "byteps/embedding/messages.hpp"
 #include "byteps/embedding/optimizer.hpp"
 #include "byteps/embedding/placement.hpp"
@@ -64,6 +66,8 @@ class tables {
                                            what, id, embedding::row_server(h.key, id, at.servers),
                                            at.server));
     }
+    if (req.what == embedding::op::save) return save(h, *s, req.dir, at);
+    if (req.what == embedding::op::load) return load(h, *s, req.dir, at);
     if (req.what == embedding::op::pull) {
       auto rows = std::make_shared<std::vector<std::byte>>(req.count * s->row_bytes());
       for (std::uint64_t i = 0; i < req.count; ++i)
@@ -133,7 +137,60 @@ class tables {
     return outcome::answer_now(done);
   }
 
+  // Writes the shard's file into `dir` and answers its summary.
+  outcome save(const wire::header& h, embedding::shard& s, const std::string& dir,
+               const place& at) {
+    try {
+      const auto path = embedding::shard_file(dir, s.spec().name, at.server, at.servers);
+      const auto summary = embedding::write_shard(path, s.spec(), at.server, at.servers,
+                                                  s.rows_held(), s.serialise());
+      auto answer = std::make_shared<std::vector<std::byte>>(embedding::save_answer_bytes);
+      wire::detail::put_le<std::uint64_t>(answer->data(), summary.rows);
+      wire::detail::put_le<std::uint64_t>(answer->data() + 8, summary.bytes);
+      wire::detail::put_le<std::uint64_t>(answer->data() + 16, summary.checksum);
+      reply r;
+      r.bytes = *answer;
+      r.round = h.round;
+      r.type = s.spec().type;
+      r.keep = std::move(answer);
+      return outcome::answer_now(std::move(r));
+    } catch (const usage_error& e) {
+      return outcome::refuse(fmt::format("save_table of '{}' on server {}: {}", s.spec().name,
+                                         at.server, e.what()));
+    }
+  }
+
+  // Replaces the shard's rows with its file's in `dir`, once per directory: every worker asks,
+  // the first one's request reads it.
+  outcome load(const wire::header& h, embedding::shard& s, const std::string& dir,
+               const place& at) {
+    reply done;
+    done.round = h.round;
+    done.type = s.spec().type;
+    auto& from = loaded_from_[h.key];
+    if (from == dir) return outcome::answer_now(done);
+    const auto what = fmt::format("load_table of '{}' on server {}", s.spec().name, at.server);
+    if (s.round_open())
+      return outcome::refuse(fmt::format("{}: a push_rows round is under way; every worker calls "
+                                         "load_table before its first push_rows",
+                                         what));
+    try {
+      const auto path = embedding::shard_file(dir, s.spec().name, at.server, at.servers);
+      const auto bytes = embedding::read_shard(path, s.spec(), at.server, at.servers);
+      try {
+        s.restore(bytes);
+      } catch (const wire::decode_error& e) {
+        throw usage_error(fmt::format("the shard file {} is malformed: {}", path, e.what()));
+      }
+    } catch (const usage_error& e) {
+      return outcome::refuse(fmt::format("{}: {}", what, e.what()));
+    }
+    from = dir;
+    return outcome::answer_now(done);
+  }
+
   std::unordered_map<std::uint64_t, std::unique_ptr<embedding::shard>> shards_;
+  std::unordered_map<std::uint64_t, std::string> loaded_from_;  // key -> the last load's dir
 };
 
 }  // namespace bps::server

@@ -169,6 +169,19 @@ class Communicator {
   handle push_rows(std::string_view table, std::span<const std::uint64_t> ids, const void* grads,
                    std::size_t count, dtype type);
 
+  /// Saves table `table` into directory `dir` (docs/tables.md, "Checkpoints"): each server
+  /// writes its shard's file there, then this worker the manifest. Call it on one worker,
+  /// after its last `push_rows` handle is done: the files hold every round done by then. `dir`
+  /// must exist and be the same path for the servers and this worker. Blocks, at most
+  /// `Config::op_timeout`.
+  void save_table(std::string_view table, const std::string& dir);
+
+  /// Makes table `table`'s rows and optimizer state those `save_table` wrote into `dir`. Every
+  /// worker calls it after `declare_table` (with the declaration saved) and before its first
+  /// `pull_rows` or `push_rows`; a job with as many servers as saved it. Blocks, at most
+  /// `Config::op_timeout`; a missing, damaged or foreign file is a `usage_error` naming it.
+  void load_table(std::string_view table, const std::string& dir);
+
   /// The learning rate the trainer uses from now on, for error-feedback compressors
   /// (`ef_...`): the error kept from a round is scaled by the previous rate over this one, as
   /// BytePS does, so call it whenever the rate changes (each step under a schedule, or once at

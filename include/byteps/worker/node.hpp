@@ -177,6 +177,8 @@ class node {
                    std::size_t count, dtype type);
   handle push_rows(std::string_view name, std::span<const std::uint64_t> ids, const void* grads,
                    std::size_t count, dtype type);
+  void save_table(std::string_view name, const std::string& dir);
+  void load_table(std::string_view name, const std::string& dir);
 
   /// Throughput and stage times over the last 10 s, bytes per server, operations in flight.
   comm_stats stats() {

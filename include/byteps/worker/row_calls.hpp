@@ -183,9 +183,10 @@ class row_calls {
   }
 
   /// `op` awaits the answer to `r`, sent with `round` about table `t`; `rows` is where a pull's
-  /// rows go (null for a push or a declare).
+  /// rows go (null otherwise); `copy_to`, sized to the answer expected, where a save's summary
+  /// goes (null otherwise). Any other answer is empty.
   void await(const op_ptr& op, const table_record& t, std::uint64_t round, row_request&& r,
-             std::byte* rows) {
+             std::byte* rows, std::shared_ptr<std::vector<std::byte>> copy_to = {}) {
     ++op->unanswered;
     awaited a;
     a.op = op;
@@ -193,6 +194,9 @@ class row_calls {
     a.rows = rows;
     a.starts = std::move(r.starts);
     a.positions = std::move(r.positions);
+    const std::size_t rows_asked = a.starts.empty() ? 0 : a.starts.size() - 1;
+    a.expect_bytes = copy_to ? copy_to->size() : rows_asked * t.row_bytes;
+    a.copy_to = std::move(copy_to);
     awaited_.emplace(call_id{t.key, round, r.server}, std::move(a));
   }
 
@@ -204,21 +208,21 @@ class row_calls {
     std::byte* rows = nullptr;
     std::size_t row_bytes = 0;
     std::vector<std::size_t> starts, positions;
+    std::shared_ptr<std::vector<std::byte>> copy_to;
   };
   delivery take(int server, const wire::header& h, std::size_t payload_bytes) {
     auto it = awaited_.find(call_id{h.key, h.round, server});
     if (it == awaited_.end()) return {};
     auto& a = it->second;
-    const std::size_t rows_asked = a.starts.empty() ? 0 : a.starts.size() - 1;
-    if (payload_bytes != rows_asked * a.row_bytes) {
+    if (payload_bytes != a.expect_bytes) {
       auto op = a.op;
-      fail(op, std::make_exception_ptr(communicator_error(fmt::format(
-                   "{}: server {} answered with {} bytes, expected {} ({} rows of {} bytes)",
-                   op->what, server, payload_bytes, rows_asked * a.row_bytes, rows_asked,
-                   a.row_bytes))));
+      fail(op, std::make_exception_ptr(communicator_error(
+                   fmt::format("{}: server {} answered with {} bytes, expected {}", op->what,
+                               server, payload_bytes, a.expect_bytes))));
       return {};
     }
-    delivery d{a.op, a.rows, a.row_bytes, std::move(a.starts), std::move(a.positions)};
+    delivery d{a.op, a.rows, a.row_bytes, std::move(a.starts), std::move(a.positions),
+               std::move(a.copy_to)};
     awaited_.erase(it);
     ++d.op->receiving;
     return d;
@@ -226,6 +230,7 @@ class row_calls {
 
   /// Outside the mutex: writes a pull's rows where the caller asked for them.
   static void write(const delivery& d, std::span<const std::byte> payload) {
+    if (d.copy_to) std::memcpy(d.copy_to->data(), payload.data(), payload.size());
     if (d.rows == nullptr) return;
     for (std::size_t k = 0; k + 1 < d.starts.size(); ++k)
       for (std::size_t p = d.starts[k]; p < d.starts[k + 1]; ++p)
@@ -316,6 +321,8 @@ class row_calls {
     std::size_t row_bytes = 0;
     std::byte* rows = nullptr;
     std::vector<std::size_t> starts, positions;
+    std::size_t expect_bytes = 0;
+    std::shared_ptr<std::vector<std::byte>> copy_to;
   };
 
   std::unordered_map<std::string, table_record> tables_;

@@ -66,6 +66,16 @@ handle Communicator<T, L, P, S>::push_rows(std::string_view table,
 }
 
 template <class T, class L, class P, class S>
+void Communicator<T, L, P, S>::save_table(std::string_view table, const std::string& dir) {
+  node_->save_table(table, dir);
+}
+
+template <class T, class L, class P, class S>
+void Communicator<T, L, P, S>::load_table(std::string_view table, const std::string& dir) {
+  node_->load_table(table, dir);
+}
+
+template <class T, class L, class P, class S>
 void Communicator<T, L, P, S>::register_memory(std::span<std::byte> memory) {
   node_->register_memory(memory);
 }

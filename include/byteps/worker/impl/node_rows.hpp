@@ -1,17 +1,21 @@
 #pragma once
 /// @file
-/// The embedding-table calls of `worker::node` (worker/node.hpp): `declare_table`, `pull_rows`
-/// and `push_rows` made into requests (worker/row_calls.hpp) and sent to the servers, each call
+/// The embedding-table calls of `worker::node` (worker/node.hpp): `declare_table`, `pull_rows`,
+/// `push_rows`, `save_table` and `load_table` made into requests (worker/row_calls.hpp) and sent to the servers, each call
 /// one operation record with the worker's deadline. Included at the end of worker/node.hpp.
 
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "byteps/embedding/checkpoint.hpp"
 #include "byteps/embedding/optimizer.hpp"
 #include "byteps/embedding/table_spec.hpp"
 #include "byteps/worker/node.hpp"
@@ -114,6 +118,83 @@ handle node<T, L, P, S>::push_rows(std::string_view name, std::span<const std::u
   lock.unlock();
   deadlines_.watch(op);
   return handle(op);
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::save_table(std::string_view name, const std::string& dir) {
+  if (dir.empty() || dir.size() > embedding::max_dir_bytes)
+    throw usage_error(fmt::format("save_table of '{}': the directory must have 1 to {} bytes",
+                                  name, embedding::max_dir_bytes));
+  std::shared_ptr<detail::op_state> op;
+  std::vector<std::shared_ptr<std::vector<std::byte>>> summaries;
+  table_spec spec;
+  {
+    std::lock_guard lock(state_.mu);
+    state_.life.throw_if_gone({});
+    auto& t = state_.rows.at(name, "save_table");
+    spec = t.spec;
+    op = row_operation(fmt::format("save_table of '{}'", name));
+    const auto round = state_.rows.next_call_round();
+    const auto payload = std::make_shared<std::vector<std::byte>>(
+        embedding::encode_checkpoint(embedding::op::save, dir));
+    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
+      summaries.push_back(
+          std::make_shared<std::vector<std::byte>>(embedding::save_answer_bytes));
+      row_request r;
+      r.server = s;
+      state_.rows.await(op, t, round, std::move(r), nullptr, summaries.back());
+      send_rows(s, t, round, payload);
+    }
+  }
+  deadlines_.watch(op);
+  handle(op).wait();
+  // Every shard is written: the manifest last, so that one that exists names whole files.
+  std::vector<embedding::shard_summary> shards;
+  std::vector<std::string> files;
+  const int servers = static_cast<int>(summaries.size());
+  for (int s = 0; s < servers; ++s) {
+    const auto& b = *summaries[static_cast<std::size_t>(s)];
+    shards.push_back({wire::detail::get_le<std::uint64_t>(b.data()),
+                      wire::detail::get_le<std::uint64_t>(b.data() + 8),
+                      wire::detail::get_le<std::uint64_t>(b.data() + 16)});
+    const auto path = embedding::shard_file(dir, spec.name, s, servers);
+    files.push_back(path.substr(path.rfind('/') + 1));
+  }
+  const auto manifest = embedding::manifest_file(dir, spec.name);
+  std::ofstream out(manifest, std::ios::trunc);
+  out << embedding::manifest_text(spec, shards, files);
+  out.flush();
+  if (!out)
+    throw usage_error(fmt::format("save_table of '{}': cannot write the manifest {}: {}", name,
+                                  manifest, std::strerror(errno)));
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::load_table(std::string_view name, const std::string& dir) {
+  std::shared_ptr<detail::op_state> op;
+  {
+    std::lock_guard lock(state_.mu);
+    state_.life.throw_if_gone({});
+    auto& t = state_.rows.at(name, "load_table");
+    const int saved_by = embedding::manifest_servers(embedding::manifest_file(dir, t.spec.name));
+    if (saved_by != static_cast<int>(state_.links.size()))
+      throw usage_error(fmt::format(
+          "load_table of '{}': the checkpoint in {} was saved by {} servers, this job has {}; rows "
+          "are placed by the server count, so a table loads into as many servers as saved it",
+          name, dir, saved_by, state_.links.size()));
+    op = row_operation(fmt::format("load_table of '{}'", name));
+    const auto round = state_.rows.next_call_round();
+    const auto payload = std::make_shared<std::vector<std::byte>>(
+        embedding::encode_checkpoint(embedding::op::load, dir));
+    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
+      row_request r;
+      r.server = s;
+      state_.rows.await(op, t, round, std::move(r), nullptr);
+      send_rows(s, t, round, payload);
+    }
+  }
+  deadlines_.watch(op);
+  handle(op).wait();
 }
 
 template <class T, class L, class P, class S>
