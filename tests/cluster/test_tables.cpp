@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -329,5 +330,101 @@ TEST_CASE("tables: a checkpoint that cannot be loaded is refused, naming the fil
     BPS_EXPECT(text.find("load_table of 'emb_ckpt_bad' on server 1: the shard file " + shard +
                          " is damaged: its checksum does not match its bytes") != std::string::npos,
                "{}", text);
+  });
+}
+
+namespace tables_test {
+
+// Asynchronous training's servers (server::async_sum for dense tensors; tables apply each push
+// as it comes).
+void run_async(Config cfg, std::vector<int> machines, const std::function<void(tcp_comm&)>& body) {
+  cfg.enable_async = true;
+  test::run_cluster<transport::tcp, tcp_comm, transport::tcp, server::async_sum>(cfg, std::move(machines), body);
+}
+
+}  // namespace tables_test
+
+TEST_CASE("tables: in async mode every push is applied as it comes - sgd in exact arithmetic, 3 workers x 2 servers") {
+  // Rows start at 0, gradients are eighths and lr is 1/2: every sum is exact, so the rows after
+  // every worker's pushes do not depend on the order the servers applied them in.
+  auto spec = spec_of("emb_async", "sgd:lr=0.5", dtype::float32, 3);
+  spec.init_scale = 0;
+  constexpr int rounds = 4;
+  auto grad = [](int rank, int round, std::uint64_t id, std::uint32_t j) {
+    return static_cast<float>((rank + 1) * round + static_cast<int>(id % 5) - static_cast<int>(j)) / 8.0f;
+  };
+  auto ids_of = [](int rank, int round) {
+    return std::vector<std::uint64_t>{static_cast<std::uint64_t>(rank + round), 7, 500,
+                                      static_cast<std::uint64_t>(rank * 100 + 3)};
+  };
+  run_async(test::base_config(3, 2), {1, 1, 1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    for (int r = 1; r <= rounds; ++r) {
+      const auto ids = ids_of(comm.rank(), r);
+      std::vector<float> g;
+      for (auto id : ids)
+        for (std::uint32_t j = 0; j < 3; ++j) g.push_back(grad(comm.rank(), r, id, j));
+      comm.push_rows(spec.name, ids, std::span(g)).wait();
+    }
+    comm.barrier();  // every worker's pushes are applied
+    std::map<std::uint64_t, std::vector<float>> want;
+    for (int w = 0; w < 3; ++w)
+      for (int r = 1; r <= rounds; ++r)
+        for (auto id : ids_of(w, r)) {
+          auto& row = want.try_emplace(id, std::vector<float>(3, 0.0f)).first->second;
+          for (std::uint32_t j = 0; j < 3; ++j) row[j] -= 0.5f * grad(w, r, id, j);
+        }
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, row] : want) ids.push_back(id);
+    std::vector<float> out(ids.size() * 3);
+    comm.pull_rows(spec.name, ids, std::span(out)).wait();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (std::uint32_t j = 0; j < 3; ++j)
+        BPS_EXPECT(out[i * 3 + j] == want[ids[i]][j], "async: row {} column {} is {}, expected {}",
+                   ids[i], j, out[i * 3 + j], want[ids[i]][j]);
+  });
+}
+
+TEST_CASE("tables: in async mode with staleness 0 a worker's push waits for the slowest worker's") {
+  auto cfg = test::base_config(2, 1);
+  cfg.async_staleness = 0;
+  const auto spec = spec_of("emb_stale", "sgd:lr=0.5", dtype::float32, 2);
+  run_async(cfg, {1, 1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    std::vector<std::uint64_t> ids = {1};
+    std::vector<float> g = {1.0f, 1.0f};
+    if (comm.rank() == 0) {
+      auto h = comm.push_rows(spec.name, ids, std::span(g));
+      BPS_EXPECT(!h.wait_for(std::chrono::milliseconds(300)),
+                 "rank 0's push completed while rank 1 had pushed nothing (staleness 0)");
+      comm.barrier();
+      h.wait();  // rank 1's push released it
+    } else {
+      comm.barrier();  // rank 0's push is held
+      comm.push_rows(spec.name, ids, std::span(g)).wait();
+    }
+  });
+}
+
+TEST_CASE("tables: in async mode a push completes alone and its update is seen before the others push") {
+  auto spec = spec_of("emb_alone", "sgd:lr=0.5", dtype::float32, 2);
+  spec.init_scale = 0;
+  run_async(test::base_config(2, 2), {1, 1}, [&](tcp_comm& comm) {
+    comm.declare_table(spec);
+    std::vector<std::uint64_t> ids = {3};
+    std::vector<float> g = {1.0f, -2.0f};
+    if (comm.rank() == 0) {
+      comm.push_rows(spec.name, ids, std::span(g)).wait();  // rank 1 has pushed nothing
+      std::vector<float> row(2);
+      comm.pull_rows(spec.name, ids, std::span(row)).wait();
+      BPS_EXPECT(row[0] == -0.5f && row[1] == 1.0f, "after rank 0's push alone: {} {}", row[0], row[1]);
+      comm.barrier();
+    } else {
+      comm.barrier();  // rank 0 pushed and pulled
+      comm.push_rows(spec.name, ids, std::span(g)).wait();
+      std::vector<float> row(2);
+      comm.pull_rows(spec.name, ids, std::span(row)).wait();
+      BPS_EXPECT(row[0] == -1.0f && row[1] == 2.0f, "after both pushes: {} {}", row[0], row[1]);
+    }
   });
 }

@@ -7,7 +7,8 @@
 ///
 /// A synchronous round (`add_push`, then `apply_round` once every worker pushed) sums each
 /// row's gradients in float32 in the workers' rank order, then applies the optimizer once per
-/// row: the result does not depend on the order pushes arrived in.
+/// row: the result does not depend on the order pushes arrived in. In asynchronous training
+/// (`apply_now`) each push is applied alone, as it comes.
 ///
 /// Not thread-safe: a server's engine owns it (one thread at a time).
 
@@ -157,11 +158,38 @@ class shard {
   /// Every worker pushed: sums each row's gradients in rank order and applies the optimizer to
   /// each row once, then opens the next round.
   void apply_round() {
+    apply_pushes(pushes_);
+    pushed_ = 0;
+    ++round_;
+  }
+
+  /// Asynchronous training: a push applied at once, alone.
+  void apply_now(std::span<const std::byte> ids, std::span<const std::byte> values,
+                 std::uint64_t count) {
+    std::vector<worker_push> one(1);
+    one[0].in = true;
+    one[0].ids.resize(count);
+    for (std::size_t i = 0; i < count; ++i) one[0].ids[i] = wire_id(ids.data() + 8 * i);
+    one[0].grads.resize(count * spec_.dim);
+    widen(values.data(), spec_.type, one[0].grads.data(), one[0].grads.size());
+    apply_pushes(one);
+  }
+
+ private:
+  struct worker_push {
+    bool in = false;
+    std::vector<std::uint64_t> ids;
+    std::vector<float> grads;
+  };
+
+  // Sums each row's gradients over `pushes` in their order, then applies the optimizer to each
+  // row once; empties `pushes`.
+  void apply_pushes(std::vector<worker_push>& pushes) {
     const std::size_t dim = spec_.dim;
     std::unordered_map<std::uint64_t, std::size_t> where;  // id -> its sum in `sums`
     std::vector<std::uint64_t> order;
     std::vector<float> sums;
-    for (auto& p : pushes_) {
+    for (auto& p : pushes) {
       for (std::size_t i = 0; i < p.ids.size(); ++i) {
         const float* g = p.grads.data() + i * dim;
         auto [it, fresh] = where.try_emplace(p.ids[i], order.size());
@@ -169,8 +197,8 @@ class shard {
           order.push_back(p.ids[i]);
           sums.insert(sums.end(), g, g + dim);
         } else {
-          float* s = sums.data() + it->second * dim;
-          for (std::size_t j = 0; j < dim; ++j) s[j] = s[j] + g[j];
+          float* sum = sums.data() + it->second * dim;
+          for (std::size_t j = 0; j < dim; ++j) sum[j] = sum[j] + g[j];
         }
       }
       p = {};
@@ -184,11 +212,8 @@ class shard {
       opt_.apply(w.data(), sums.data() + k * dim, state_.data() + s * per_state, steps_[s], dim);
       narrow(w.data(), spec_.type, stored, dim);
     }
-    pushed_ = 0;
-    ++round_;
   }
 
- private:
   static std::uint64_t wire_id(const std::byte* p) noexcept {
     std::uint64_t v = 0;
     for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
@@ -209,12 +234,6 @@ class shard {
     }
     return it->second;
   }
-
-  struct worker_push {
-    bool in = false;
-    std::vector<std::uint64_t> ids;
-    std::vector<float> grads;
-  };
 
   table_spec spec_;
   optimizer opt_;

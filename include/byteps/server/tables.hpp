@@ -5,13 +5,15 @@
 /// worker declares what the others did), a pull is answered at once with the rows, a save writes
 /// the shard's checkpoint file and a load reads it (embedding/checkpoint.hpp), and a push
 /// waits, as a dense push does, until every worker pushed the round; then the optimizer runs
-/// and every worker is answered. The outcomes are the handler's vocabulary (handler.hpp), so the
+/// and every worker is answered. In asynchronous training a push is applied as it comes, with
+/// the staleness bound dense pushes have. The outcomes are the handler's vocabulary (handler.hpp), so the
 /// server carries them out with the same waiting rooms, stall reports and failures.
 ///
 /// Not thread-safe: an engine owns it, as it owns its handler.
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +41,8 @@ class tables {
     int server = 0;
     int servers = 1;
     int num_workers = 1;
+    bool async = false;   ///< `BYTEPS_ENABLE_ASYNC`: a push is applied as it comes
+    std::int64_t staleness = -1;  ///< `BYTEPS_ASYNC_STALENESS` (async): -1 unbounded
   };
 
   /// A `rows_request` from worker `worker`. Throws `wire::decode_error` for a payload that is
@@ -79,6 +83,7 @@ class tables {
       r.keep = std::move(rows);
       return outcome::answer_now(std::move(r));
     }
+    if (at.async) return push_now(h, *s, req, worker, at, what);
     if (h.round != s->round())
       return outcome::refuse(fmt::format(
           "{}: worker {} pushes round {}, but the table is at round {}: every worker calls "
@@ -137,6 +142,46 @@ class tables {
     return outcome::answer_now(done);
   }
 
+  // Asynchronous training: the push is applied at once, and its worker answered unless that
+  // leaves it more than `staleness` pushes ahead of the slowest worker (as server/async_sum.hpp
+  // bounds dense pushes): then it is held, and answered by the push that brings the slowest
+  // close enough.
+  outcome push_now(const wire::header& h, embedding::shard& s, const embedding::request& req,
+                   int worker, const place& at, const std::string& what) {
+    auto& p = progress_[h.key];
+    if (p.pushes.empty()) {
+      p.pushes.assign(static_cast<std::size_t>(at.num_workers), 0);
+      p.held_round.assign(static_cast<std::size_t>(at.num_workers), 0);
+    }
+    auto& mine = p.pushes[static_cast<std::size_t>(worker)];
+    if (h.round != mine + 1)
+      return outcome::refuse(fmt::format(
+          "{}: worker {} pushes round {}, but its last push was round {}: a worker's push_rows "
+          "rounds come one at a time, in order",
+          what, worker, h.round, mine));
+    s.apply_now(req.ids, req.values, req.count);
+    ++mine;
+    reply r;
+    r.round = h.round;
+    r.type = s.spec().type;
+    if (at.staleness < 0) return outcome::answer_now(r);
+    const auto slowest = *std::min_element(p.pushes.begin(), p.pushes.end());
+    std::vector<held_answer> released;
+    for (std::size_t w = 0; w < p.held_round.size(); ++w) {
+      if (p.held_round[w] == 0 || p.pushes[w] - slowest > static_cast<std::uint64_t>(at.staleness))
+        continue;
+      reply back = r;
+      back.round = p.held_round[w];
+      released.push_back({static_cast<int>(w), back});
+      p.held_round[w] = 0;
+    }
+    if (mine - slowest > static_cast<std::uint64_t>(at.staleness)) {
+      p.held_round[static_cast<std::size_t>(worker)] = h.round;
+      return outcome::wait_and_release(std::move(released));
+    }
+    return outcome::release_each(r, std::move(released));
+  }
+
   // Writes the shard's file into `dir` and answers its summary.
   outcome save(const wire::header& h, embedding::shard& s, const std::string& dir,
                const place& at) {
@@ -191,6 +236,12 @@ class tables {
 
   std::unordered_map<std::uint64_t, std::unique_ptr<embedding::shard>> shards_;
   std::unordered_map<std::uint64_t, std::string> loaded_from_;  // key -> the last load's dir
+  // Asynchronous training, by table key: each worker's pushes applied, and the round of its
+  // push held by the staleness bound (0: none held).
+  struct async_progress {
+    std::vector<std::uint64_t> pushes, held_round;
+  };
+  std::unordered_map<std::uint64_t, async_progress> progress_;
 };
 
 }  // namespace bps::server

@@ -138,8 +138,8 @@ class Communicator {
   /// its id hashes to, updated there by `spec.optimizer` from the gradients every worker pushes.
   /// Every worker declares the same table (a server refuses a declaration that differs from
   /// another worker's, naming the field); declaring it again alike does nothing. Blocks until
-  /// every server holds it, at most `Config::op_timeout`. Synchronous jobs with one process per
-  /// machine only, for now (a `usage_error` says so otherwise).
+  /// every server holds it, at most `Config::op_timeout`. Jobs with one process per machine and
+  /// without server failover only, for now (a `usage_error` says so otherwise).
   void declare_table(const table_spec& spec);
 
   /// Writes rows `ids` of table `table` into `rows` (`ids.size() * dim` elements, the table's
@@ -159,8 +159,10 @@ class Communicator {
   /// the table's type) as this worker's part of the table's next round; gradients of an id
   /// given twice are summed first. Every worker calls it once per round, with any ids (none
   /// too); when every worker's push is in, each server sums each row's gradients in rank order
-  /// and applies the table's optimizer to it once, and every worker's handle completes. Returns
-  /// at once; `ids` and `grads` may be reused then. One push of a table at a time.
+  /// and applies the table's optimizer to it once, and every worker's handle completes. In async
+  /// mode (`Config::enable_async`) each push is applied as it comes and answered at once, within
+  /// `Config::async_staleness`. Returns at once; `ids` and `grads` may be reused then. One push
+  /// of a table at a time.
   template <element_type E>
   handle push_rows(std::string_view table, std::span<const std::uint64_t> ids,
                    std::span<E> grads) {

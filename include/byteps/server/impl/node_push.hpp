@@ -133,7 +133,11 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
   server::outcome o;
   try {
     o = e.tables.handle(h, payload, s->worker,
-                        {.server = rank_, .servers = cfg_.num_servers, .num_workers = cfg_.num_workers});
+                        {.server = rank_,
+                         .servers = cfg_.num_servers,
+                         .num_workers = cfg_.num_workers,
+                         .async = cfg_.enable_async,
+                         .staleness = cfg_.async_staleness});
   } catch (const wire::decode_error& err) {  // not a request: the worker breaks the protocol
     log_.warn("{}: a malformed rows_request ({}); closing its link", s->describe(), err.what());
     return s->link->close();
@@ -154,6 +158,21 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
       for (auto& w : room.workers) w->send_rows_answer(h, o.answer);
       room.workers.clear();
       stats_.round_done();
+      return;
+    }
+    case kind::release_each:
+    case kind::wait_and_release: {  // asynchronous training's staleness bound
+      if (o.what == kind::release_each)
+        s->send_rows_answer(h, o.answer);
+      else
+        e.waiting.join(id, s, h.round);
+      for (const auto& a : o.released) {
+        auto held = e.waiting.take(id, a.worker);
+        if (!held) continue;
+        wire::header about = h;
+        about.round = a.answer.round;
+        held->send_rows_answer(about, a.answer);
+      }
       return;
     }
     default:

@@ -30,8 +30,6 @@ void node<T, L, P, S>::declare_table(const table_spec& spec) {
   const auto refuse = [&](const std::string& why) {
     throw usage_error(fmt::format("declare_table of '{}': {}", spec.name, why));
   };
-  if (cfg_.enable_async)
-    refuse("embedding tables are synchronous for now; this job runs BYTEPS_ENABLE_ASYNC=1");
   if (cfg_.failover())
     refuse("embedding tables do not survive a server's failover yet; this job sets "
            "BYTEPS_FAILOVER_TIMEOUT_MS");
