@@ -109,7 +109,7 @@ class node {
   ~node() { shutdown(); }
 
   /// This server's rank; -1 for a standby that was never needed.
-  int rank() const noexcept { return rank_; }
+  int rank() const noexcept { return rank_.load(std::memory_order_acquire); }
   std::uint16_t port() const noexcept { return port_; }
 
   /// Serves until the scheduler ends the job. Throws `communicator_error` when the cluster
@@ -177,10 +177,10 @@ class node {
     } else {
       welcome = control_.join(hello);
     }
-    rank_ = welcome->rank;
-    log_.rename(fmt::format("server {}", rank_));
+    rank_.store(welcome->rank, std::memory_order_release);  // engine threads read it (tables)
+    log_.rename(fmt::format("server {}", welcome->rank));
     gate_.rename(log_.who());
-    trace_.name_node(rank_, log_.who(), rank_);
+    trace_.name_node(welcome->rank, log_.who(), welcome->rank);
     log_.info("serving on {}:{} with {} engine threads for {} workers", host, port_,
               cfg_.server_engine_threads, cfg_.num_workers);
     const auto period = std::min(cfg_.stall_warning, std::chrono::milliseconds(10000));
@@ -365,7 +365,7 @@ class node {
     stats_log_.stop();
     for (auto& e : engines_) e->thread.stop();  // finish queued sums and replies first
     transport_.stop();
-    if (cfg_.server_log_interval.count() > 0 && rank_ >= 0) report_throughput(true);
+    if (cfg_.server_log_interval.count() > 0 && rank() >= 0) report_throughput(true);
     trace_.write(control_.clock_offset(), log_);
   }
 
@@ -391,7 +391,7 @@ class node {
   bool released_ = false;  // a standby the job never needed
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
-  int rank_ = -1;
+  std::atomic<int> rank_{-1};
   detail::timer_thread lost_worker_;     // worker_lost's own word, if the scheduler's is late
   detail::periodic_thread stall_check_;  // last three: stop first
   detail::periodic_thread stats_log_;

@@ -133,7 +133,7 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
   server::outcome o;
   try {
     o = e.tables.handle(h, payload, s->worker,
-                        {.server = rank_,
+                        {.server = rank(),
                          .servers = cfg_.num_servers,
                          .num_workers = cfg_.num_workers,
                          .async = cfg_.enable_async,
