@@ -8,11 +8,14 @@
 // frame is handed to what handles that type on a node: pushes and sum offers to a server's
 // default request handler, sync_sum (every dtype, shape and round check, the sums themselves),
 // hello and welcome payloads to the rendezvous decoders, batches (tensor fusion) split into
-// their records, each handled as its frame, texts to the message helpers. Nothing may crash, leak, read out
+// their records, each handled as its frame, embedding-table requests to a server's tables
+// (declares, pulls and pushes; never a save or load, which write and read files), texts to the
+// message helpers. Nothing may crash, leak, read out
 // of bounds or hit undefined behaviour; only wire::decode_error may be thrown.
 #include <byteps/core/keys.hpp>
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/server/sync_sum.hpp>
+#include <byteps/server/tables.hpp>
 #include <byteps/wire/batch.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/declare.hpp>
@@ -76,6 +79,29 @@ struct summation_server {
     }
     pool.give_back(std::move(received));
   }
+
+  // As Server::on_rows: a table request, from worker 0 or 1 of a job with 2 servers (this one
+  // server 0); asynchronous with staleness 0 in failover mode, so both ways are fuzzed.
+  server::tables tables;
+  void rows(const wire::header& h, std::span<const std::byte> payload) {
+    if (payload.size() >= 2) {  // a save or load would write or read the files the input names
+      const auto op = std::to_integer<std::uint8_t>(payload[1]);
+      if (op == static_cast<std::uint8_t>(embedding::op::save) ||
+          op == static_cast<std::uint8_t>(embedding::op::load))
+        return;
+    }
+    const int worker = static_cast<int>(h.sender % num_workers);
+    server::tables::place at{.server = 0, .servers = 2, .num_workers = num_workers,
+                             .async = failover, .staleness = failover ? 0 : -1};
+    try {
+      const auto o = tables.handle(h, payload, worker, at);
+      using kind = server::outcome::kind;
+      if (o.what == kind::refuse && o.error.empty()) broken("a table refusal without a message");
+      read_all(o.answer.bytes);
+      for (const auto& held : o.released) read_all(held.answer.bytes);
+    } catch (const wire::decode_error&) {
+    }
+  }
 };
 
 void handle_frame(summation_server& server, const wire::header& h,
@@ -85,6 +111,9 @@ void handle_frame(summation_server& server, const wire::header& h,
     case wire::msg::push:
     case wire::msg::sum_offer:
       server.push(h, payload);
+      break;
+    case wire::msg::rows_request:
+      server.rows(h, payload);
       break;
     case wire::msg::hello:
       try {

@@ -8,6 +8,8 @@
 #include <byteps/wire/batch.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/declare.hpp>
+#include <byteps/embedding/messages.hpp>
+#include <byteps/embedding/placement.hpp>
 #include <byteps/wire/frame.hpp>
 
 #include "script.hpp"
@@ -148,6 +150,47 @@ void frames(const std::filesystem::path& dir) {
 
   wire::header hello_head;
   hello_head.type = wire::msg::hello;
+  // Embedding tables: a declare, a pull, both workers' pushes of round 1 and a pull again.
+  {
+    table_spec spec;
+    spec.name = "emb";
+    spec.rows = 100;
+    spec.dim = 2;
+    spec.optimizer = "adam:lr=0.1";
+    spec.init_scale = 0.5;
+    auto rows = [&](std::uint32_t sender, std::uint64_t round) {
+      wire::header h;
+      h.type = wire::msg::rows_request;
+      h.sender = sender;
+      h.key = embedding::table_key("emb");
+      h.round = round;
+      return h;
+    };
+    // Ids 0..99 that server 0 of 2 holds.
+    std::vector<std::uint64_t> ids;
+    for (std::uint64_t id = 0; id < 100 && ids.size() < 3; ++id)
+      if (embedding::row_server(embedding::table_key("emb"), id, 2) == 0) ids.push_back(id);
+    auto request = [&](embedding::op o, bool grads) {
+      auto b = embedding::request_buffer(o, ids.size(), grads ? ids.size() * 8 : 0);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        wire::detail::put_le<std::uint64_t>(b.data() + embedding::request_head_bytes + 8 * i, ids[i]);
+      for (std::size_t i = 0; grads && i < ids.size() * 2; ++i) {
+        const float g = 0.25f * static_cast<float>(i + 1);
+        std::memcpy(b.data() + embedding::request_head_bytes + 8 * ids.size() + 4 * i, &g, 4);
+      }
+      return bytes(b.begin(), b.end());
+    };
+    const auto call = embedding::call_round_bit;
+    const auto declared = embedding::encode_declare(spec);
+    write(dir, "valid-table-declare-pull-push",
+          with_limit({frame(rows(0, call | 1), bytes(declared.begin(), declared.end())),
+                      frame(rows(0, call | 2), request(embedding::op::pull, false)),
+                      frame(rows(0, 1), request(embedding::op::push, true)),
+                      frame(rows(1, 1), request(embedding::op::push, true)),
+                      frame(rows(1, call | 3), request(embedding::op::pull, false))}));
+    write(dir, "bad-table-push-before-declare",
+          with_limit({frame(rows(0, 1), request(embedding::op::push, true))}));
+  }
   write(dir, "valid-hello", with_limit({frame(hello_head, rendezvous::encode(a_hello()))}));
   wire::header welcome_head;
   welcome_head.type = wire::msg::welcome;

@@ -46,7 +46,7 @@ class tables {
   };
 
   /// A `rows_request` from worker `worker`. Throws `wire::decode_error` for a payload that is
-  /// not a request (the link is then closed, as for any malformed frame).
+  /// not a request (the server answers it with an error saying so).
   outcome handle(const wire::header& h, std::span<const std::byte> payload, int worker,
                  const place& at) {
     auto it = shards_.find(h.key);

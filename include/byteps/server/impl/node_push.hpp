@@ -138,9 +138,9 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
                          .num_workers = cfg_.num_workers,
                          .async = cfg_.enable_async,
                          .staleness = cfg_.async_staleness});
-  } catch (const wire::decode_error& err) {  // not a request: the worker breaks the protocol
-    log_.warn("{}: a malformed rows_request ({}); closing its link", s->describe(), err.what());
-    return s->link->close();
+  } catch (const wire::decode_error& err) {  // answered, as a refused request is
+    return s->send_error(h, fmt::format("a malformed rows_request: {}", err.what()),
+                         wire::flag_usage);
   }
   using kind = server::outcome::kind;
   const key_id id{h.key, 0};
