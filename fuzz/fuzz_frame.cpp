@@ -94,7 +94,7 @@ struct summation_server {
     server::tables::place at{.server = 0, .servers = 2, .num_workers = num_workers,
                              .async = failover, .staleness = failover ? 0 : -1};
     try {
-      const auto o = tables.handle(h, payload, worker, at);
+      const auto o = tables.handle(h, payload, {worker, 0}, at);
       using kind = server::outcome::kind;
       if (o.what == kind::refuse && o.error.empty()) broken("a table refusal without a message");
       read_all(o.answer.bytes);

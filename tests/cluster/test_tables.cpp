@@ -64,6 +64,17 @@ TEST_CASE("tables: rows equal the reference over ipc<tcp> - 2 workers x 2 server
   run_exact<float, ipc_net, ipc_comm>(2, 2, dtype::float32);
 }
 
+TEST_CASE("tables: rows equal the reference with 2 local ranks a machine - 2 machines x 2 servers, local::host") {
+  // Each local process is a worker of the table's rounds, in global-rank order.
+  for (const auto& [recipe, opt] : optimizers) {
+    INFO(recipe);
+    const auto spec = spec_of("emb_local_" + opt.kind, recipe, dtype::float32);
+    test::run_cluster<transport::tcp, test::host_comm_t>(
+        test::base_config(2, 2), {2, 2},
+        [&](test::host_comm_t& comm) { exact_rounds<float>(comm, spec, opt, 3); });
+  }
+}
+
 TEST_CASE("tables: an empty pull is done at once, an empty push round changes nothing") {
   auto cfg = test::base_config(2, 2);
   test::run_cluster<transport::tcp, tcp_comm>(cfg, {1, 1}, [&](tcp_comm& comm) {

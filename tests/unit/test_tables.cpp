@@ -169,30 +169,30 @@ TEST_CASE("table shard: a round's sum is by rank and the optimizer runs once per
 TEST_CASE("table server: requests it must refuse are answered with the reason") {
   server::tables t;
   const server::tables::place at{.server = 0, .servers = 1, .num_workers = 2};
-  auto undeclared = t.handle(head(1), request(embedding::op::pull, {1}), 0, at);
+  auto undeclared = t.handle(head(1), request(embedding::op::pull, {1}), {0, 0}, at);
   REQUIRE(undeclared.what == server::outcome::kind::refuse);
   CHECK_THAT(undeclared.error, Catch::Contains("server 0 holds no such table"));
-  auto declared = t.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(small_spec()), 0, at);
+  auto declared = t.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(small_spec()), {0, 0}, at);
   CHECK(declared.what == server::outcome::kind::answer_now);
-  auto range = t.handle(head(2 | embedding::call_round_bit), request(embedding::op::pull, {100}), 0, at);
+  auto range = t.handle(head(2 | embedding::call_round_bit), request(embedding::op::pull, {100}), {0, 0}, at);
   REQUIRE(range.what == server::outcome::kind::refuse);
   CHECK_THAT(range.error, Catch::Contains("pull_rows of table 'emb': row id 100 is out of range"));
-  auto ahead = t.handle(head(2), request(embedding::op::push, {1}, {1, 1}), 0, at);
+  auto ahead = t.handle(head(2), request(embedding::op::push, {1}, {1, 1}), {0, 0}, at);
   REQUIRE(ahead.what == server::outcome::kind::refuse);
   CHECK_THAT(ahead.error, Catch::Contains("worker 0 pushes round 2, but the table is at round 1"));
-  CHECK(t.handle(head(1), request(embedding::op::push, {1}, {1, 1}), 0, at).what ==
+  CHECK(t.handle(head(1), request(embedding::op::push, {1}, {1, 1}), {0, 0}, at).what ==
         server::outcome::kind::wait);
-  auto twice = t.handle(head(1), request(embedding::op::push, {1}, {1, 1}), 0, at);
+  auto twice = t.handle(head(1), request(embedding::op::push, {1}, {1, 1}), {0, 0}, at);
   REQUIRE(twice.what == server::outcome::kind::refuse);
   CHECK_THAT(twice.error, Catch::Contains("worker 0 pushed round 1 twice"));
-  CHECK(t.handle(head(1), request(embedding::op::push, {}, {}), 1, at).what ==
+  CHECK(t.handle(head(1), request(embedding::op::push, {}, {}), {1, 0}, at).what ==
         server::outcome::kind::release);
   const server::tables::place second{.server = 1, .servers = 2, .num_workers = 2};
   server::tables u;
-  u.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(small_spec()), 0, second);
+  u.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(small_spec()), {0, 0}, second);
   std::uint64_t other = 0;
   while (embedding::row_server(embedding::table_key("emb"), other, 2) != 0) ++other;
-  auto elsewhere = u.handle(head(2 | embedding::call_round_bit), request(embedding::op::pull, {other}), 0, second);
+  auto elsewhere = u.handle(head(2 | embedding::call_round_bit), request(embedding::op::pull, {other}), {0, 0}, second);
   REQUIRE(elsewhere.what == server::outcome::kind::refuse);
   CHECK_THAT(elsewhere.error, Catch::Contains("belongs to server 0, not server 1"));
 }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -58,14 +59,21 @@ inline void narrow(const float* src, dtype type, std::byte* dst, std::size_t n) 
   }
 }
 
+/// A worker process's place in a round's order: machine-major, then local rank, as global ranks
+/// are (a local rank is below 1024, rendezvous checks it).
+constexpr std::uint32_t process_id(int machine, int local_rank) noexcept {
+  return static_cast<std::uint32_t>(machine) * 1024u + static_cast<std::uint32_t>(local_rank);
+}
+
 class shard {
  public:
-  /// `spec` has passed `check_spec` and its optimizer `optimizer::parse`.
-  shard(table_spec spec, optimizer opt, int num_workers)
+  /// `spec` has passed `check_spec` and its optimizer `optimizer::parse`; a round is complete
+  /// with the pushes of `processes` worker processes.
+  shard(table_spec spec, optimizer opt, int processes)
       : spec_(std::move(spec)),
         opt_(opt),
         row_bytes_(spec_.dim * dtype_size(spec_.type)),
-        pushes_(static_cast<std::size_t>(num_workers)) {}
+        processes_(static_cast<std::size_t>(processes)) {}
 
   const table_spec& spec() const noexcept { return spec_; }
   std::size_t row_bytes() const noexcept { return row_bytes_; }
@@ -83,7 +91,7 @@ class shard {
   }
 
   /// Whether some worker pushed in the current round (a load must wait for a round boundary).
-  bool round_open() const noexcept { return pushed_ != 0; }
+  bool round_open() const noexcept { return !pushes_.empty(); }
 
   /// The shard as a checkpoint file holds it (embedding/checkpoint.hpp writes and reads the
   /// file): its rows in the order they were made, each with its id, its stored values, its
@@ -137,29 +145,31 @@ class shard {
 
   /// The round this shard's pushes are for now: the next to complete.
   std::uint64_t round() const noexcept { return round_; }
-  /// Whether worker `w` pushed in the current round already.
-  bool pushed(int w) const { return pushes_[static_cast<std::size_t>(w)].in; }
+  /// Whether worker process `process` (ordered as global ranks: `process_id`) pushed in the
+  /// current round already.
+  bool pushed(std::uint32_t process) const { return pushes_.contains(process); }
 
-  /// Worker `w`'s push for the current round: `count` ids and their gradients (stored type),
-  /// kept until `apply_round`.
-  void add_push(int w, std::span<const std::byte> ids, std::span<const std::byte> values,
-                std::uint64_t count) {
-    auto& p = pushes_[static_cast<std::size_t>(w)];
+  /// Worker process `process`'s push for the current round: `count` ids and their gradients
+  /// (stored type), kept until `apply_round`.
+  void add_push(std::uint32_t process, std::span<const std::byte> ids,
+                std::span<const std::byte> values, std::uint64_t count) {
+    auto& p = pushes_[process];
     p.in = true;
     p.ids.resize(count);
     for (std::size_t i = 0; i < count; ++i)
       p.ids[i] = wire_id(ids.data() + 8 * i);
     p.grads.resize(count * spec_.dim);
     widen(values.data(), spec_.type, p.grads.data(), p.grads.size());
-    ++pushed_;
   }
-  bool round_complete() const noexcept { return pushed_ == pushes_.size(); }
+  bool round_complete() const noexcept { return pushes_.size() == processes_; }
 
   /// Every worker pushed: sums each row's gradients in rank order and applies the optimizer to
   /// each row once, then opens the next round.
   void apply_round() {
-    apply_pushes(pushes_);
-    pushed_ = 0;
+    std::vector<worker_push> by_rank;
+    for (auto& [process, p] : pushes_) by_rank.push_back(std::move(p));
+    apply_pushes(by_rank);
+    pushes_.clear();
     ++round_;
   }
 
@@ -242,8 +252,8 @@ class shard {
   std::vector<std::byte> weights_;   // by slot: the row in the stored type
   std::vector<float> state_;         // by slot: the optimizer's state
   std::vector<std::uint64_t> steps_; // by slot: adam's t
-  std::vector<worker_push> pushes_;  // by worker rank: its push of the current round
-  std::size_t pushed_ = 0;
+  std::size_t processes_;                          // the pushes that make a round
+  std::map<std::uint32_t, worker_push> pushes_;  // by process, in rank order: this round's
   std::uint64_t round_ = 1;
 };
 

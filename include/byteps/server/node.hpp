@@ -177,6 +177,7 @@ class node {
     } else {
       welcome = control_.join(hello);
     }
+    worker_processes_.store(welcome->global_size, std::memory_order_release);
     rank_.store(welcome->rank, std::memory_order_release);  // engine threads read it (tables)
     log_.rename(fmt::format("server {}", welcome->rank));
     gate_.rename(log_.who());
@@ -392,6 +393,7 @@ class node {
   std::vector<std::unique_ptr<engine>> engines_;
   std::uint16_t port_ = 0;
   std::atomic<int> rank_{-1};
+  std::atomic<int> worker_processes_{1};  // the welcome's global size: a table round's pushes
   detail::timer_thread lost_worker_;     // worker_lost's own word, if the scheduler's is late
   detail::periodic_thread stall_check_;  // last three: stop first
   detail::periodic_thread stats_log_;

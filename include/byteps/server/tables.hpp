@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,14 +41,25 @@ class tables {
   struct place {
     int server = 0;
     int servers = 1;
-    int num_workers = 1;
+    int num_workers = 1;  ///< worker processes (the welcome's global size): a round's pushes
     bool async = false;   ///< `BYTEPS_ENABLE_ASYNC`: a push is applied as it comes
     std::int64_t staleness = -1;  ///< `BYTEPS_ASYNC_STALENESS` (async): -1 unbounded
   };
 
-  /// A `rows_request` from worker `worker`. Throws `wire::decode_error` for a payload that is
+  /// Who sent a request: its machine (`DMLC_WORKER_ID`) and local rank.
+  struct sender {
+    int machine = 0;
+    int local_rank = 0;
+    std::uint32_t process() const noexcept { return embedding::process_id(machine, local_rank); }
+    std::string describe() const {
+      return local_rank == 0 ? fmt::format("worker {}", machine)
+                             : fmt::format("worker {} local rank {}", machine, local_rank);
+    }
+  };
+
+  /// A `rows_request` from `worker`. Throws `wire::decode_error` for a payload that is
   /// not a request (the server answers it with an error saying so).
-  outcome handle(const wire::header& h, std::span<const std::byte> payload, int worker,
+  outcome handle(const wire::header& h, std::span<const std::byte> payload, const sender& worker,
                  const place& at) {
     auto it = shards_.find(h.key);
     embedding::shard* s = it == shards_.end() ? nullptr : it->second.get();
@@ -86,13 +98,13 @@ class tables {
     if (at.async) return push_now(h, *s, req, worker, at, what);
     if (h.round != s->round())
       return outcome::refuse(fmt::format(
-          "{}: worker {} pushes round {}, but the table is at round {}: every worker calls "
+          "{}: {} pushes round {}, but the table is at round {}: every worker calls "
           "push_rows on a table the same number of times, one at a time",
-          what, worker, h.round, s->round()));
-    if (s->pushed(worker))
+          what, worker.describe(), h.round, s->round()));
+    if (s->pushed(worker.process()))
       return outcome::refuse(
-          fmt::format("{}: worker {} pushed round {} twice", what, worker, h.round));
-    s->add_push(worker, req.ids, req.values, req.count);
+          fmt::format("{}: {} pushed round {} twice", what, worker.describe(), h.round));
+    s->add_push(worker.process(), req.ids, req.values, req.count);
     if (!s->round_complete()) return outcome::wait();
     s->apply_round();
     reply r;
@@ -147,36 +159,40 @@ class tables {
   // bounds dense pushes): then it is held, and answered by the push that brings the slowest
   // close enough.
   outcome push_now(const wire::header& h, embedding::shard& s, const embedding::request& req,
-                   int worker, const place& at, const std::string& what) {
+                   const sender& worker, const place& at, const std::string& what) {
     auto& p = progress_[h.key];
-    if (p.pushes.empty()) {
-      p.pushes.assign(static_cast<std::size_t>(at.num_workers), 0);
-      p.held_round.assign(static_cast<std::size_t>(at.num_workers), 0);
-    }
-    auto& mine = p.pushes[static_cast<std::size_t>(worker)];
+    auto& mine = p.pushes[worker.process()];
     if (h.round != mine + 1)
       return outcome::refuse(fmt::format(
-          "{}: worker {} pushes round {}, but its last push was round {}: a worker's push_rows "
+          "{}: {} pushes round {}, but its last push was round {}: a worker's push_rows "
           "rounds come one at a time, in order",
-          what, worker, h.round, mine));
+          what, worker.describe(), h.round, mine));
     s.apply_now(req.ids, req.values, req.count);
     ++mine;
     reply r;
     r.round = h.round;
     r.type = s.spec().type;
     if (at.staleness < 0) return outcome::answer_now(r);
-    const auto slowest = *std::min_element(p.pushes.begin(), p.pushes.end());
-    std::vector<held_answer> released;
-    for (std::size_t w = 0; w < p.held_round.size(); ++w) {
-      if (p.held_round[w] == 0 || p.pushes[w] - slowest > static_cast<std::uint64_t>(at.staleness))
-        continue;
-      reply back = r;
-      back.round = p.held_round[w];
-      released.push_back({static_cast<int>(w), back});
-      p.held_round[w] = 0;
+    // A process that has not pushed yet counts 0.
+    std::uint64_t slowest = 0;
+    if (p.pushes.size() >= static_cast<std::size_t>(at.num_workers)) {
+      slowest = p.pushes.begin()->second;
+      for (const auto& [process, n] : p.pushes) slowest = std::min(slowest, n);
     }
-    if (mine - slowest > static_cast<std::uint64_t>(at.staleness)) {
-      p.held_round[static_cast<std::size_t>(worker)] = h.round;
+    const auto bound = static_cast<std::uint64_t>(at.staleness);
+    std::vector<held_answer> released;
+    for (auto it = p.held_round.begin(); it != p.held_round.end();) {
+      if (p.pushes[it->first] - slowest > bound) {
+        ++it;
+        continue;
+      }
+      reply back = r;
+      back.round = it->second;
+      released.push_back({static_cast<int>(it->first), back});  // a process id (on_rows)
+      it = p.held_round.erase(it);
+    }
+    if (mine - slowest > bound) {
+      p.held_round[worker.process()] = h.round;
       return outcome::wait_and_release(std::move(released));
     }
     return outcome::release_each(r, std::move(released));
@@ -239,7 +255,7 @@ class tables {
   // Asynchronous training, by table key: each worker's pushes applied, and the round of its
   // push held by the staleness bound (0: none held).
   struct async_progress {
-    std::vector<std::uint64_t> pushes, held_round;
+    std::map<std::uint32_t, std::uint64_t> pushes, held_round;  // by process_id
   };
   std::unordered_map<std::uint64_t, async_progress> progress_;
 };

@@ -68,6 +68,18 @@ class waiting_rooms {
     return s;
   }
 
+  /// Takes the first worker of `id`'s room for which `pred(session)` holds, to be answered
+  /// alone; null when none does.
+  template <class Pred>
+  std::shared_ptr<Session> take_if(const key_id& id, Pred&& pred) {
+    auto& w = rooms_[id].workers;
+    auto it = std::find_if(w.begin(), w.end(), [&](const auto& s) { return pred(*s); });
+    if (it == w.end()) return nullptr;
+    auto s = std::move(*it);
+    w.erase(it);
+    return s;
+  }
+
   /// Calls `f(id, room)` for each key that has workers waiting.
   template <class F>
   void for_each_waiting(F&& f) {

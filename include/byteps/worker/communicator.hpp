@@ -138,8 +138,8 @@ class Communicator {
   /// its id hashes to, updated there by `spec.optimizer` from the gradients every worker pushes.
   /// Every worker declares the same table (a server refuses a declaration that differs from
   /// another worker's, naming the field); declaring it again alike does nothing. Blocks until
-  /// every server holds it, at most `Config::op_timeout`. Jobs with one process per machine and
-  /// without server failover only, for now (a `usage_error` says so otherwise).
+  /// every server holds it, at most `Config::op_timeout`. Every worker process takes part, also
+  /// with several per machine. Not with server failover, for now (a `usage_error` says so).
   void declare_table(const table_spec& spec);
 
   /// Writes rows `ids` of table `table` into `rows` (`ids.size() * dim` elements, the table's

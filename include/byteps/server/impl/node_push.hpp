@@ -132,10 +132,10 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
   if (auto dead = dead_reason(); !dead.empty()) return s->send_error(h, dead, wire::flag_fatal);
   server::outcome o;
   try {
-    o = e.tables.handle(h, payload, s->worker,
+    o = e.tables.handle(h, payload, {.machine = s->worker, .local_rank = s->local_rank},
                         {.server = rank(),
                          .servers = cfg_.num_servers,
-                         .num_workers = cfg_.num_workers,
+                         .num_workers = worker_processes_.load(std::memory_order_acquire),
                          .async = cfg_.enable_async,
                          .staleness = cfg_.async_staleness});
   } catch (const wire::decode_error& err) {  // answered, as a refused request is
@@ -166,8 +166,11 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
         s->send_rows_answer(h, o.answer);
       else
         e.waiting.join(id, s, h.round);
-      for (const auto& a : o.released) {
-        auto held = e.waiting.take(id, a.worker);
+      for (const auto& a : o.released) {  // `worker` is a process_id here
+        auto held = e.waiting.take_if(id, [&](const session& w) {
+          return embedding::process_id(w.worker, w.local_rank) ==
+                 static_cast<std::uint32_t>(a.worker);
+        });
         if (!held) continue;
         wire::header about = h;
         about.round = a.answer.round;

@@ -33,10 +33,6 @@ void node<T, L, P, S>::declare_table(const table_spec& spec) {
   if (cfg_.failover())
     refuse("embedding tables do not survive a server's failover yet; this job sets "
            "BYTEPS_FAILOVER_TIMEOUT_MS");
-  if (local_size() > 1)
-    refuse(fmt::format("embedding tables need one worker process per machine for now; this "
-                       "machine has {} (BYTEPS_LOCAL_SIZE)",
-                       local_size()));
   std::shared_ptr<detail::op_state> op;
   {
     std::lock_guard lock(state_.mu);
