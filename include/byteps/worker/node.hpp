@@ -361,6 +361,11 @@ class node {
                          std::string_view what) const;
   void send_rows(int server, const table_record& t, std::uint64_t round,
                  const std::shared_ptr<std::vector<std::byte>>& payload);
+  // Under the mutex: `payload` (a declare, save or load) to every server as requests of `op`,
+  // server s's answer copied into `answers[s]` when `answers` is not empty.
+  void ask_every_server(const std::shared_ptr<detail::op_state>& op, const table_record& t,
+                        std::vector<std::byte> payload,
+                        const std::vector<std::shared_ptr<std::vector<std::byte>>>& answers);
   void expire_rows(detail::op_state& o);
 
   // The send path (worker/impl/node_send.hpp): one dispatch pass, its pushes alone or fused,

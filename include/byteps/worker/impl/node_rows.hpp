@@ -40,14 +40,7 @@ void node<T, L, P, S>::declare_table(const table_spec& spec) {
     if (!state_.rows.declare(spec)) return;  // declared alike before
     auto& t = state_.rows.at(spec.name, "declare_table");
     op = row_operation(fmt::format("declare_table of '{}'", spec.name));
-    const auto round = state_.rows.next_call_round();
-    const auto payload = std::make_shared<std::vector<std::byte>>(embedding::encode_declare(spec));
-    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
-      row_request r;
-      r.server = s;
-      state_.rows.await(op, t, round, std::move(r), nullptr);
-      send_rows(s, t, round, payload);
-    }
+    ask_every_server(op, t, embedding::encode_declare(spec), {});
   }
   deadlines_.watch(op);
   try {
@@ -128,17 +121,10 @@ void node<T, L, P, S>::save_table(std::string_view name, const std::string& dir)
     auto& t = state_.rows.at(name, "save_table");
     spec = t.spec;
     op = row_operation(fmt::format("save_table of '{}'", name));
-    const auto round = state_.rows.next_call_round();
-    const auto payload = std::make_shared<std::vector<std::byte>>(
-        embedding::encode_checkpoint(embedding::op::save, dir));
-    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
+    for (std::size_t s = 0; s < state_.links.size(); ++s)
       summaries.push_back(
           std::make_shared<std::vector<std::byte>>(embedding::save_answer_bytes));
-      row_request r;
-      r.server = s;
-      state_.rows.await(op, t, round, std::move(r), nullptr, summaries.back());
-      send_rows(s, t, round, payload);
-    }
+    ask_every_server(op, t, embedding::encode_checkpoint(embedding::op::save, dir), summaries);
   }
   deadlines_.watch(op);
   handle(op).wait();
@@ -177,15 +163,7 @@ void node<T, L, P, S>::load_table(std::string_view name, const std::string& dir)
           "are placed by the server count, so a table loads into as many servers as saved it",
           name, dir, saved_by, state_.links.size()));
     op = row_operation(fmt::format("load_table of '{}'", name));
-    const auto round = state_.rows.next_call_round();
-    const auto payload = std::make_shared<std::vector<std::byte>>(
-        embedding::encode_checkpoint(embedding::op::load, dir));
-    for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
-      row_request r;
-      r.server = s;
-      state_.rows.await(op, t, round, std::move(r), nullptr);
-      send_rows(s, t, round, payload);
-    }
+    ask_every_server(op, t, embedding::encode_checkpoint(embedding::op::load, dir), {});
   }
   deadlines_.watch(op);
   handle(op).wait();
@@ -213,6 +191,22 @@ std::shared_ptr<detail::op_state> node<T, L, P, S>::row_operation(std::string wh
   op->deadline = clock::now() + cfg_.op_timeout;
   op->on_deadline = [this](detail::op_state& o) { expire_rows(o); };
   return op;
+}
+
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::ask_every_server(
+    const std::shared_ptr<detail::op_state>& op, const table_record& t,
+    std::vector<std::byte> payload,
+    const std::vector<std::shared_ptr<std::vector<std::byte>>>& answers) {
+  const auto round = state_.rows.next_call_round();
+  const auto shared = std::make_shared<std::vector<std::byte>>(std::move(payload));
+  for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
+    row_request r;
+    r.server = s;
+    state_.rows.await(op, t, round, std::move(r), nullptr,
+                      answers.empty() ? nullptr : answers[static_cast<std::size_t>(s)]);
+    send_rows(s, t, round, shared);
+  }
 }
 
 template <class T, class L, class P, class S>
