@@ -36,7 +36,9 @@ using ipc_comm = Communicator<ipc_net, local::none, partition::by_bytes, schedul
 
 template <class E, class Net, class Comm>
 void run_exact(int workers, int servers, dtype type) {
-  for (const auto& [recipe, opt] : optimizers) {
+  for (const auto& entry : optimizers) {
+    const auto& recipe = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const auto& opt = entry.second;
     INFO(recipe << " on " << workers << " workers x " << servers << " servers");
     auto cfg = test::base_config(workers, servers);
     const auto spec = spec_of("emb_" + opt.kind, recipe, type);
@@ -66,7 +68,9 @@ TEST_CASE("tables: rows equal the reference over ipc<tcp> - 2 workers x 2 server
 
 TEST_CASE("tables: rows equal the reference with 2 local ranks a machine - 2 machines x 2 servers, local::host") {
   // Each local process is a worker of the table's rounds, in global-rank order.
-  for (const auto& [recipe, opt] : optimizers) {
+  for (const auto& entry : optimizers) {
+    const auto& recipe = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const auto& opt = entry.second;
     INFO(recipe);
     const auto spec = spec_of("emb_local_" + opt.kind, recipe, dtype::float32);
     test::run_cluster<transport::tcp, test::host_comm_t>(

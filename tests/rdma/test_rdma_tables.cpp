@@ -14,7 +14,9 @@ using namespace bps;
 TEST_CASE("rdma tables: sgd, adagrad and adam rows equal the reference - 2 workers x 2 servers",
           "[rdma][cluster][tables]") {
   using emu_comm = Communicator<test::emu_rdma, local::none, partition::by_bytes, schedule::priority>;
-  for (const auto& [recipe, opt] : test::tables::optimizers) {
+  for (const auto& entry : test::tables::optimizers) {
+    const auto& recipe = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const auto& opt = entry.second;
     INFO(recipe);
     const auto spec = test::tables::spec_of("emb_rdma_" + opt.kind, recipe, dtype::float32);
     test::run_cluster<test::emu_rdma, emu_comm, test::emu_rdma>(

@@ -33,6 +33,7 @@ namespace bps::embedding {
 
 /// Loads `n` elements of `type` (float32, float16, bfloat16) at `src` as floats.
 inline void widen(const std::byte* src, dtype type, float* dst, std::size_t n) {
+  if (n == 0) return;  // an empty push's spans may be null
   switch (type) {
     case dtype::float16:
       reduce::widen_to_f32(reinterpret_cast<const float16*>(src), dst, n);
@@ -47,6 +48,7 @@ inline void widen(const std::byte* src, dtype type, float* dst, std::size_t n) {
 
 /// Stores `n` floats at `dst` as `type`, rounding to nearest even.
 inline void narrow(const float* src, dtype type, std::byte* dst, std::size_t n) {
+  if (n == 0) return;
   switch (type) {
     case dtype::float16:
       reduce::narrow_from_f32(src, reinterpret_cast<float16*>(dst), n);
@@ -134,7 +136,8 @@ class shard {
       if (id >= spec_.rows) throw wire::decode_error(fmt::format("row id {} is out of range", id));
       if (!slots.emplace(id, s).second) throw wire::decode_error(fmt::format("row id {} twice", id));
       std::memcpy(weights.data() + s * row_bytes_, p + 8, row_bytes_);
-      std::memcpy(state.data() + s * per_state, p + 8 + row_bytes_, per_state * sizeof(float));
+      if (per_state != 0)  // sgd keeps none, and its empty vector's data may be null
+        std::memcpy(state.data() + s * per_state, p + 8 + row_bytes_, per_state * sizeof(float));
       steps[s] = wire_id(p + 8 + row_bytes_ + per_state * sizeof(float));
     }
     slots_ = std::move(slots);
