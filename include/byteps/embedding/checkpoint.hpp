@@ -28,9 +28,11 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "byteps/core/error.hpp"
+#include "byteps/core/keys.hpp"
 #include "byteps/embedding/messages.hpp"
 #include "byteps/embedding/placement.hpp"
 #include "byteps/embedding/table_spec.hpp"
@@ -46,13 +48,9 @@ struct shard_summary {
   std::uint64_t rows = 0, bytes = 0, checksum = 0;
 };
 
+/// FNV-1a of `b`, as core/keys.hpp hashes a tensor's name.
 inline std::uint64_t fnv1a(std::span<const std::byte> b) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (auto x : b) {
-    h ^= std::to_integer<std::uint8_t>(x);
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return tensor_key(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
 }
 
 /// The table's files' common stem: its name with anything but letters, digits, '.', '-' and '_'

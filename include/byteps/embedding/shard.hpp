@@ -156,13 +156,7 @@ class shard {
   /// (stored type), kept until `apply_round`.
   void add_push(std::uint32_t process, std::span<const std::byte> ids,
                 std::span<const std::byte> values, std::uint64_t count) {
-    auto& p = pushes_[process];
-    p.in = true;
-    p.ids.resize(count);
-    for (std::size_t i = 0; i < count; ++i)
-      p.ids[i] = wire_id(ids.data() + 8 * i);
-    p.grads.resize(count * spec_.dim);
-    widen(values.data(), spec_.type, p.grads.data(), p.grads.size());
+    pushes_[process] = decode(ids, values, count);
   }
   bool round_complete() const noexcept { return pushes_.size() == processes_; }
 
@@ -179,21 +173,27 @@ class shard {
   /// Asynchronous training: a push applied at once, alone.
   void apply_now(std::span<const std::byte> ids, std::span<const std::byte> values,
                  std::uint64_t count) {
-    std::vector<worker_push> one(1);
-    one[0].in = true;
-    one[0].ids.resize(count);
-    for (std::size_t i = 0; i < count; ++i) one[0].ids[i] = wire_id(ids.data() + 8 * i);
-    one[0].grads.resize(count * spec_.dim);
-    widen(values.data(), spec_.type, one[0].grads.data(), one[0].grads.size());
+    std::vector<worker_push> one;
+    one.push_back(decode(ids, values, count));
     apply_pushes(one);
   }
 
  private:
   struct worker_push {
-    bool in = false;
     std::vector<std::uint64_t> ids;
     std::vector<float> grads;
   };
+
+  // A push's `count` ids (little-endian u64s) and their gradients, widened to float32.
+  worker_push decode(std::span<const std::byte> ids, std::span<const std::byte> values,
+                     std::uint64_t count) const {
+    worker_push p;
+    p.ids.resize(count);
+    for (std::size_t i = 0; i < count; ++i) p.ids[i] = wire_id(ids.data() + 8 * i);
+    p.grads.resize(count * spec_.dim);
+    widen(values.data(), spec_.type, p.grads.data(), p.grads.size());
+    return p;
+  }
 
   // Sums each row's gradients over `pushes` in their order, then applies the optimizer to each
   // row once; empties `pushes`.
@@ -228,9 +228,7 @@ class shard {
   }
 
   static std::uint64_t wire_id(const std::byte* p) noexcept {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-    return v;
+    return wire::detail::get_le<std::uint64_t>(p);
   }
 
   // Row `id`'s slot, created with its initial values on first touch.

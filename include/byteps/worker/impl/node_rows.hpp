@@ -151,12 +151,17 @@ void node<T, L, P, S>::save_table(std::string_view name, const std::string& dir)
 
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::load_table(std::string_view name, const std::string& dir) {
+  {
+    std::lock_guard lock(state_.mu);
+    state_.rows.at(name, "load_table");  // an undeclared table is named before any file
+  }
+  // The manifest is read outside the worker's mutex: a file system may be slow.
+  const int saved_by = embedding::manifest_servers(embedding::manifest_file(dir, std::string(name)));
   std::shared_ptr<detail::op_state> op;
   {
     std::lock_guard lock(state_.mu);
     state_.life.throw_if_gone({});
     auto& t = state_.rows.at(name, "load_table");
-    const int saved_by = embedding::manifest_servers(embedding::manifest_file(dir, t.spec.name));
     if (saved_by != static_cast<int>(state_.links.size()))
       throw usage_error(fmt::format(
           "load_table of '{}': the checkpoint in {} was saved by {} servers, this job has {}; rows "
