@@ -18,12 +18,15 @@ class failover_cluster {
   using comm_type = Communicator<Tr, local::none, partition::by_bytes, schedule::priority>;
   using server_type = Server<Tr, H>;
 
+  /// `standby_setup`, if given, changes a standby's configuration (the rest get `base`'s).
   failover_cluster(Config base, int standbys,
                    std::shared_ptr<transport::fault_plan> plan = nullptr,
-                   std::shared_ptr<transport::fault_plan> first_server_plan = nullptr)
+                   std::shared_ptr<transport::fault_plan> first_server_plan = nullptr,
+                   std::function<void(Config&)> standby_setup = {})
       : base_(std::move(base)),
         plan_(plan ? std::move(plan) : std::make_shared<transport::fault_plan>()),
-        first_server_plan_(std::move(first_server_plan)) {
+        first_server_plan_(std::move(first_server_plan)),
+        standby_setup_(std::move(standby_setup)) {
     Config s = base_;
     s.node_role = role::scheduler;
     scheduler_ = std::make_unique<SchedulerNode<Tr>>(s, transport_options<Tr>(s, plan_));
@@ -114,6 +117,7 @@ class failover_cluster {
       c.node_role = role::server;
       c.server_standby = standby;
       c.server_id = id;
+      if (standby && standby_setup_) standby_setup_(c);
       std::unique_ptr<server_type> server;
       bool killed = own_plan != nullptr;  // a server made to misbehave may fail
       guard(server_error_, [&] {
@@ -154,6 +158,7 @@ class failover_cluster {
   Config base_;
   std::shared_ptr<transport::fault_plan> plan_;
   std::shared_ptr<transport::fault_plan> first_server_plan_;
+  std::function<void(Config&)> standby_setup_;
   std::unique_ptr<SchedulerNode<Tr>> scheduler_;
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -149,9 +150,11 @@ inline std::pair<std::vector<std::uint64_t>, std::vector<float>> step_of(int ran
 }
 
 // Each worker declares `spec`, then for `rounds` rounds pushes its step and pulls every id the
-// job touched so far, checking each row against the reference.
+// job touched so far, checking each row against the reference. `pushing(round)`, if given, runs
+// while this worker's push of that round is in flight (a failover test kills a server there).
 template <class E, class Comm>
-void exact_rounds(Comm& comm, const table_spec& spec, const optimizer_ref& opt, int rounds) {
+void exact_rounds(Comm& comm, const table_spec& spec, const optimizer_ref& opt, int rounds,
+                  const std::function<void(int)>& pushing = {}) {
   comm.declare_table(spec);
   comm.declare_table(spec);  // again alike: nothing happens
   table_ref ref(spec, opt);
@@ -163,7 +166,9 @@ void exact_rounds(Comm& comm, const table_spec& spec, const optimizer_ref& opt, 
     auto [ids, grads] = by_rank[static_cast<std::size_t>(comm.rank())];
     std::vector<E> g(grads.size());
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = as_element<E>(grads[i]);
-    comm.push_rows(spec.name, ids, std::span(g)).wait();
+    auto pushed = comm.push_rows(spec.name, ids, std::span(g));
+    if (pushing) pushing(r);
+    pushed.wait();
     for (const auto& [w_ids, w_grads] : by_rank) touched.insert(touched.end(), w_ids.begin(), w_ids.end());
     std::vector<E> out(touched.size() * spec.dim);
     comm.pull_rows(spec.name, touched, std::span(out)).wait();

@@ -1,4 +1,5 @@
 #include <byteps/server/tables.hpp>
+#include <byteps/embedding/journal.hpp>
 #include <byteps/embedding/messages.hpp>
 #include <byteps/embedding/optimizer.hpp>
 #include <byteps/embedding/placement.hpp>
@@ -6,7 +7,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -195,4 +202,155 @@ TEST_CASE("table server: requests it must refuse are answered with the reason") 
   auto elsewhere = u.handle(head(2 | embedding::call_round_bit), request(embedding::op::pull, {other}), {0, 0}, second);
   REQUIRE(elsewhere.what == server::outcome::kind::refuse);
   CHECK_THAT(elsewhere.error, Catch::Contains("belongs to server 0, not server 1"));
+}
+
+namespace table_unit {
+
+// A directory of its own under the system's temporary one, removed at the end.
+struct journal_dir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("bps-journal-unit-" + std::to_string(::getpid()));
+  journal_dir() { std::filesystem::create_directories(path); }
+  ~journal_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Server `server` of 2, failover on, journaling into `dir` for job 7.
+server::tables::place journaled(int server, const std::string& dir) {
+  return {.server = server, .servers = 2, .num_workers = 2, .failover = true, .journal_dir = dir,
+          .job_id = 7};
+}
+
+// The rows `ids` as `t` answers a pull of them.
+std::vector<float> pull(server::tables& t, const std::vector<std::uint64_t>& ids,
+                        std::uint64_t call) {
+  auto o = t.handle(head(call | embedding::call_round_bit), request(embedding::op::pull, ids),
+                    {0, 0}, journaled(0, ""));
+  REQUIRE(o.what == server::outcome::kind::answer_now);
+  std::vector<float> rows(o.answer.bytes.size() / 4);
+  std::memcpy(rows.data(), o.answer.bytes.data(), o.answer.bytes.size());
+  return rows;
+}
+
+}  // namespace table_unit
+
+TEST_CASE("table journal: records read back as written; a record cut off or damaged is where replay stops") {
+  using embedding::journal;
+  using embedding::journal_record;
+  journal_dir dir;
+  auto spec = small_spec();
+  const auto path = journal::file(dir.path.string(), spec.name, 7, 1, 2);
+  CHECK_THAT(path, Catch::EndsWith(".job-0000000000000007.journal-1-of-2"));
+  journal j(path, spec, 7, 1, 2);
+  journal_record snap;
+  snap.what = journal_record::kind::snapshot;
+  snap.round = 1;
+  snap.loaded = "/ckpt";
+  snap.rows = {std::byte{1}, std::byte{2}};
+  j.start(snap);
+  journal_record change;
+  change.round = 2;
+  change.pushes = {{1024, 5}};
+  change.rows = {std::byte{3}};
+  CHECK_FALSE(j.append(change));
+  change.round = 3;
+  change.pushes = {};
+  CHECK_FALSE(j.append(change));
+  auto back = journal::read(path, spec, 7, 1, 2);
+  REQUIRE(back.size() == 3);
+  CHECK(back[0].what == journal_record::kind::snapshot);
+  CHECK(back[0].loaded == "/ckpt");
+  CHECK(back[0].rows == snap.rows);
+  CHECK(back[1].round == 2);
+  CHECK(back[1].pushes == std::map<std::uint32_t, std::uint64_t>{{1024, 5}});
+  CHECK(back[2].round == 3);
+  CHECK(back[2].rows == change.rows);
+
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 3);  // the last record cut off
+  CHECK(journal::read(path, spec, 7, 1, 2).size() == 2);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 34 - 10));  // the last change is 34 bytes
+    f.put('\x55');  // inside the first change: its checksum fails
+  }
+  CHECK(journal::read(path, spec, 7, 1, 2).size() == 1);
+
+  CHECK_THROWS_WITH(journal::read(path, spec, 8, 1, 2),
+                    Catch::Contains("the journal " + path) &&
+                        Catch::Contains("is server 1 of 2 in job 0000000000000007, not server 1 of 2 in job 0000000000000008"));
+  auto other = spec;
+  other.dim = 3;
+  CHECK_THROWS_WITH(journal::read(path, spec.name == "emb" ? other : spec, 7, 1, 2),
+                    Catch::Contains("was written for another declaration (dim"));
+  CHECK_THROWS_WITH(journal::read(path + ".none", spec, 7, 1, 2),
+                    Catch::Contains("cannot read the journal " + path + ".none"));
+}
+
+TEST_CASE("table journal: the file starts again from a snapshot once the changes outweigh it") {
+  using embedding::journal;
+  using embedding::journal_record;
+  journal_dir dir;
+  const auto path = journal::file(dir.path.string(), "emb", 7, 0, 2);
+  journal j(path, small_spec(), 7, 0, 2);
+  journal_record snap;
+  snap.what = journal_record::kind::snapshot;
+  j.start(snap);
+  journal_record change;
+  change.rows.resize(64 * 1024);
+  int appended = 0;
+  while (!j.append(change)) ++appended;
+  // The 16th change (16 x 65,569 bytes) passes 1 MiB plus twice the snapshot (a few bytes).
+  CHECK(appended == 15);
+  j.start(snap);
+  CHECK(std::filesystem::file_size(path) == j.bytes());
+  CHECK(journal::read(path, small_spec(), 7, 0, 2).size() == 1);
+}
+
+TEST_CASE("table server: a replacement replays the journal, answers a re-sent push of a round it holds as done, and goes on") {
+  journal_dir dir;
+  const auto d = dir.path.string();
+  auto spec = small_spec();
+  spec.optimizer = "adam:lr=0.1";
+  spec.init_scale = 0.5;
+  const auto declare = [&](server::tables& t, std::uint64_t pushes_begun) {
+    return t.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(spec, pushes_begun),
+                    {0, 0}, journaled(0, d));
+  };
+  std::vector<std::uint64_t> ids;  // rows server 0 of 2 holds
+  for (std::uint64_t id = 0; ids.size() < 3; ++id)
+    if (embedding::row_server(embedding::table_key("emb"), id, 2) == 0) ids.push_back(id);
+  const auto push = [&](server::tables& t, std::uint64_t round, int worker) {
+    std::vector<float> g;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (int j = 0; j < 2; ++j) g.push_back(0.25f * static_cast<float>(round) - 0.5f * worker + 0.125f * j);
+    return t.handle(head(round), request(embedding::op::push, ids, g), {worker, 0}, journaled(0, d)).what;
+  };
+  using kind = server::outcome::kind;
+  server::tables dead;
+  REQUIRE(declare(dead, 0).what == kind::answer_now);
+  for (std::uint64_t r = 1; r <= 3; ++r) {
+    CHECK(push(dead, r, 0) == kind::wait);
+    CHECK(push(dead, r, 1) == kind::release);
+  }
+  CHECK(push(dead, 4, 0) == kind::wait);  // round 4 is under way when it dies
+  const auto want = pull(dead, ids, 2);
+
+  server::tables replacement;
+  REQUIRE(declare(replacement, 4).what == kind::answer_now);
+  CHECK(pull(replacement, ids, 2) == want);
+  CHECK(push(replacement, 3, 1) == kind::answer_now);  // its answer was lost with the server
+  CHECK(push(replacement, 4, 0) == kind::wait);
+  CHECK(push(replacement, 4, 1) == kind::release);
+  CHECK(push(dead, 4, 1) == kind::release);  // the same round on the first: the same rows
+  CHECK(pull(replacement, ids, 3) == pull(dead, ids, 3));
+
+  server::tables lost;  // a replacement that finds no journal after pushes were made
+  std::filesystem::remove_all(dir.path);
+  std::filesystem::create_directories(dir.path);
+  const auto refused = declare(lost, 4);
+  REQUIRE(refused.what == kind::refuse);
+  CHECK_THAT(refused.error, Catch::Contains("a worker pushed 4 round(s) to the table, but no journal of it is in " + d));
 }

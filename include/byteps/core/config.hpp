@@ -124,6 +124,11 @@ struct Config {
   /// BYTEPS_SERVER_ID) if one joins within this time; see docs/reliability.md.
   millis failover_timeout{0};
   bool server_standby = false;  ///< BYTEPS_SERVER_STANDBY: wait to replace a dead server
+  /// BYTEPS_TABLE_JOURNAL_DIR: servers, with failover on and embedding tables. The directory
+  /// where each server journals its table shards (embedding/journal.hpp) for its replacement
+  /// to replay: one every server and standby reaches. Empty: a table's declaration is refused
+  /// while failover is on.
+  std::string table_journal_dir;
   /// BYTEPS_ENABLE_ASYNC: asynchronous training (server/async_sum.hpp). Servers hold the
   /// parameters, seeded from rank 0's first push of each tensor; a worker pushes a delta and
   /// gets the current parameters back at once, without waiting for the other workers.

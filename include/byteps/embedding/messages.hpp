@@ -7,8 +7,10 @@
 /// tells their answers from a push's. Little-endian:
 ///
 ///   request: [u8 version = 1][u8 op][u16 0][u32 0][u64 count] then by op:
-///     declare: the spec (count 0): [string name][u64 rows][u32 dim][u8 dtype]
-///              [string optimizer][u64 init_scale's bits][u64 seed]
+///     declare: the spec: [string name][u64 rows][u32 dim][u8 dtype]
+///              [string optimizer][u64 init_scale's bits][u64 seed]; count is the push_rows
+///              rounds the worker began (above 0 only when it declares the table again to a
+///              server that replaced a dead one: server/tables.hpp)
 ///     pull:    count ids (u64), each held by the server it goes to, no id twice
 ///     push:    count ids (u64), then count rows of the table's dtype: their gradients
 ///     save, load: the checkpoint's directory (count 0): [string dir]
@@ -68,9 +70,9 @@ inline void put_head(wire::byte_writer& w, op o, std::uint64_t count) {
   w.put<std::uint64_t>(count);
 }
 
-inline std::vector<std::byte> encode_declare(const table_spec& s) {
+inline std::vector<std::byte> encode_declare(const table_spec& s, std::uint64_t pushes_begun = 0) {
   wire::byte_writer w;
-  put_head(w, op::declare, 0);
+  put_head(w, op::declare, pushes_begun);
   w.put_string(s.name);
   w.put<std::uint64_t>(s.rows);
   w.put<std::uint32_t>(s.dim);

@@ -99,18 +99,25 @@ class shard {
   /// file): its rows in the order they were made, each with its id, its stored values, its
   /// optimizer state and its step count.
   std::vector<std::byte> serialise() const {
-    wire::byte_writer w;
-    const std::size_t per_state = opt_.state_per_element() * spec_.dim;
-    w.put<std::uint64_t>(slots_.size());
     std::vector<std::uint64_t> ids(slots_.size());
     for (const auto& [id, slot] : slots_) ids[slot] = id;
+    return serialise_rows(ids);
+  }
+
+  /// Rows `ids` (each held) in `serialise`'s form: what a round changed, for the journal
+  /// (embedding/journal.hpp).
+  std::vector<std::byte> serialise_rows(std::span<const std::uint64_t> ids) const {
+    wire::byte_writer w;
+    const std::size_t state_size = per_state();
+    w.put<std::uint64_t>(ids.size());
     auto& b = w.bytes();
-    for (std::size_t s = 0; s < ids.size(); ++s) {
-      w.put<std::uint64_t>(ids[s]);
+    for (const auto id : ids) {
+      const std::size_t s = slots_.at(id);
+      w.put<std::uint64_t>(id);
       const std::byte* row = weights_.data() + s * row_bytes_;
       b.insert(b.end(), row, row + row_bytes_);
-      const auto* state = reinterpret_cast<const std::byte*>(state_.data() + s * per_state);
-      b.insert(b.end(), state, state + per_state * sizeof(float));
+      const auto* state = reinterpret_cast<const std::byte*>(state_.data() + s * state_size);
+      b.insert(b.end(), state, state + state_size * sizeof(float));
       w.put<std::uint64_t>(steps_[s]);
     }
     return w.take();
@@ -119,26 +126,16 @@ class shard {
   /// Replaces every row with those of `serialise`'s form; throws `wire::decode_error` saying
   /// what is wrong, changing nothing.
   void restore(std::span<const std::byte> in) {
-    wire::byte_reader r(in);
-    const std::size_t per_state = opt_.state_per_element() * spec_.dim;
-    const std::size_t per_row = 8 + row_bytes_ + per_state * sizeof(float) + 8;
-    const auto count = r.get<std::uint64_t>();
-    if (count > (in.size() - 8) / per_row || in.size() - 8 != count * per_row)
-      throw wire::decode_error(fmt::format("{} rows in {} bytes, at {} bytes a row", count,
-                                           in.size() - 8, per_row));
+    const auto count = checked_rows(in);
     std::unordered_map<std::uint64_t, std::size_t> slots;
     std::vector<std::byte> weights(count * row_bytes_);
-    std::vector<float> state(count * per_state);
+    std::vector<float> state(count * per_state());
     std::vector<std::uint64_t> steps(count);
-    const std::byte* p = in.data() + 8;
-    for (std::size_t s = 0; s < count; ++s, p += per_row) {
+    for (std::size_t s = 0; s < count; ++s) {
+      const std::byte* p = in.data() + 8 + s * per_row();
       const auto id = wire_id(p);
-      if (id >= spec_.rows) throw wire::decode_error(fmt::format("row id {} is out of range", id));
       if (!slots.emplace(id, s).second) throw wire::decode_error(fmt::format("row id {} twice", id));
-      std::memcpy(weights.data() + s * row_bytes_, p + 8, row_bytes_);
-      if (per_state != 0)  // sgd keeps none, and its empty vector's data may be null
-        std::memcpy(state.data() + s * per_state, p + 8 + row_bytes_, per_state * sizeof(float));
-      steps[s] = wire_id(p + 8 + row_bytes_ + per_state * sizeof(float));
+      copy_row(p, weights.data() + s * row_bytes_, state.data() + s * per_state(), steps[s]);
     }
     slots_ = std::move(slots);
     weights_ = std::move(weights);
@@ -146,8 +143,21 @@ class shard {
     steps_ = std::move(steps);
   }
 
+  /// Overwrites (or makes) the rows in `in`, of `serialise_rows`' form, leaving the others:
+  /// a journal's record of one round. Throws `wire::decode_error`, changing nothing.
+  void merge(std::span<const std::byte> in) {
+    const auto count = checked_rows(in);
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::byte* p = in.data() + 8 + k * per_row();
+      const std::size_t s = slot(wire_id(p));
+      copy_row(p, weights_.data() + s * row_bytes_, state_.data() + s * per_state(), steps_[s]);
+    }
+  }
+
   /// The round this shard's pushes are for now: the next to complete.
   std::uint64_t round() const noexcept { return round_; }
+  /// A journal's replay: the rounds before `r` are applied.
+  void set_round(std::uint64_t r) noexcept { round_ = r; }
   /// Whether worker process `process` (ordered as global ranks: `process_id`) pushed in the
   /// current round already.
   bool pushed(std::uint32_t process) const { return pushes_.contains(process); }
@@ -161,21 +171,23 @@ class shard {
   bool round_complete() const noexcept { return pushes_.size() == processes_; }
 
   /// Every worker pushed: sums each row's gradients in rank order and applies the optimizer to
-  /// each row once, then opens the next round.
-  void apply_round() {
+  /// each row once, then opens the next round. Returns the ids of the rows it changed.
+  std::vector<std::uint64_t> apply_round() {
     std::vector<worker_push> by_rank;
     for (auto& [process, p] : pushes_) by_rank.push_back(std::move(p));
-    apply_pushes(by_rank);
+    auto changed = apply_pushes(by_rank);
     pushes_.clear();
     ++round_;
+    return changed;
   }
 
-  /// Asynchronous training: a push applied at once, alone.
-  void apply_now(std::span<const std::byte> ids, std::span<const std::byte> values,
-                 std::uint64_t count) {
+  /// Asynchronous training: a push applied at once, alone. Returns the ids of the rows it
+  /// changed.
+  std::vector<std::uint64_t> apply_now(std::span<const std::byte> ids,
+                                       std::span<const std::byte> values, std::uint64_t count) {
     std::vector<worker_push> one;
     one.push_back(decode(ids, values, count));
-    apply_pushes(one);
+    return apply_pushes(one);
   }
 
  private:
@@ -196,8 +208,8 @@ class shard {
   }
 
   // Sums each row's gradients over `pushes` in their order, then applies the optimizer to each
-  // row once; empties `pushes`.
-  void apply_pushes(std::vector<worker_push>& pushes) {
+  // row once; empties `pushes`. Returns the rows' ids, in the order they were first pushed.
+  std::vector<std::uint64_t> apply_pushes(std::vector<worker_push>& pushes) {
     const std::size_t dim = spec_.dim;
     std::unordered_map<std::uint64_t, std::size_t> where;  // id -> its sum in `sums`
     std::vector<std::uint64_t> order;
@@ -217,14 +229,40 @@ class shard {
       p = {};
     }
     std::vector<float> w(dim);
-    const std::size_t per_state = opt_.state_per_element() * dim;
+    const std::size_t state_size = per_state();
     for (std::size_t k = 0; k < order.size(); ++k) {
       const std::size_t s = slot(order[k]);
       std::byte* stored = weights_.data() + s * row_bytes_;
       widen(stored, spec_.type, w.data(), dim);
-      opt_.apply(w.data(), sums.data() + k * dim, state_.data() + s * per_state, steps_[s], dim);
+      opt_.apply(w.data(), sums.data() + k * dim, state_.data() + s * state_size, steps_[s], dim);
       narrow(w.data(), spec_.type, stored, dim);
     }
+    return order;
+  }
+
+  std::size_t per_state() const noexcept { return opt_.state_per_element() * spec_.dim; }
+  // A row's bytes in `serialise`'s form: id, stored values, optimizer state, step count.
+  std::size_t per_row() const noexcept { return 8 + row_bytes_ + per_state() * sizeof(float) + 8; }
+
+  // The row count of `in`, in `serialise`'s form, once its size and every id are checked.
+  std::uint64_t checked_rows(std::span<const std::byte> in) const {
+    wire::byte_reader r(in);
+    const auto count = r.get<std::uint64_t>();
+    if (count > (in.size() - 8) / per_row() || in.size() - 8 != count * per_row())
+      throw wire::decode_error(fmt::format("{} rows in {} bytes, at {} bytes a row", count,
+                                           in.size() - 8, per_row()));
+    for (std::size_t s = 0; s < count; ++s)
+      if (const auto id = wire_id(in.data() + 8 + s * per_row()); id >= spec_.rows)
+        throw wire::decode_error(fmt::format("row id {} is out of range", id));
+    return count;
+  }
+
+  // Copies one row of `serialise`'s form at `p` into its places.
+  void copy_row(const std::byte* p, std::byte* weights, float* state, std::uint64_t& step) const {
+    std::memcpy(weights, p + 8, row_bytes_);
+    if (per_state() != 0)  // sgd keeps none, and its empty vector's data may be null
+      std::memcpy(state, p + 8 + row_bytes_, per_state() * sizeof(float));
+    step = wire_id(p + 8 + row_bytes_ + per_state() * sizeof(float));
   }
 
   static std::uint64_t wire_id(const std::byte* p) noexcept {

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -130,6 +131,7 @@ class node {
     log_.info("job finished; exiting");
     finishing_ = true;
     shutdown();
+    for (auto& e : engines_) e->tables.remove_journals();  // their threads have stopped
   }
 
  private:
@@ -149,6 +151,13 @@ class node {
 
   void start() {
     cfg_.validate();
+    if (cfg_.failover() && !cfg_.table_journal_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(cfg_.table_journal_dir, ec);
+      if (ec)
+        throw usage_error(fmt::format("BYTEPS_TABLE_JOURNAL_DIR='{}' cannot be made: {}",
+                                      cfg_.table_journal_dir, ec.message()));
+    }
     names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
     server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
@@ -178,6 +187,7 @@ class node {
       welcome = control_.join(hello);
     }
     worker_processes_.store(welcome->global_size, std::memory_order_release);
+    job_id_.store(welcome->job_id, std::memory_order_release);
     rank_.store(welcome->rank, std::memory_order_release);  // engine threads read it (tables)
     log_.rename(fmt::format("server {}", welcome->rank));
     gate_.rename(log_.who());
@@ -394,6 +404,7 @@ class node {
   std::uint16_t port_ = 0;
   std::atomic<int> rank_{-1};
   std::atomic<int> worker_processes_{1};  // the welcome's global size: a table round's pushes
+  std::atomic<std::uint64_t> job_id_{0};  // the welcome's: names the tables' journals
   detail::timer_thread lost_worker_;     // worker_lost's own word, if the scheduler's is late
   detail::periodic_thread stall_check_;  // last three: stop first
   detail::periodic_thread stats_log_;

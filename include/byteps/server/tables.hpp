@@ -6,7 +6,10 @@
 /// the shard's checkpoint file and a load reads it (embedding/checkpoint.hpp), and a push
 /// waits, as a dense push does, until every worker pushed the round; then the optimizer runs
 /// and every worker is answered. In asynchronous training a push is applied as it comes, with
-/// the staleness bound dense pushes have. The outcomes are the handler's vocabulary (handler.hpp), so the
+/// the staleness bound dense pushes have. With failover on, every change is journaled before it
+/// is answered (embedding/journal.hpp), and a replacement server replays the dead one's journal
+/// when the workers declare the table to it again; a re-sent push that the journal holds is
+/// answered as done. The outcomes are the handler's vocabulary (handler.hpp), so the
 /// server carries them out with the same waiting rooms, stall reports and failures.
 ///
 /// Not thread-safe: an engine owns it, as it owns its handler.
@@ -26,6 +29,7 @@
 #include "byteps/core/error.hpp"
 #include "byteps/server/handler.hpp"
 #include "byteps/embedding/checkpoint.hpp"
+#include "byteps/embedding/journal.hpp"
 #include "byteps/embedding/messages.hpp"
 #include "byteps/embedding/optimizer.hpp"
 #include "byteps/embedding/placement.hpp"
@@ -44,6 +48,9 @@ class tables {
     int num_workers = 1;  ///< worker processes (the welcome's global size): a round's pushes
     bool async = false;   ///< `BYTEPS_ENABLE_ASYNC`: a push is applied as it comes
     std::int64_t staleness = -1;  ///< `BYTEPS_ASYNC_STALENESS` (async): -1 unbounded
+    bool failover = false;        ///< `Config::failover()`: changes are journaled
+    std::string_view journal_dir{};  ///< `BYTEPS_TABLE_JOURNAL_DIR`
+    std::uint64_t job_id = 0;      ///< the welcome's: names the journal files
   };
 
   /// Who sent a request: its machine (`DMLC_WORKER_ID`) and local rank.
@@ -64,7 +71,7 @@ class tables {
     auto it = shards_.find(h.key);
     embedding::shard* s = it == shards_.end() ? nullptr : it->second.get();
     const auto req = embedding::decode_request(payload, s != nullptr ? s->row_bytes() : 0);
-    if (req.what == embedding::op::declare) return declare(h, req.spec, at);
+    if (req.what == embedding::op::declare) return declare(h, req, at);
     const auto what = fmt::format("{} of table {}", embedding::op_name(req.what),
                                   s != nullptr ? "'" + s->spec().name + "'"
                                                : fmt::format("key 0x{:016x}", h.key));
@@ -96,6 +103,11 @@ class tables {
       return outcome::answer_now(std::move(r));
     }
     if (at.async) return push_now(h, *s, req, worker, at, what);
+    reply r;
+    r.round = h.round;
+    r.type = s->spec().type;
+    // Failover: a push re-sent to a replacement whose journal holds its round already.
+    if (at.failover && h.round + 1 == s->round()) return outcome::answer_now(r);
     if (h.round != s->round())
       return outcome::refuse(fmt::format(
           "{}: {} pushes round {}, but the table is at round {}: every worker calls "
@@ -106,11 +118,16 @@ class tables {
           fmt::format("{}: {} pushed round {} twice", what, worker.describe(), h.round));
     s->add_push(worker.process(), req.ids, req.values, req.count);
     if (!s->round_complete()) return outcome::wait();
-    s->apply_round();
-    reply r;
-    r.round = h.round;
-    r.type = s->spec().type;
+    const auto changed = s->apply_round();
+    if (auto failed = journal_change(h.key, *s, changed, {}, at); !failed.empty())
+      return outcome::refuse(fmt::format("{}: {}", what, failed));
     return outcome::release(r);
+  }
+
+  /// The job ended well: no replacement will need the journals.
+  void remove_journals() {
+    for (auto& [key, j] : journals_) j.remove();
+    journals_.clear();
   }
 
   /// Bytes of rows and optimizer state held, over every table.
@@ -128,7 +145,10 @@ class tables {
   }
 
  private:
-  outcome declare(const wire::header& h, const table_spec& spec, const place& at) {
+  // `req.count` is how many push_rows rounds the declaring worker began: above 0 only when it
+  // declares the table again to a replacement server, which must then have a journal.
+  outcome declare(const wire::header& h, const embedding::request& req, const place& at) {
+    const auto& spec = req.spec;
     reply done;
     done.round = h.round;
     done.type = spec.type;
@@ -147,11 +167,98 @@ class tables {
     try {
       embedding::check_spec(spec);
       auto opt = embedding::optimizer::parse(spec.optimizer, spec.name);
-      shards_.emplace(h.key, std::make_unique<embedding::shard>(spec, opt, at.num_workers));
+      auto s = std::make_unique<embedding::shard>(spec, opt, at.num_workers);
+      if (at.failover) start_journal(h.key, *s, req.count, at);
+      shards_.emplace(h.key, std::move(s));
     } catch (const usage_error& e) {
+      journals_.erase(h.key);
+      progress_.erase(h.key);
+      loaded_from_.erase(h.key);
       return outcome::refuse(e.what());
     }
     return outcome::answer_now(done);
+  }
+
+  // Failover: the table's journal, replayed into `s` first when a dead server of this rank left
+  // one (this server replaces it). Throws `usage_error` saying what is wrong.
+  void start_journal(std::uint64_t key, embedding::shard& s, std::uint64_t pushes_begun,
+                     const place& at) {
+    const auto& name = s.spec().name;
+    if (at.journal_dir.empty())
+      throw usage_error(fmt::format(
+          "declare_table of '{}': server failover is on (BYTEPS_FAILOVER_TIMEOUT_MS), and server "
+          "{} has no BYTEPS_TABLE_JOURNAL_DIR; set it on every server and standby to a directory "
+          "they all reach (the same machine, or a shared file system): each server journals its "
+          "table shards there, and a replacement replays them",
+          name, at.server));
+    const std::string dir(at.journal_dir);
+    const auto path = embedding::journal::file(dir, name, at.job_id, at.server, at.servers);
+    embedding::journal j(path, s.spec(), at.job_id, at.server, at.servers);
+    if (embedding::journal::exists(path)) {
+      auto& p = progress_[key];
+      try {
+        for (auto& rec : embedding::journal::read(path, s.spec(), at.job_id, at.server,
+                                                  at.servers)) {
+          if (rec.what == embedding::journal_record::kind::snapshot) {
+            s.restore(rec.rows);
+            p.pushes = std::move(rec.pushes);
+            if (!rec.loaded.empty()) loaded_from_[key] = rec.loaded;
+          } else {
+            s.merge(rec.rows);
+            for (const auto& [process, n] : rec.pushes) p.pushes[process] = n;
+          }
+          s.set_round(rec.round);
+        }
+      } catch (const wire::decode_error& e) {
+        throw usage_error(fmt::format("declare_table of '{}': the journal {} is malformed: {}",
+                                      name, path, e.what()));
+      }
+    } else if (pushes_begun > 0) {
+      throw usage_error(fmt::format(
+          "declare_table of '{}' to server {}, which replaced a dead one: a worker pushed {} "
+          "round(s) to the table, but no journal of it is in {} (BYTEPS_TABLE_JOURNAL_DIR), so "
+          "its rows there are lost; a replacement must reach the directory the dead server "
+          "journaled to (the same machine, or a shared file system)",
+          name, at.server, pushes_begun, dir));
+    }
+    try {
+      j.start(snapshot(key, s));
+    } catch (const usage_error& e) {
+      throw usage_error(fmt::format("declare_table of '{}': {}", name, e.what()));
+    }
+    journals_.insert_or_assign(key, std::move(j));
+  }
+
+  embedding::journal_record snapshot(std::uint64_t key, const embedding::shard& s) const {
+    embedding::journal_record rec;
+    rec.what = embedding::journal_record::kind::snapshot;
+    rec.round = s.round();
+    if (auto it = progress_.find(key); it != progress_.end()) rec.pushes = it->second.pushes;
+    if (auto it = loaded_from_.find(key); it != loaded_from_.end()) rec.loaded = it->second;
+    rec.rows = s.serialise();
+    return rec;
+  }
+
+  // Failover: journals the rows `changed` (and, in asynchronous training, `pushes`: the pushing
+  // worker's count) before anyone is answered; a fresh snapshot when the changes outweigh the
+  // last. Returns what failed, or nothing.
+  std::string journal_change(std::uint64_t key, const embedding::shard& s,
+                             const std::vector<std::uint64_t>& changed,
+                             std::map<std::uint32_t, std::uint64_t> pushes, const place& at) {
+    auto it = journals_.find(key);
+    if (it == journals_.end()) return {};
+    embedding::journal_record rec;
+    rec.round = s.round();
+    rec.pushes = std::move(pushes);
+    rec.rows = s.serialise_rows(changed);
+    try {
+      if (it->second.append(rec)) it->second.start(snapshot(key, s));
+    } catch (const usage_error& e) {
+      return fmt::format("server {} could not journal the change, so a replacement could not "
+                         "recover it: {}",
+                         at.server, e.what());
+    }
+    return {};
   }
 
   // Asynchronous training: the push is applied at once, and its worker answered unless that
@@ -162,13 +269,21 @@ class tables {
                    const sender& worker, const place& at, const std::string& what) {
     auto& p = progress_[h.key];
     auto& mine = p.pushes[worker.process()];
-    if (h.round != mine + 1)
+    // Failover: a push re-sent to a replacement whose journal holds it already is not applied
+    // again, only answered (or held) as it would have been.
+    const bool applied = at.failover && h.round <= mine;
+    if (!applied && h.round != mine + 1)
       return outcome::refuse(fmt::format(
           "{}: {} pushes round {}, but its last push was round {}: a worker's push_rows "
           "rounds come one at a time, in order",
           what, worker.describe(), h.round, mine));
-    s.apply_now(req.ids, req.values, req.count);
-    ++mine;
+    if (!applied) {
+      const auto changed = s.apply_now(req.ids, req.values, req.count);
+      ++mine;
+      if (auto failed = journal_change(h.key, s, changed, {{worker.process(), mine}}, at);
+          !failed.empty())
+        return outcome::refuse(fmt::format("{}: {}", what, failed));
+    }
     reply r;
     r.round = h.round;
     r.type = s.spec().type;
@@ -247,6 +362,13 @@ class tables {
       return outcome::refuse(fmt::format("{}: {}", what, e.what()));
     }
     from = dir;
+    if (auto j = journals_.find(h.key); j != journals_.end()) {
+      try {
+        j->second.start(snapshot(h.key, s));
+      } catch (const usage_error& e) {
+        return outcome::refuse(fmt::format("{}: {}", what, e.what()));
+      }
+    }
     return outcome::answer_now(done);
   }
 
@@ -258,6 +380,7 @@ class tables {
     std::map<std::uint32_t, std::uint64_t> pushes, held_round;  // by process_id
   };
   std::unordered_map<std::uint64_t, async_progress> progress_;
+  std::unordered_map<std::uint64_t, embedding::journal> journals_;  // failover: by table key
 };
 
 }  // namespace bps::server

@@ -63,6 +63,7 @@ class byte_reader {
     return s;
   }
   bool done() const noexcept { return pos_ == in_.size(); }
+  std::size_t remaining() const noexcept { return in_.size() - pos_; }
 
  private:
   void need(std::size_t n) const {

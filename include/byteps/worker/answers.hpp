@@ -212,6 +212,7 @@ class answers {
     std::lock_guard lock(state_.mu);
     auto& slot = state_.links[server];
     if (generation != slot.generation) return;  // from a server already replaced
+    if (auto why = state_.rows.redeclaration_refused(server, h, text)) return state_.die_locked(*why);
     if (!(h.flags & wire::flag_fatal) && state_.rows.refused(server, h, text)) return;
     if (h.flags & wire::flag_fatal) {
       if (keeper_ == nullptr)

@@ -20,7 +20,9 @@
 ///    every partition that k owns, in order on the new link: `declare` of the tensor's name,
 ///    `sum_offer` of its kept sum (round r: the last round this worker completed), and `push`
 ///    of the round in flight if one is pending. Offers before pushes on each link: a replacement
-///    that sees a worker's push of round r+1 has already seen its offer of round r.
+///    that sees a worker's push of round r+1 has already seen its offer of round r. Then every
+///    embedding table is declared again and each table request k still owes an answer for is
+///    re-sent (worker/row_calls.hpp); the replacement replays the table's journal.
 /// 4. The replacement starts empty and adopts rounds from what comes first (server/sync_sum.hpp,
 ///    server/key_state.hpp).
 ///    Workers are at most one round apart per partition (a worker pushes r+1 only after every
@@ -41,6 +43,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -55,6 +58,7 @@
 #include "byteps/worker/answers.hpp"
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/op_table.hpp"
+#include "byteps/worker/row_calls.hpp"
 
 namespace bps::worker {
 
@@ -93,7 +97,9 @@ class failover final : public answer_keeper {
   using link_ptr = typename State::link_ptr;
 
   failover(State& state, worker::answers<State>& answers, failover_hooks<link_ptr> hooks)
-      : state_(state), answers_(answers), hooks_(std::move(hooks)) {}
+      : state_(state), answers_(answers), hooks_(std::move(hooks)) {
+    state_.rows.keep_payloads();  // a table call's requests, for the replacement
+  }
   failover(const failover&) = delete;
   failover& operator=(const failover&) = delete;
 
@@ -268,7 +274,7 @@ class failover final : public answer_keeper {
           fmt::format("its replacement at {} failed during the handshake: {}", address, e.what()));
     }
     if (!fresh) return;
-    std::pair<std::size_t, std::size_t> sent;
+    std::tuple<std::size_t, std::size_t, std::size_t> sent;
     {
       std::lock_guard lock(state_.mu);
       auto& slot = state_.links[server];
@@ -282,15 +288,15 @@ class failover final : public answer_keeper {
       hooks_.dispatch_locked();
     }
     state_.log.warn(
-        "server {} replaced by {}: re-sent {} sum(s) this worker had received and "
-        "{} partition(s) in flight",
-        server, address, sent.first, sent.second);
+        "server {} replaced by {}: re-sent {} sum(s) this worker had received, "
+        "{} partition(s) in flight and {} table request(s)",
+        server, address, std::get<0>(sent), std::get<1>(sent), std::get<2>(sent));
   }
 
   // For every partition that `server` owns: the tensor's name, the kept sum, and the pending
-  // push (if it already left the scheduler's queue; the queue sends the others). Returns
-  // (sums, pushes).
-  std::pair<std::size_t, std::size_t> resend_locked(int server) {
+  // push (if it already left the scheduler's queue; the queue sends the others); then the
+  // tables' declarations and requests. Returns (sums, pushes, table requests).
+  std::tuple<std::size_t, std::size_t, std::size_t> resend_locked(int server) {
     std::size_t sums = 0, pushes = 0;
     const auto& link = state_.links[server].link;
     auto& ops = state_.ops();
@@ -331,7 +337,12 @@ class failover final : public answer_keeper {
         }
       }
     });
-    return {sums, pushes};
+    const auto rows = state_.rows.resend(
+        server, [&](std::uint64_t key, dtype type, std::uint64_t round,
+                    const std::shared_ptr<std::vector<std::byte>>& payload) {
+          link->send(rows_header(key, type, round, state_.machine), *payload, [payload] {});
+        });
+    return {sums, pushes, rows};
   }
 
   // A re-push left (or was dropped): it took no scheduling credit, so it returns none.

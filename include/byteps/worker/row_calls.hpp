@@ -12,6 +12,10 @@
 /// gradients for one id are summed first, in float32 in the call's order, then rounded to the
 /// table's type once.
 ///
+/// With failover on, each request's payload is kept until its answer, so that `resend` can
+/// give a replacement server everything the dead one still owed answers for, after declaring
+/// every table to it again (the replacement replays its journal then: server/tables.hpp).
+///
 /// Not thread-safe: the worker's mutex guards it, except where a function says otherwise.
 
 #include <fmt/core.h>
@@ -23,6 +27,7 @@
 #include <exception>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +45,17 @@
 #include "byteps/wire/frame.hpp"
 
 namespace bps::worker {
+
+/// The header of a table call's request: `round` is a push's round or a call number.
+inline wire::header rows_header(std::uint64_t key, dtype type, std::uint64_t round, int machine) {
+  wire::header h;
+  h.type = wire::msg::rows_request;
+  h.sender = static_cast<std::uint32_t>(machine);
+  h.key = key;
+  h.dtype = static_cast<std::uint32_t>(type);
+  h.round = round;
+  return h;
+}
 
 /// A table this worker declared.
 struct table_record {
@@ -182,14 +198,18 @@ class row_calls {
     return out;
   }
 
-  /// `op` awaits the answer to `r`, sent with `round` about table `t`; `rows` is where a pull's
-  /// rows go (null otherwise); `copy_to`, sized to the answer expected, where a save's summary
-  /// goes (null otherwise). Any other answer is empty.
+  /// `op` awaits the answer to `r`, sent with `round` about table `t` as `payload`; `rows` is
+  /// where a pull's rows go (null otherwise); `copy_to`, sized to the answer expected, where a
+  /// save's summary goes (null otherwise). Any other answer is empty.
   void await(const op_ptr& op, const table_record& t, std::uint64_t round, row_request&& r,
-             std::byte* rows, std::shared_ptr<std::vector<std::byte>> copy_to = {}) {
+             std::shared_ptr<std::vector<std::byte>> payload, std::byte* rows,
+             std::shared_ptr<std::vector<std::byte>> copy_to = {}) {
     ++op->unanswered;
     awaited a;
     a.op = op;
+    a.type = t.spec.type;
+    a.order = ++requests_;
+    if (keep_payloads_) a.payload = std::move(payload);
     a.row_bytes = t.row_bytes;
     a.rows = rows;
     a.starts = std::move(r.starts);
@@ -212,7 +232,10 @@ class row_calls {
   };
   delivery take(int server, const wire::header& h, std::size_t payload_bytes) {
     auto it = awaited_.find(call_id{h.key, h.round, server});
-    if (it == awaited_.end()) return {};
+    if (it == awaited_.end()) {
+      redeclared_.erase(call_id{h.key, h.round, server});
+      return {};
+    }
     auto& a = it->second;
     if (payload_bytes != a.expect_bytes) {
       auto op = a.op;
@@ -243,6 +266,44 @@ class row_calls {
     --d.op->receiving;
     if (!d.op->failure) --d.op->unanswered;
     finish_if_done(d.op);
+  }
+
+  /// Failover on: payloads are kept until answered, for `resend`.
+  void keep_payloads() noexcept { keep_payloads_ = true; }
+
+  /// Failover: `server` was replaced. Declares every table again (with the push rounds begun,
+  /// so a replacement without the dead server's journal can tell the rows are lost), then
+  /// re-sends every request still awaited from it, in the order they were first made:
+  /// `send(key, type, round, payload)`. Returns the requests re-sent.
+  template <class Send>
+  std::size_t resend(int server, Send&& send) {
+    std::erase_if(redeclared_, [&](const auto& e) { return e.first.server == server; });
+    for (const auto& [name, t] : tables_) {
+      const auto round = next_call_round();
+      redeclared_.emplace(call_id{t.key, round, server}, name);
+      send(t.key, t.spec.type, round,
+           std::make_shared<std::vector<std::byte>>(embedding::encode_declare(t.spec, t.pushes)));
+    }
+    std::vector<std::pair<const call_id*, const awaited*>> owed;
+    for (const auto& [id, a] : awaited_)
+      if (id.server == server && a.payload) owed.emplace_back(&id, &a);
+    std::sort(owed.begin(), owed.end(),
+              [](const auto& x, const auto& y) { return x.second->order < y.second->order; });
+    for (const auto& [id, a] : owed) send(id->key, a->type, id->round, a->payload);
+    return owed.size();
+  }
+
+  /// When `h` is the answer to a declaration `resend` sent, the worker's failure: a replacement
+  /// that cannot take the table over (its journal is missing) leaves the job nothing to go on
+  /// with.
+  std::optional<std::string> redeclaration_refused(int server, const wire::header& h,
+                                                   const std::string& text) {
+    auto it = redeclared_.find(call_id{h.key, h.round, server});
+    if (it == redeclared_.end()) return std::nullopt;
+    auto why = fmt::format("server {}'s replacement refused table '{}': {}", server, it->second,
+                           text);
+    redeclared_.erase(it);
+    return why;
   }
 
   /// A server refused the request `h` (a usage error of this call): the call fails with it.
@@ -318,6 +379,9 @@ class row_calls {
   };
   struct awaited {
     op_ptr op;
+    dtype type = dtype::float32;
+    std::uint64_t order = 0;                         ///< when the request was made
+    std::shared_ptr<std::vector<std::byte>> payload;  ///< failover only: for `resend`
     std::size_t row_bytes = 0;
     std::byte* rows = nullptr;
     std::vector<std::size_t> starts, positions;
@@ -327,7 +391,9 @@ class row_calls {
 
   std::unordered_map<std::string, table_record> tables_;
   std::unordered_map<call_id, awaited, call_id_hash> awaited_;
-  std::uint64_t calls_ = 0;
+  std::unordered_map<call_id, std::string, call_id_hash> redeclared_;  // resend's: table names
+  std::uint64_t calls_ = 0, requests_ = 0;
+  bool keep_payloads_ = false;
 };
 
 }  // namespace bps::worker

@@ -128,6 +128,7 @@ Config Config::from_env() {
                     "BYTEPS_TRACE_START_STEP={} (steps START .. END-1 are traced)",
                     c.trace_end_step, c.trace_start_step));
   if (const char* d = env_or_null("BYTEPS_TRACE_DIR")) c.trace_dir = d;
+  if (const char* d = env_or_null("BYTEPS_TABLE_JOURNAL_DIR")) c.table_journal_dir = d;
 
   if (const char* h = env_or_null("BYTEPS_KEY_HASH_FN")) {
     std::string_view v = h;

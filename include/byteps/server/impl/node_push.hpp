@@ -137,7 +137,10 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
                          .servers = cfg_.num_servers,
                          .num_workers = worker_processes_.load(std::memory_order_acquire),
                          .async = cfg_.enable_async,
-                         .staleness = cfg_.async_staleness});
+                         .staleness = cfg_.async_staleness,
+                         .failover = cfg_.failover(),
+                         .journal_dir = cfg_.table_journal_dir,
+                         .job_id = job_id_.load(std::memory_order_acquire)});
   } catch (const wire::decode_error& err) {  // answered, as a refused request is
     return s->send_error(h, fmt::format("a malformed rows_request: {}", err.what()),
                          wire::flag_usage);

@@ -27,12 +27,6 @@ template <class T, class L, class P, class S>
 void node<T, L, P, S>::declare_table(const table_spec& spec) {
   embedding::check_spec(spec);
   embedding::optimizer::parse(spec.optimizer, spec.name);  // throws for a recipe no server reads
-  const auto refuse = [&](const std::string& why) {
-    throw usage_error(fmt::format("declare_table of '{}': {}", spec.name, why));
-  };
-  if (cfg_.failover())
-    refuse("embedding tables do not survive a server's failover yet; this job sets "
-           "BYTEPS_FAILOVER_TIMEOUT_MS");
   std::shared_ptr<detail::op_state> op;
   {
     std::lock_guard lock(state_.mu);
@@ -68,7 +62,7 @@ handle node<T, L, P, S>::pull_rows(std::string_view name, std::span<const std::u
   for (auto& r : requests) {
     const int server = r.server;
     auto payload = std::make_shared<std::vector<std::byte>>(std::move(r.payload));
-    state_.rows.await(op, t, round, std::move(r), static_cast<std::byte*>(rows));
+    state_.rows.await(op, t, round, std::move(r), payload, static_cast<std::byte*>(rows));
     send_rows(server, t, round, payload);
   }
   state_.rows.finish_if_done(op);  // no ids: done at once
@@ -98,7 +92,7 @@ handle node<T, L, P, S>::push_rows(std::string_view name, std::span<const std::u
   for (auto& r : requests) {
     const int server = r.server;
     auto payload = std::make_shared<std::vector<std::byte>>(std::move(r.payload));
-    state_.rows.await(op, t, round, std::move(r), nullptr);
+    state_.rows.await(op, t, round, std::move(r), payload, nullptr);
     send_rows(server, t, round, payload);
   }
   t.push_in_flight = op;
@@ -208,7 +202,7 @@ void node<T, L, P, S>::ask_every_server(
   for (int s = 0; s < static_cast<int>(state_.links.size()); ++s) {
     row_request r;
     r.server = s;
-    state_.rows.await(op, t, round, std::move(r), nullptr,
+    state_.rows.await(op, t, round, std::move(r), shared, nullptr,
                       answers.empty() ? nullptr : answers[static_cast<std::size_t>(s)]);
     send_rows(s, t, round, shared);
   }
@@ -217,13 +211,8 @@ void node<T, L, P, S>::ask_every_server(
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::send_rows(int server, const table_record& t, std::uint64_t round,
                                  const std::shared_ptr<std::vector<std::byte>>& payload) {
-  wire::header h;
-  h.type = wire::msg::rows_request;
-  h.sender = static_cast<std::uint32_t>(state_.machine);
-  h.key = t.key;
-  h.dtype = static_cast<std::uint32_t>(t.spec.type);
-  h.round = round;
-  state_.links[server].link->send(h, *payload, [payload] {});
+  state_.links[server].link->send(rows_header(t.key, t.spec.type, round, state_.machine), *payload,
+                                  [payload] {});
 }
 
 template <class T, class L, class P, class S>
