@@ -13,7 +13,8 @@
 // At the end every worker checks that its loss fell (the mean of the last 20 steps at most
 // 0.85 of the first 20's) and that all workers hold the same MLP and read the same rows (rank
 // 0's broadcast, compared bit for bit); it exits 1 saying which check failed. Rank 0 prints a
-// line every --report steps.
+// line every --report steps, and at the end a digest of the MLP and of 64 rows of each table
+// (tests compare it between runs: a run with a server killed must end on the same bits).
 //
 //   byteps-launch --workers 2 --servers 2 -- train_recsys [--steps N] [--rows N] [--dim N]
 //       [--batch N] [--zipf S] [--seed N] [--report N]
@@ -265,11 +266,17 @@ int main(int argc, char** argv) try {
     std::printf("FAILED: worker %d's loss did not fall enough: %.4f -> %.4f (at most 0.85x)\n", rank, first, last);
     ok = false;
   }
+  std::uint64_t digest = 14695981039346656037ull;  // FNV-1a of the MLP, then of the probed rows
+  const auto hash = [&digest](std::span<const float> v) {
+    for (const auto b : std::as_bytes(v)) digest = (digest ^ static_cast<std::uint8_t>(b)) * 1099511628211ull;
+  };
+  for (const auto& t : mlp.tensors()) hash(t);
   std::vector<std::uint64_t> probe(64);
   for (std::size_t i = 0; i < probe.size(); ++i) probe[i] = i * 7919 % args.rows;
   for (int t = 0; t < tables; ++t) {
     std::vector<float> mine(probe.size() * dim), theirs;
     comm.pull_rows(names[t], probe, std::span(mine)).wait();
+    hash(mine);
     theirs = mine;
     comm.broadcast(names[t] + ".check", std::span(theirs), 0).wait();
     if (std::memcmp(mine.data(), theirs.data(), mine.size() * sizeof(float)) != 0) {
@@ -288,6 +295,9 @@ int main(int argc, char** argv) try {
   }
   if (ok)
     std::printf("OK: worker %d: loss %.4f -> %.4f; the workers hold the same MLP and rows\n", rank, first, last);
+  if (ok && rank == 0)
+    std::printf("final parameters: digest %016llx (the MLP, and %zu rows of each table)\n",
+                static_cast<unsigned long long>(digest), probe.size());
   return ok ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_recsys: %s\n", e.what());
