@@ -289,10 +289,13 @@ TEST_CASE("Config::from_env reads the failover variables", "[config][failover]")
   set("DMLC_ROLE", "server");
   set("BYTEPS_FAILOVER_TIMEOUT_MS", "30000");
   set("BYTEPS_SERVER_STANDBY", "1");
+  CHECK(bps::Config::from_env().table_journal_dir.empty());
+  set("BYTEPS_TABLE_JOURNAL_DIR", "/shared/journals");
   const auto c = bps::Config::from_env();
   CHECK(c.failover_timeout == 30000ms);
   CHECK(c.failover());
   CHECK(c.server_standby);
+  CHECK(c.table_journal_dir == "/shared/journals");
 
   set("BYTEPS_FAILOVER_TIMEOUT_MS", "0");  // off, explicitly
   set("BYTEPS_SERVER_STANDBY", "0");

@@ -236,7 +236,7 @@ std::vector<float> pull(server::tables& t, const std::vector<std::uint64_t>& ids
 
 }  // namespace table_unit
 
-TEST_CASE("table journal: records read back as written; a record cut off or damaged is where replay stops") {
+TEST_CASE("table journal: records read back as written, and a record cut off or damaged is where replay stops") {
   using embedding::journal;
   using embedding::journal_record;
   journal_dir dir;
