@@ -32,6 +32,8 @@ inline constexpr const char* all_variables[] = {
     "BYTEPS_SERVER_LANDING_BYTES",
     "BYTEPS_FUSION_BYTES",
     "BYTEPS_IO_THREADS",
+    "BYTEPS_IO_POLL_US",
+    "BYTEPS_WAIT_POLL_US",
     "BYTEPS_TCP_NOTSENT_LOWAT",
     "BYTEPS_ENABLE_MIXED_MODE",
     "BYTEPS_ENABLE_IPC",

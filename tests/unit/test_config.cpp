@@ -36,6 +36,8 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_SERVER_ENGINE_THREAD", "12");
   set("BYTEPS_SERVER_CHUNK_BYTES", "65536");
   set("BYTEPS_IO_THREADS", "3");
+  set("BYTEPS_IO_POLL_US", "0");
+  set("BYTEPS_WAIT_POLL_US", "2500");
   set("BYTEPS_TCP_NOTSENT_LOWAT", "131072");
   set("BYTEPS_ENABLE_MIXED_MODE", "1");
   set("BYTEPS_ENABLE_IPC", "0");
@@ -63,6 +65,8 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.server_engine_threads == 12);
   CHECK(c.server_chunk_bytes == 65536);
   CHECK(c.io_threads == 3);
+  CHECK(c.io_poll == std::chrono::microseconds(0));
+  CHECK(c.wait_poll == std::chrono::microseconds(2500));
   CHECK(c.tcp_notsent_lowat == 131072);
   CHECK(c.mixed_mode);
   CHECK_FALSE(c.enable_ipc);
@@ -136,6 +140,8 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.scheduling_credit == 4);
   CHECK(c.server_engine_threads == 4);
   CHECK(c.io_threads == 1);
+  CHECK(c.io_poll == std::chrono::microseconds(200));
+  CHECK(c.wait_poll == std::chrono::microseconds(100));
   CHECK(c.tcp_notsent_lowat == 262144);
   CHECK_FALSE(c.mixed_mode);
   CHECK(c.enable_ipc);
@@ -256,6 +262,8 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
       {"BYTEPS_SERVER_CHUNK_BYTES", "-64"},
       {"BYTEPS_SERVER_CHUNK_BYTES", "100"},
       {"BYTEPS_IO_THREADS", "65"},
+      {"BYTEPS_IO_POLL_US", "100001"},
+      {"BYTEPS_WAIT_POLL_US", "-1"},
       {"BYTEPS_TCP_NOTSENT_LOWAT", "1073741825"},
       {"BYTEPS_TCP_NOTSENT_LOWAT", "-1"},
       {"BYTEPS_IPC_RING_BYTES", "1048575"},
@@ -355,6 +363,8 @@ TEST_CASE("Config::validate accepts the defaults and names each bad field", "[co
       {"server_chunk_bytes", [](bps::Config& c) { c.server_chunk_bytes = (std::size_t{1} << 26) + 64; }},
       {"io_threads", [](bps::Config& c) { c.io_threads = 0; }},
       {"io_threads", [](bps::Config& c) { c.io_threads = 65; }},
+      {"io_poll", [](bps::Config& c) { c.io_poll = std::chrono::microseconds(-1); }},
+      {"wait_poll", [](bps::Config& c) { c.wait_poll = std::chrono::microseconds(100001); }},
       {"tcp_notsent_lowat", [](bps::Config& c) { c.tcp_notsent_lowat = (1u << 30) + 1; }},
       {"ipc_ring_bytes", [](bps::Config& c) { c.ipc_ring_bytes = (1u << 20) - 1; }},
       {"local_size", [](bps::Config& c) { c.local_size = 0; }},

@@ -22,6 +22,7 @@ using tls_tcp_options = bps::transport::tls_options<tcp_options>;
 TEST_CASE("transport options built in code are the defaults", "[options]") {
   CHECK(tcp_options{}.io_threads == 1);
   CHECK(tcp_options{}.notsent_lowat == 262144);
+  CHECK(tcp_options{}.poll_before_sleep == std::chrono::microseconds(200));
   CHECK(ipc_tcp_options{}.enabled);
   CHECK(ipc_tcp_options{}.inner.io_threads == 1);
   CHECK(faulty_ipc_tcp_options{}.inner.inner.io_threads == 1);
@@ -36,6 +37,8 @@ TEST_CASE("transport options from a Config carry its recorded values, through de
   c.io_threads = 3;
   c.enable_ipc = false;
   c.tcp_notsent_lowat = 0;
+  c.io_poll = std::chrono::microseconds(0);
+  CHECK(tcp_options::from(c).poll_before_sleep == std::chrono::microseconds(0));
   CHECK(tcp_options::from(c).io_threads == 3);
   CHECK(tcp_options::from(c).notsent_lowat == 0);
   const auto ipc = ipc_tcp_options::from(c);
@@ -60,6 +63,10 @@ TEST_CASE("tcp options out of range are refused, naming the field", "[options]")
   CHECK_THROWS_WITH(tcp_options{.notsent_lowat = (std::size_t{1} << 30) + 1}.validate(),
                     "transport::tcp::options: notsent_lowat = 1073741825 is not valid: expected "
                     "0 (off) .. 1073741824");
+  REQUIRE_NOTHROW(tcp_options{.poll_before_sleep = std::chrono::microseconds(0)}.validate());
+  CHECK_THROWS_WITH(tcp_options{.poll_before_sleep = std::chrono::microseconds(100001)}.validate(),
+                    "transport::tcp::options: poll_before_sleep = 100001 us is not valid: expected "
+                    "0 .. 100000");
 }
 
 TEST_CASE("TCP_NOTSENT_LOWAT: set_notsent_lowat sets it, and tune_connection leaves a "

@@ -150,6 +150,12 @@ struct Config {
   // from_env() is the one reader of the environment. A node given no transport options builds
   // them from these (`transport::tcp::options::from`, `transport::ipc<I>::options::from`).
   int io_threads = 1;  ///< BYTEPS_IO_THREADS (tcp_options::io_threads)
+  /// BYTEPS_IO_POLL_US (tcp_options::poll_before_sleep): an I/O thread polls this long after
+  /// its last event before it sleeps; 0: at once.
+  std::chrono::microseconds io_poll{200};
+  /// BYTEPS_WAIT_POLL_US: workers. A `handle::wait` polls its operation this long before it
+  /// sleeps on it; 0: at once.
+  std::chrono::microseconds wait_poll{100};
   /// BYTEPS_TCP_NOTSENT_LOWAT (tcp_options::notsent_lowat; 0: the kernel's default).
   std::size_t tcp_notsent_lowat = 262144;
   bool enable_ipc = true;  ///< BYTEPS_ENABLE_IPC (ipc_options::enabled)

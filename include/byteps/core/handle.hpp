@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "byteps/core/error.hpp"
 #include "byteps/core/op_state.hpp"
@@ -80,7 +81,15 @@ class handle {
   }
 
  private:
+  // Polls first, yielding, for the operation's `wait_poll`: an answer that comes within it
+  // finds this thread awake instead of waking it from the condition variable.
   bool wait_until(clock::time_point until) const {
+    check();
+    if (s_->wait_poll.count() > 0) {
+      const auto stop = std::min(until, clock::now() + s_->wait_poll);
+      while (!s_->finished.load(std::memory_order_acquire) && clock::now() < stop)
+        std::this_thread::yield();
+    }
     return wait_for_state(until, [&] { return s_->done; });
   }
 

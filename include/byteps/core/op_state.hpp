@@ -45,6 +45,8 @@ struct op_state {
 
   // Set at creation, then read-only.
   std::string what;  ///< "push_pull of 'name'", for messages
+  /// How long `handle::wait` polls before it sleeps (`Config::wait_poll`).
+  std::chrono::microseconds wait_poll{0};
   /// What the network stage pushes from and pulls into: the caller's buffer, or with a local
   /// stage the host memory of this rank's owned partitions (set before the first is queued).
   std::span<std::byte> data;
@@ -104,6 +106,7 @@ struct op_state {
       done = true;
       error = std::move(e);
       then = std::move(on_done);
+      finished.store(true, std::memory_order_release);
     }
     cv.notify_all();
     if (then) then();
@@ -125,6 +128,7 @@ struct op_state {
   mutable std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  std::atomic<bool> finished{false};  ///< `done`, for a waiter that polls without `mu`
   bool event_recorded = false;  ///< `device_event` is recorded (guarded by `mu`)
   std::exception_ptr error;
   std::function<void()> on_done;

@@ -103,9 +103,12 @@ class local_stage {
   /// to tell.
   using share_fn = std::function<void(const std::string& name, std::span<std::byte> memory)>;
 
+  /// `wait_poll`: how long a wait on an operation's handle polls first (`Config::wait_poll`).
   local_stage(L& local, network_port network, die_fn die, const liveness& life,
-              detail::tracer& trace, deadline_timer& deadlines, share_fn share = {})
-      : local_(local),
+              detail::tracer& trace, deadline_timer& deadlines, std::chrono::microseconds wait_poll,
+              share_fn share = {})
+      : wait_poll_(wait_poll),
+        local_(local),
         network_(std::move(network)),
         die_(std::move(die)),
         life_(life),
@@ -138,6 +141,7 @@ class local_stage {
     state->type = op->w.type;
     state->key = op->w.key;
     state->deadline = op->w.deadline;
+    state->wait_poll = wait_poll_;
     state->on_deadline = [this](detail::op_state&) { ring(); };  // the loop names the wait
     op->w.state = state;
     throw_if_closed(op->w.what);
@@ -365,6 +369,7 @@ class local_stage {
     op.w.state->finish(std::move(e));
   }
 
+  std::chrono::microseconds wait_poll_;  // each operation's `op_state::wait_poll`
   L& local_;
   network_port network_;
   die_fn die_;

@@ -87,7 +87,7 @@ class node {
               std::lock_guard lock(state_.mu);
               state_.die_locked(why);
             },
-            state_.life, trace_, deadlines_, segment_sharing()) {
+            state_.life, trace_, deadlines_, cfg.wait_poll, segment_sharing()) {
     if constexpr (!L::is_identity)
       state_.also_fail = [this] { stage_.wake_to_end(); };
     try {
@@ -336,6 +336,7 @@ class node {
     op->average = opts.average && state_.global_size > 1;
     op->key = tensor_key(name);
     op->deadline = deadline;
+    op->wait_poll = cfg_.wait_poll;
     op->on_deadline = [this](detail::op_state& o) { expire(o); };
 
     {

@@ -27,6 +27,10 @@ void Config::validate() const {
          "0 (off) or a multiple of 64 up to 2^26");
   if (io_threads < 1 || io_threads > 64)
     fail("io_threads (BYTEPS_IO_THREADS)", io_threads, "1 .. 64");
+  if (io_poll.count() < 0 || io_poll.count() > 100000)
+    fail("io_poll (BYTEPS_IO_POLL_US)", io_poll.count(), "0 .. 100000 microseconds");
+  if (wait_poll.count() < 0 || wait_poll.count() > 100000)
+    fail("wait_poll (BYTEPS_WAIT_POLL_US)", wait_poll.count(), "0 .. 100000 microseconds");
   if (tcp_notsent_lowat > (std::size_t{1} << 30))
     fail("tcp_notsent_lowat (BYTEPS_TCP_NOTSENT_LOWAT)", tcp_notsent_lowat, "0 (off) .. 2^30");
   if (ipc_ring_bytes < (std::size_t{1} << 20) || ipc_ring_bytes > (std::size_t{1} << 40))

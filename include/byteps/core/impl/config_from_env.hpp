@@ -65,6 +65,8 @@ Config Config::from_env() {
   c.server_landing_bytes = static_cast<std::size_t>(
       env_integer("BYTEPS_SERVER_LANDING_BYTES", std::int64_t{4} << 30, 0, std::int64_t{1} << 50));
   c.io_threads = static_cast<int>(env_integer("BYTEPS_IO_THREADS", 1, 1, 64));
+  c.io_poll = std::chrono::microseconds(env_integer("BYTEPS_IO_POLL_US", 200, 0, 100000));
+  c.wait_poll = std::chrono::microseconds(env_integer("BYTEPS_WAIT_POLL_US", 100, 0, 100000));
   c.tcp_notsent_lowat = static_cast<std::size_t>(
       env_integer("BYTEPS_TCP_NOTSENT_LOWAT", 262144, 0, std::int64_t{1} << 30));
   c.mixed_mode = env_integer("BYTEPS_ENABLE_MIXED_MODE", 0, 0, 1) == 1;

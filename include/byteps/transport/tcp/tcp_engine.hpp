@@ -12,6 +12,7 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -27,12 +28,13 @@ template <class Link>
 class tcp_engine {
  public:
   /// `log` is the transport's, which outlives this (a member of the transport, before it).
-  tcp_engine(int io_threads, const logger& log)
+  /// `poll`: how long a thread polls after its last event before it sleeps (0: at once).
+  tcp_engine(int io_threads, std::chrono::microseconds poll, const logger& log)
       // One thread: Asio then queues a handler's own posts without taking its lock.
       : io_(io_threads == 1 ? 1 : ASIO_CONCURRENCY_HINT_DEFAULT),
         work_(asio::make_work_guard(io_)),
         listeners_(io_, log) {
-    for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
+    for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this, poll] { run(poll); });
   }
   tcp_engine(const tcp_engine&) = delete;
   tcp_engine& operator=(const tcp_engine&) = delete;
@@ -94,6 +96,25 @@ class tcp_engine {
   }
 
  private:
+  // A frame that comes soon after the last (an answer to a push just sent, the second worker's
+  // push of a round) is read without the wake-up from epoll_wait, which costs tens of
+  // microseconds; the thread yields while it polls, so a thread with work on its core runs.
+  void run(std::chrono::microseconds poll) {
+    if (poll.count() == 0) return static_cast<void>(io_.run());
+    using clock = std::chrono::steady_clock;
+    auto last = clock::now();
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        last = clock::now();
+      } else if (clock::now() - last < poll) {
+        std::this_thread::yield();
+      } else {
+        io_.run_one();
+        last = clock::now();
+      }
+    }
+  }
+
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::vector<std::thread> threads_;

@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include <chrono>
 #include <cstddef>
 
 #include "byteps/core/config.hpp"
@@ -35,10 +36,19 @@ struct tcp_options {
   /// kernel's default (no bound).
   std::size_t notsent_lowat = 262144;
 
-  /// The values the environment gave (`Config::io_threads`, `Config::tcp_notsent_lowat`), so
-  /// that a node built from `Config::from_env()` alone behaves as the variables say.
+  static constexpr std::chrono::microseconds max_poll_before_sleep{100000};
+  /// How long an I/O thread polls its sockets after its last event before it sleeps in
+  /// epoll_wait (BYTEPS_IO_POLL_US); 0: it sleeps at once. A frame that comes within it is read
+  /// without a wake-up (docs/performance.md, "Polling before sleeping").
+  std::chrono::microseconds poll_before_sleep{200};
+
+  /// The values the environment gave (`Config::io_threads`, `Config::tcp_notsent_lowat`,
+  /// `Config::io_poll`), so that a node built from `Config::from_env()` alone behaves as the
+  /// variables say.
   static tcp_options from(const Config& cfg) {
-    return {.io_threads = cfg.io_threads, .notsent_lowat = cfg.tcp_notsent_lowat};
+    return {.io_threads = cfg.io_threads,
+            .notsent_lowat = cfg.tcp_notsent_lowat,
+            .poll_before_sleep = cfg.io_poll};
   }
 
   /// Throws `usage_error` naming the field; the transport calls it when constructed, since
@@ -52,6 +62,10 @@ struct tcp_options {
       throw usage_error(fmt::format(
           "transport::tcp::options: notsent_lowat = {} is not valid: expected 0 (off) .. {}",
           notsent_lowat, max_notsent_lowat));
+    if (poll_before_sleep.count() < 0 || poll_before_sleep > max_poll_before_sleep)
+      throw usage_error(fmt::format(
+          "transport::tcp::options: poll_before_sleep = {} us is not valid: expected 0 .. {}",
+          poll_before_sleep.count(), max_poll_before_sleep.count()));
   }
 };
 

@@ -71,7 +71,7 @@ class tls {
         max_handshakes_(opts.max_handshakes),
         log_(cfg.log, "tls"),
         ssl_(checked_context(opts)),
-        engine_(opts.inner.io_threads, log_) {}
+        engine_(opts.inner.io_threads, opts.inner.poll_before_sleep, log_) {}
   tls(const tls&) = delete;
   tls& operator=(const tls&) = delete;
   ~tls() { stop(); }

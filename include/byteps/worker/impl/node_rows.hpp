@@ -188,6 +188,7 @@ std::shared_ptr<detail::op_state> node<T, L, P, S>::row_operation(std::string wh
   auto op = std::make_shared<detail::op_state>();
   op->what = std::move(what);
   op->deadline = clock::now() + cfg_.op_timeout;
+  op->wait_poll = cfg_.wait_poll;
   op->on_deadline = [this](detail::op_state& o) { expire_rows(o); };
   return op;
 }

@@ -9,7 +9,7 @@ tcp::tcp(const Config& cfg, const options& opts)
     : max_frame_(cfg.max_frame_bytes()),
       notsent_lowat_(opts.notsent_lowat),
       log_(cfg.log, "tcp"),
-      engine_(io_threads(opts), log_) {}
+      engine_(io_threads(opts), opts.poll_before_sleep, log_) {}
 
 std::shared_ptr<tcp::link> tcp::adopt(asio::ip::tcp::socket socket) {
   tune_connection(socket, notsent_lowat_);
