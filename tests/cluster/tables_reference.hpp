@@ -197,6 +197,59 @@ inline table_spec spec_of(std::string name, std::string optimizer, dtype type, s
   return s;
 }
 
+// Asynchronous training in exact arithmetic: rows of 3 start at 0, gradients are eighths and lr
+// is 1/2 (`spec()`), so every sum is exact and the rows after every worker's pushes do not
+// depend on the order the servers applied them in. Worker `rank` pushes `ids(rank, round)`.
+struct async_rows_exact {
+  std::string table;
+  int workers = 3;
+  int rounds = 4;
+  bool more_ids = false;  ///< one more shared id per push
+
+  table_spec spec() const {
+    auto s = spec_of(table, "sgd:lr=0.5", dtype::float32, 3);
+    s.init_scale = 0;
+    return s;
+  }
+  std::vector<std::uint64_t> ids(int rank, int round) const {
+    std::vector<std::uint64_t> v{static_cast<std::uint64_t>(rank + round), 7, 500,
+                                 static_cast<std::uint64_t>(rank * 100 + 3)};
+    if (more_ids) v.push_back(501);
+    return v;
+  }
+  static float grad(int rank, int round, std::uint64_t id, std::uint32_t j) {
+    return static_cast<float>((rank + 1) * round + static_cast<int>(id % 5) - static_cast<int>(j)) /
+           8.0f;
+  }
+  std::vector<float> grads(int rank, int round) const {
+    std::vector<float> g;
+    for (auto id : ids(rank, round))
+      for (std::uint32_t j = 0; j < 3; ++j) g.push_back(grad(rank, round, id, j));
+    return g;
+  }
+
+  // After every worker's pushes are in (a barrier): every row equals minus half the sum of its
+  // gradients, exactly.
+  template <class Comm>
+  void check(Comm& comm) const {
+    std::map<std::uint64_t, std::vector<float>> want;
+    for (int w = 0; w < workers; ++w)
+      for (int r = 1; r <= rounds; ++r)
+        for (auto id : ids(w, r)) {
+          auto& row = want.try_emplace(id, std::vector<float>(3, 0.0f)).first->second;
+          for (std::uint32_t j = 0; j < 3; ++j) row[j] -= 0.5f * grad(w, r, id, j);
+        }
+    std::vector<std::uint64_t> all;
+    for (const auto& entry : want) all.push_back(entry.first);
+    std::vector<float> out(all.size() * 3);
+    comm.pull_rows(table, all, std::span(out)).wait();
+    for (std::size_t i = 0; i < all.size(); ++i)
+      for (std::uint32_t j = 0; j < 3; ++j)
+        BPS_EXPECT(out[i * 3 + j] == want[all[i]][j], "async: row {} column {} is {}, expected {}",
+                   all[i], j, out[i * 3 + j], want[all[i]][j]);
+  }
+};
+
 inline const std::vector<std::pair<std::string, optimizer_ref>> optimizers = {
     {"sgd:lr=0.1", {"sgd", 0.1f, 0}},
     {"adagrad:lr=0.05,eps=1e-6", {"adagrad", 0.05f, 1e-6f}},

@@ -360,43 +360,15 @@ void run_async(Config cfg, std::vector<int> machines, const std::function<void(t
 }  // namespace tables_test
 
 TEST_CASE("tables: in async mode every push is applied as it comes - sgd in exact arithmetic, 3 workers x 2 servers") {
-  // Rows start at 0, gradients are eighths and lr is 1/2: every sum is exact, so the rows after
-  // every worker's pushes do not depend on the order the servers applied them in.
-  auto spec = spec_of("emb_async", "sgd:lr=0.5", dtype::float32, 3);
-  spec.init_scale = 0;
-  constexpr int rounds = 4;
-  auto grad = [](int rank, int round, std::uint64_t id, std::uint32_t j) {
-    return static_cast<float>((rank + 1) * round + static_cast<int>(id % 5) - static_cast<int>(j)) / 8.0f;
-  };
-  auto ids_of = [](int rank, int round) {
-    return std::vector<std::uint64_t>{static_cast<std::uint64_t>(rank + round), 7, 500,
-                                      static_cast<std::uint64_t>(rank * 100 + 3)};
-  };
+  const async_rows_exact job{.table = "emb_async"};
   run_async(test::base_config(3, 2), {1, 1, 1}, [&](tcp_comm& comm) {
-    comm.declare_table(spec);
-    for (int r = 1; r <= rounds; ++r) {
-      const auto ids = ids_of(comm.rank(), r);
-      std::vector<float> g;
-      for (auto id : ids)
-        for (std::uint32_t j = 0; j < 3; ++j) g.push_back(grad(comm.rank(), r, id, j));
-      comm.push_rows(spec.name, ids, std::span(g)).wait();
+    comm.declare_table(job.spec());
+    for (int r = 1; r <= job.rounds; ++r) {
+      const auto g = job.grads(comm.rank(), r);
+      comm.push_rows(job.table, job.ids(comm.rank(), r), std::span(g)).wait();
     }
     comm.barrier();  // every worker's pushes are applied
-    std::map<std::uint64_t, std::vector<float>> want;
-    for (int w = 0; w < 3; ++w)
-      for (int r = 1; r <= rounds; ++r)
-        for (auto id : ids_of(w, r)) {
-          auto& row = want.try_emplace(id, std::vector<float>(3, 0.0f)).first->second;
-          for (std::uint32_t j = 0; j < 3; ++j) row[j] -= 0.5f * grad(w, r, id, j);
-        }
-    std::vector<std::uint64_t> ids;
-    for (const auto& [id, row] : want) ids.push_back(id);
-    std::vector<float> out(ids.size() * 3);
-    comm.pull_rows(spec.name, ids, std::span(out)).wait();
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      for (std::uint32_t j = 0; j < 3; ++j)
-        BPS_EXPECT(out[i * 3 + j] == want[ids[i]][j], "async: row {} column {} is {}, expected {}",
-                   ids[i], j, out[i * 3 + j], want[ids[i]][j]);
+    job.check(comm);
   });
 }
 

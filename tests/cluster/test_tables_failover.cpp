@@ -100,43 +100,17 @@ TEST_CASE("tables failover: in async mode a killed server's rows lose and double
   cfg.enable_async = true;
   failover_cluster<transport::tcp, server::async_sum> c(cfg, 1);
   using comm_type = failover_cluster<transport::tcp, server::async_sum>::comm_type;
-  auto spec = spec_of("fo_async", "sgd:lr=0.5", dtype::float32, 3);
-  spec.init_scale = 0;
-  constexpr int rounds = 8;
-  auto grad = [](int rank, int round, std::uint64_t id, std::uint32_t j) {
-    return static_cast<float>((rank + 1) * round + static_cast<int>(id % 5) - static_cast<int>(j)) / 8.0f;
-  };
-  auto ids_of = [](int rank, int round) {
-    return std::vector<std::uint64_t>{static_cast<std::uint64_t>(rank + round), 7, 500, 501,
-                                      static_cast<std::uint64_t>(rank * 100 + 3)};
-  };
+  const async_rows_exact job{.table = "fo_async", .rounds = 8, .more_ids = true};
   c.run_workers([&](comm_type& comm, int rank) {
-    comm.declare_table(spec);
-    for (int r = 1; r <= rounds; ++r) {
-      const auto ids = ids_of(rank, r);
-      std::vector<float> g;
-      for (auto id : ids)
-        for (std::uint32_t j = 0; j < 3; ++j) g.push_back(grad(rank, r, id, j));
-      auto h = comm.push_rows(spec.name, ids, std::span(g));
+    comm.declare_table(job.spec());
+    for (int r = 1; r <= job.rounds; ++r) {
+      const auto g = job.grads(rank, r);
+      auto h = comm.push_rows(job.table, job.ids(rank, r), std::span(g));
       if (rank == 0 && r == 4) c.kill_server(1);
       h.wait();
     }
     comm.barrier();  // every worker's pushes are applied
-    std::map<std::uint64_t, std::vector<float>> want;
-    for (int w = 0; w < 3; ++w)
-      for (int r = 1; r <= rounds; ++r)
-        for (auto id : ids_of(w, r)) {
-          auto& row = want.try_emplace(id, std::vector<float>(3, 0.0f)).first->second;
-          for (std::uint32_t j = 0; j < 3; ++j) row[j] -= 0.5f * grad(w, r, id, j);
-        }
-    std::vector<std::uint64_t> ids;
-    for (const auto& [id, row] : want) ids.push_back(id);
-    std::vector<float> out(ids.size() * 3);
-    comm.pull_rows(spec.name, ids, std::span(out)).wait();
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      for (std::uint32_t j = 0; j < 3; ++j)
-        BPS_EXPECT(out[i * 3 + j] == want[ids[i]][j], "async: row {} column {} is {}, expected {}",
-                   ids[i], j, out[i * 3 + j], want[ids[i]][j]);
+    job.check(comm);
   });
   CHECK(c.replacements() == 1);
 }

@@ -37,27 +37,8 @@ fi
 [[ $epochs =~ ^[0-9]+$ && $kill_after_epoch =~ ^[0-9]+$ ]] && ((kill_after_epoch >= 1 && kill_after_epoch < epochs)) ||
   { echo "$usage: need 1 <= KILL_AFTER_EPOCH < EPOCHS" >&2; exit 2; }
 
-work=$(mktemp -d)
-launcher=
-cleanup() {
-  if [[ -n $launcher ]] && kill -0 "$launcher" 2>/dev/null; then
-    kill -TERM "$launcher" 2>/dev/null  # the launcher stops its whole cluster
-    wait "$launcher" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*"
-  for log in "$work"/*.log; do
-    echo "---- last lines of $(basename "$log")"
-    tail -25 "$log"
-  done
-  exit 1
-}
-
-digest_of() { grep -o "final parameters: digest [0-9a-f]*" "$1" | awk '{print $4}'; }
+# shellcheck source=SCRIPTDIR/failover_lib.sh
+source "$(dirname "$0")/failover_lib.sh"
 
 export BYTEPS_LOG_LEVEL=INFO
 unset BYTEPS_FAILOVER_TIMEOUT_MS BYTEPS_SERVER_STANDBY

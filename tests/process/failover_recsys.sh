@@ -19,27 +19,8 @@ kill_after=${4:-200}
   { echo "$usage: need 0 < KILL_AFTER_STEP < STEPS, KILL_AFTER_STEP a multiple of 10" >&2; exit 2; }
 train_args=(--steps "$steps" --report 10 --rows 200000)
 
-work=$(mktemp -d)
-launcher=
-cleanup() {
-  if [[ -n $launcher ]] && kill -0 "$launcher" 2>/dev/null; then
-    kill -TERM "$launcher" 2>/dev/null  # the launcher stops its whole cluster
-    wait "$launcher" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*"
-  for log in "$work"/*.log; do
-    echo "---- last lines of $(basename "$log")"
-    tail -25 "$log"
-  done
-  exit 1
-}
-
-digest_of() { grep -o "final parameters: digest [0-9a-f]*" "$1" | awk '{print $4}'; }
+# shellcheck source=SCRIPTDIR/failover_lib.sh
+source "$(dirname "$0")/failover_lib.sh"
 
 export BYTEPS_LOG_LEVEL=INFO
 unset BYTEPS_SERVER_STANDBY BYTEPS_TABLE_JOURNAL_DIR

@@ -69,6 +69,15 @@ inline std::string manifest_file(const std::string& dir, const std::string& tabl
   return fmt::format("{}/{}.manifest", dir, file_stem(table));
 }
 
+/// The bytes of the file at `path`, a `what` ("shard file", "journal"); `usage_error` naming
+/// both when it cannot be read.
+inline std::vector<char> read_whole_file(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw usage_error(fmt::format("cannot read the {} {}: {}", what, path, std::strerror(errno)));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 /// Writes `shard` (serialised) of `spec` as server `server` of `servers` to `path`; throws
 /// `usage_error` naming the file when the system refuses.
 inline shard_summary write_shard(const std::string& path, const table_spec& spec, int server,
@@ -106,10 +115,7 @@ inline shard_summary write_shard(const std::string& path, const table_spec& spec
 /// the file and what is wrong otherwise.
 inline std::vector<std::byte> read_shard(const std::string& path, const table_spec& spec,
                                          int server, int servers) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw usage_error(fmt::format("cannot read the shard file {}: {}", path, std::strerror(errno)));
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto raw = read_whole_file(path, "shard file");
   const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
   const auto bad = [&](const std::string& why) {
     return usage_error(fmt::format("the shard file {} {}", path, why));

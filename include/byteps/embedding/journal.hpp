@@ -37,8 +37,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <span>
 #include <string>
@@ -86,10 +84,7 @@ class journal {
   /// file when it cannot be read or belongs elsewhere.
   static std::vector<journal_record> read(const std::string& path, const table_spec& spec,
                                           std::uint64_t job_id, int server, int servers) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw usage_error(fmt::format("cannot read the journal {}: {}", path, std::strerror(errno)));
-    std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto raw = read_whole_file(path, "journal");
     const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
     const auto bad = [&](const std::string& why) {
       return usage_error(fmt::format("the journal {} {}", path, why));
