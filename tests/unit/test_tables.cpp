@@ -354,3 +354,33 @@ TEST_CASE("table server: a replacement replays the journal, answers a re-sent pu
   REQUIRE(refused.what == kind::refuse);
   CHECK_THAT(refused.error, Catch::Contains("a worker pushed 4 round(s) to the table, but no journal of it is in " + d));
 }
+
+TEST_CASE("table server: a round it cannot journal fails for every pusher, and a replacement then refuses the table") {
+  journal_dir dir;
+  const auto d = dir.path.string();
+  auto spec = small_spec();
+  spec.rows = 100000;
+  server::tables t;
+  REQUIRE(t.handle(head(1 | embedding::call_round_bit), embedding::encode_declare(spec), {0, 0},
+                   journaled(0, d))
+              .what == server::outcome::kind::answer_now);
+  std::filesystem::remove_all(dir.path);  // the journal's directory goes away
+  // Rows server 0 of 2 holds, enough that one round's record (24 bytes a row) passes the 1 MiB
+  // after which the journal starts again from a snapshot, which it cannot write now.
+  std::vector<std::uint64_t> ids;
+  for (std::uint64_t id = 0; ids.size() < 50000; ++id)
+    if (embedding::row_server(embedding::table_key("emb"), id, 2) == 0) ids.push_back(id);
+  const std::vector<float> grads(ids.size() * 2, 1.0f);
+  CHECK(t.handle(head(1), request(embedding::op::push, ids, grads), {0, 0}, journaled(0, d)).what ==
+        server::outcome::kind::wait);
+  const auto failed = t.handle(head(1), request(embedding::op::push, ids, grads), {1, 0}, journaled(0, d));
+  REQUIRE(failed.what == server::outcome::kind::fail_round);
+  CHECK_THAT(failed.error, Catch::Contains("push_rows of table 'emb': server 0 could not journal the change") &&
+                               Catch::Contains("cannot create the journal"));
+  std::filesystem::create_directories(dir.path);
+  server::tables replacement;
+  const auto refused = replacement.handle(head(1 | embedding::call_round_bit),
+                                          embedding::encode_declare(spec, 1), {0, 0}, journaled(0, d));
+  REQUIRE(refused.what == server::outcome::kind::refuse);
+  CHECK_THAT(refused.error, Catch::Contains("no journal of it is in " + d));
+}

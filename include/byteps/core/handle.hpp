@@ -76,7 +76,7 @@ class handle {
   void* device_event() const {
     check();
     if (!s_->device_event) return nullptr;
-    wait_for_state(clock::time_point::max(), [&] { return s_->event_recorded || s_->done; });
+    wait_for_state(clock::time_point::max(), [&] { return s_->event_recorded || s_->done.load(); });
     return s_->device_event.get();
   }
 
@@ -87,10 +87,10 @@ class handle {
     check();
     if (s_->wait_poll.count() > 0) {
       const auto stop = std::min(until, clock::now() + s_->wait_poll);
-      while (!s_->finished.load(std::memory_order_acquire) && clock::now() < stop)
+      while (!s_->done.load(std::memory_order_acquire) && clock::now() < stop)
         std::this_thread::yield();
     }
-    return wait_for_state(until, [&] { return s_->done; });
+    return wait_for_state(until, [&] { return s_->done.load(); });
   }
 
   // Waits (holding s_->mu in `reached`) until `reached()` or `until`, and past the deadline

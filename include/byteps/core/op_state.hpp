@@ -103,10 +103,9 @@ struct op_state {
     std::function<void()> then;
     {
       std::lock_guard lock(mu);
-      done = true;
       error = std::move(e);
       then = std::move(on_done);
-      finished.store(true, std::memory_order_release);
+      done.store(true, std::memory_order_release);
     }
     cv.notify_all();
     if (then) then();
@@ -127,8 +126,8 @@ struct op_state {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
-  std::atomic<bool> finished{false};  ///< `done`, for a waiter that polls without `mu`
+  /// Set under `mu`; atomic so that a waiter may poll it without `mu` (`handle::wait`).
+  std::atomic<bool> done{false};
   bool event_recorded = false;  ///< `device_event` is recorded (guarded by `mu`)
   std::exception_ptr error;
   std::function<void()> on_done;

@@ -78,6 +78,22 @@ inline std::vector<char> read_whole_file(const std::string& path, std::string_vi
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+/// A file's declaration of its table: [u32 length][the declaration, as embedding/messages.hpp
+/// encodes it]. Shard files and journals (embedding/journal.hpp) start with it.
+inline void put_declaration(wire::byte_writer& w, const table_spec& spec) {
+  const auto declaration = encode_declare(spec);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(declaration.size()));
+  auto& b = w.bytes();
+  b.insert(b.end(), declaration.begin(), declaration.end());
+}
+
+/// Reads what `put_declaration` wrote; throws `wire::decode_error`.
+inline table_spec get_declaration(wire::byte_reader& r) {
+  std::vector<std::byte> declaration(r.get<std::uint32_t>());
+  for (auto& x : declaration) x = static_cast<std::byte>(r.get<std::uint8_t>());
+  return decode_request(declaration, 0).spec;
+}
+
 /// Writes `shard` (serialised) of `spec` as server `server` of `servers` to `path`; throws
 /// `usage_error` naming the file when the system refuses.
 inline shard_summary write_shard(const std::string& path, const table_spec& spec, int server,
@@ -89,9 +105,7 @@ inline shard_summary write_shard(const std::string& path, const table_spec& spec
            reinterpret_cast<const std::byte*>(shard_magic) + sizeof shard_magic);
   w.put<std::uint32_t>(static_cast<std::uint32_t>(server));
   w.put<std::uint32_t>(static_cast<std::uint32_t>(servers));
-  const auto declaration = encode_declare(spec);
-  w.put<std::uint32_t>(static_cast<std::uint32_t>(declaration.size()));
-  b.insert(b.end(), declaration.begin(), declaration.end());
+  put_declaration(w, spec);
   w.put<std::uint64_t>(shard.size());
   b.insert(b.end(), shard.begin(), shard.end());
   const auto checksum = fnv1a(b);
@@ -133,11 +147,7 @@ inline std::vector<std::byte> read_shard(const std::string& path, const table_sp
         file_server != static_cast<std::uint32_t>(server))
       throw bad(fmt::format("holds server {} of {}, not server {} of {}", file_server,
                             file_servers, server, servers));
-    const auto length = r.get<std::uint32_t>();
-    std::vector<std::byte> declaration(length);
-    for (auto& x : declaration) x = static_cast<std::byte>(r.get<std::uint8_t>());
-    const auto saved = decode_request(declaration, 0).spec;
-    if (const auto diff = first_difference(saved, spec); !diff.empty())
+    if (const auto diff = first_difference(get_declaration(r), spec); !diff.empty())
       throw bad(fmt::format("was saved from another declaration ({}: the file's, then the job's)", diff));
     const auto size = r.get<std::uint64_t>();
     const std::size_t at = body.size() - size;

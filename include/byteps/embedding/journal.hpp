@@ -27,7 +27,6 @@
 /// power may).
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
@@ -73,12 +72,6 @@ class journal {
                        servers);
   }
 
-  /// Whether `path` exists (a replacement server has a journal to replay).
-  static bool exists(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0;
-  }
-
   /// Every whole record of the journal at `path`, checked against the job, this server's place
   /// and `spec`; stops before a record cut off by the writer's death. `usage_error` naming the
   /// file when it cannot be read or belongs elsewhere.
@@ -103,11 +96,7 @@ class journal {
         throw bad(fmt::format("is server {} of {} in job {:016x}, not server {} of {} in job "
                               "{:016x}",
                               file_server, file_servers, file_job, server, servers, job_id));
-      const auto length = r.get<std::uint32_t>();
-      std::vector<std::byte> declaration(length);
-      for (auto& x : declaration) x = static_cast<std::byte>(r.get<std::uint8_t>());
-      const auto written = decode_request(declaration, 0).spec;
-      if (const auto diff = first_difference(written, spec); !diff.empty())
+      if (const auto diff = first_difference(get_declaration(r), spec); !diff.empty())
         throw bad(fmt::format("was written for another declaration ({}: the file's, then this "
                               "one's)",
                               diff));
@@ -156,13 +145,9 @@ class journal {
     w.put<std::uint64_t>(job_id);
     w.put<std::uint32_t>(static_cast<std::uint32_t>(server));
     w.put<std::uint32_t>(static_cast<std::uint32_t>(servers));
-    const auto declaration = encode_declare(spec);
-    w.put<std::uint32_t>(static_cast<std::uint32_t>(declaration.size()));
-    b.insert(b.end(), declaration.begin(), declaration.end());
+    put_declaration(w, spec);
     header_ = w.take();
   }
-
-  const std::string& path() const noexcept { return path_; }
 
   /// Writes a fresh file holding `snapshot` only (to a temporary name, then renamed over the
   /// old one) and appends to it from now on. `usage_error` naming the file on failure.

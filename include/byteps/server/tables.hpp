@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <span>
@@ -120,7 +121,7 @@ class tables {
     if (!s->round_complete()) return outcome::wait();
     const auto changed = s->apply_round();
     if (auto failed = journal_change(h.key, *s, changed, {}, at); !failed.empty())
-      return outcome::refuse(fmt::format("{}: {}", what, failed));
+      return outcome::fail_round(fmt::format("{}: {}", what, failed));  // every pusher hears it
     return outcome::release(r);
   }
 
@@ -194,7 +195,7 @@ class tables {
     const std::string dir(at.journal_dir);
     const auto path = embedding::journal::file(dir, name, at.job_id, at.server, at.servers);
     embedding::journal j(path, s.spec(), at.job_id, at.server, at.servers);
-    if (embedding::journal::exists(path)) {
+    if (std::filesystem::exists(path)) {
       auto& p = progress_[key];
       try {
         for (auto& rec : embedding::journal::read(path, s.spec(), at.job_id, at.server,
@@ -241,7 +242,8 @@ class tables {
 
   // Failover: journals the rows `changed` (and, in asynchronous training, `pushes`: the pushing
   // worker's count) before anyone is answered; a fresh snapshot when the changes outweigh the
-  // last. Returns what failed, or nothing.
+  // last. Returns what failed, or nothing. A journal that missed a change is removed: a
+  // replacement then refuses the table, naming the lost rows, instead of replaying it.
   std::string journal_change(std::uint64_t key, const embedding::shard& s,
                              const std::vector<std::uint64_t>& changed,
                              std::map<std::uint32_t, std::uint64_t> pushes, const place& at) {
@@ -254,8 +256,10 @@ class tables {
     try {
       if (it->second.append(rec)) it->second.start(snapshot(key, s));
     } catch (const usage_error& e) {
+      it->second.remove();
+      journals_.erase(it);
       return fmt::format("server {} could not journal the change, so a replacement could not "
-                         "recover it: {}",
+                         "recover it (the journal is removed): {}",
                          at.server, e.what());
     }
     return {};

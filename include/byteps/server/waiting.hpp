@@ -60,12 +60,7 @@ class waiting_rooms {
 
   /// Takes worker `worker` out of `id`'s room, to be answered alone; null when it is not there.
   std::shared_ptr<Session> take(const key_id& id, int worker) {
-    auto& w = rooms_[id].workers;
-    auto it = std::find_if(w.begin(), w.end(), [&](const auto& s) { return s->worker == worker; });
-    if (it == w.end()) return nullptr;
-    auto s = std::move(*it);
-    w.erase(it);
-    return s;
+    return take_if(id, [worker](const Session& s) { return s.worker == worker; });
   }
 
   /// Takes the first worker of `id`'s room for which `pred(session)` holds, to be answered

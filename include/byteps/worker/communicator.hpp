@@ -139,7 +139,8 @@ class Communicator {
   /// Every worker declares the same table (a server refuses a declaration that differs from
   /// another worker's, naming the field); declaring it again alike does nothing. Blocks until
   /// every server holds it, at most `Config::op_timeout`. Every worker process takes part, also
-  /// with several per machine. Not with server failover, for now (a `usage_error` says so).
+  /// with several per machine. With server failover on, the servers journal it for their
+  /// replacements (`BYTEPS_TABLE_JOURNAL_DIR`, docs/tables.md).
   void declare_table(const table_spec& spec);
 
   /// Writes rows `ids` of table `table` into `rows` (`ids.size() * dim` elements, the table's

@@ -163,6 +163,12 @@ void node<T, H>::on_rows(engine& e, const session_ptr& s, const wire::header& h,
       stats_.round_done();
       return;
     }
+    case kind::fail_round: {  // the round was applied but not journaled (server/tables.hpp)
+      auto& room = e.waiting.join(id, s, h.round);
+      for (auto& w : room.workers) w->send_error(h, o.error, wire::flag_usage);
+      room.workers.clear();
+      return;
+    }
     case kind::release_each:
     case kind::wait_and_release: {  // asynchronous training's staleness bound
       if (o.what == kind::release_each)
