@@ -43,14 +43,16 @@ void rdma_link<V>::pump() {
       if (place != places_.end() && place->second.length >= f.payload.size()) {
         // The receiver's advertised place, big enough: the header, then at once the payload
         // into its first bytes, no grant. A larger frame (a compressed push that grew) asks.
+        // Counted before the post: the receiver may act on the message (and a reader see
+        // its effect) before this thread runs again.
+        ++tally_.cached;
         post_message(rdma_msg::kind::direct, f.seq, hb, {}, {});
         auto g = place->second;
         g.length = f.payload.size();
         f.grants.push_back(g);
-        ++tally_.cached;
       } else {
-        post_message(rdma_msg::kind::announce, f.seq, hb, {}, {});
         ++tally_.announced;
+        post_message(rdma_msg::kind::announce, f.seq, hb, {}, {});
       }
       f.announced = true;
     }
