@@ -1,6 +1,7 @@
 // Data-parallel training of a libtorch model through byteps's libtorch plugin (run it with
 // tools/byteps-launch, as train_mlp): bps::torch::DistributedOptimizer push_pulls each
-// gradient as autograd produces it, first layers first, and steps the trainer's own
+// gradient as autograd produces it (first layers at the highest priority, which the
+// scheduler follows with BYTEPS_SCHEDULING_PRIORITY=1), and steps the trainer's own
 // torch::optim::SGD once the averaged gradients are in. Before training,
 // broadcast_parameters and broadcast_optimizer_state give every worker rank 0's model and
 // optimizer. At the end every worker checks that it holds rank 0's parameters bit for bit

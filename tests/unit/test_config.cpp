@@ -33,6 +33,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   set("BYTEPS_SERVER_PORT", "23456");
   set("BYTEPS_PARTITION_BYTES", "8192000");
   set("BYTEPS_SCHEDULING_CREDIT", "6");
+  set("BYTEPS_SCHEDULING_PRIORITY", "1");
   set("BYTEPS_SERVER_ENGINE_THREAD", "12");
   set("BYTEPS_SERVER_CHUNK_BYTES", "65536");
   set("BYTEPS_IO_THREADS", "3");
@@ -62,6 +63,7 @@ TEST_CASE("Config::from_env reads a full environment", "[config]") {
   CHECK(c.server_port == 23456);
   CHECK(c.partition_bytes == 8192000);
   CHECK(c.scheduling_credit == 6);
+  CHECK(c.scheduling_by_priority);
   CHECK(c.server_engine_threads == 12);
   CHECK(c.server_chunk_bytes == 65536);
   CHECK(c.io_threads == 3);
@@ -138,6 +140,7 @@ TEST_CASE("Config::from_env defaults for unset optional variables", "[config]") 
   CHECK(c.largest_partition() == bps::Config::auto_partition_cap);
   CHECK(c.max_frame_bytes() == 4096000 + 4096 + (1u << 20));
   CHECK(c.scheduling_credit == 4);
+  CHECK_FALSE(c.scheduling_by_priority);
   CHECK(c.server_engine_threads == 4);
   CHECK(c.io_threads == 1);
   CHECK(c.io_poll == std::chrono::microseconds(200));
@@ -256,6 +259,8 @@ TEST_CASE("Config::from_env refuses malformed values, naming the variable and qu
       {"BYTEPS_PARTITION_BYTES", "2147483649"},
       {"BYTEPS_PARTITION_BYTES", "4MB"},
       {"BYTEPS_SCHEDULING_CREDIT", "-1"},
+      {"BYTEPS_SCHEDULING_PRIORITY", "2"},
+      {"BYTEPS_SCHEDULING_PRIORITY", "yes"},
       {"BYTEPS_SERVER_ENGINE_THREAD", "0"},
       {"BYTEPS_SERVER_ENGINE_THREAD", "257"},
       {"BYTEPS_SERVER_CHUNK_BYTES", "67108928"},

@@ -16,11 +16,13 @@
 
 namespace {
 
-bps::Config config_with(std::size_t partition_bytes, int local_size = 1, int credit = 4) {
+bps::Config config_with(std::size_t partition_bytes, int local_size = 1, int credit = 4,
+                        bool by_priority = false) {
   bps::Config c;
   c.partition_bytes = partition_bytes;
   c.local_size = local_size;
   c.scheduling_credit = credit;
+  c.scheduling_by_priority = by_priority;
   return c;
 }
 
@@ -110,7 +112,8 @@ TEST_CASE("fifo passes the context pointer back untouched", "[policies][schedule
 }
 
 TEST_CASE("priority pops highest priority, then lower order, then lower part", "[policies][schedule]") {
-  auto s = priority_for(config_with(4096000, 1, 0));  // no credit bound
+  auto s = priority_for(config_with(4096000, 1, 0, true));  // no credit bound, by priority
+  CHECK(s.by_priority());
   CHECK(s.credit_bytes() == 0);
   CHECK_FALSE(s.pop().has_value());
 
@@ -133,6 +136,49 @@ TEST_CASE("priority pops highest priority, then lower order, then lower part", "
   }
   CHECK_FALSE(s.pop().has_value());
   CHECK(s.in_flight_bytes() == 80);
+}
+
+TEST_CASE("priority by default goes in call order, then lower part, whatever the priorities",
+          "[policies][schedule]") {
+  auto s = priority_for(config_with(4096000, 1, 0));  // no credit bound; the default order
+  CHECK_FALSE(s.by_priority());
+  CHECK_FALSE(bps::Config{}.scheduling_by_priority);
+  // pushed in a scrambled order; key encodes the expected pop position
+  s.push(task(4, 0, 9, 3, 10));
+  s.push(task(1, 1, 0, 0, 10));
+  s.push(task(5, 1, 9, 3, 10));
+  s.push(task(0, 0, -7, 0, 10));
+  s.push(task(3, 0, -1, 2, 10));
+  s.push(task(2, 0, 100, 1, 10));
+  for (std::uint64_t expected = 0; expected < 6; ++expected) {
+    auto t = s.pop();
+    REQUIRE(t);
+    CAPTURE(expected, t->key, t->priority, t->order, t->part);
+    CHECK(t->key == expected);
+  }
+  CHECK_FALSE(s.pop().has_value());
+}
+
+TEST_CASE("priority by default: a later high-priority task waits behind earlier calls",
+          "[policies][schedule]") {
+  const std::size_t bound = 4096000;
+  auto s = priority_for(config_with(bound, 1, 1));
+  for (std::uint32_t i = 0; i < 3; ++i) s.push(task(100, i, -10, 0, bound));
+  auto first = s.pop();
+  REQUIRE(first);
+  CHECK(first->key == 100);
+  s.push(task(1, 0, 50, 1, bound));  // the first layer, ready later, highest priority
+  for (std::uint32_t part = 1; part < 3; ++part) {
+    s.sent(bound);
+    auto next = s.pop();
+    REQUIRE(next);
+    CHECK(next->key == 100);
+    CHECK(next->part == part);
+  }
+  s.sent(bound);
+  auto last = s.pop();
+  REQUIRE(last);
+  CHECK(last->key == 1);
 }
 
 TEST_CASE("priority bounds bytes in flight by credit x bound", "[policies][schedule]") {
@@ -221,7 +267,7 @@ TEST_CASE("priority with credit 0 is unlimited", "[policies][schedule]") {
 }
 
 TEST_CASE("priority: a later high-priority task overtakes queued lower ones", "[policies][schedule]") {
-  const auto cfg = config_with(4096000, 1, 1);
+  const auto cfg = config_with(4096000, 1, 1, true);
   auto s = priority_for(cfg);
   const std::size_t bound = 4096000;
 

@@ -81,6 +81,11 @@ struct Config {
   /// bytes and the number of servers (`partition::by_bytes`), at most `auto_partition_cap`.
   std::size_t partition_bytes = 0;
   int scheduling_credit = 4;  ///< BYTEPS_SCHEDULING_CREDIT (partitions; 0: off)
+  /// BYTEPS_SCHEDULING_PRIORITY: workers. true: `schedule::priority` sends the partitions of
+  /// higher `push_pull_options::priority` first; false (default): in the order push_pull was
+  /// called, which is the same on every worker, so the servers get each partition from all
+  /// workers at about the same time (docs/performance.md, "Call order or priority").
+  bool scheduling_by_priority = false;
   /// BYTEPS_FUSION_BYTES: tensor fusion (wire/batch.hpp). Uncompressed partitions of at most
   /// this many bytes that a worker dispatches together to one server go as one `push_batch`,
   /// and a server's answers of at most this size that become ready together for one worker as

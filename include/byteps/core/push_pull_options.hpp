@@ -13,7 +13,9 @@ class spec;  // compress/compressor.hpp, above core in the layer order
 }  // namespace compress
 
 struct push_pull_options {
-  int priority = 0;      ///< higher is sent first (give the first layers the highest)
+  /// Higher is sent first (give the first layers the highest) where the scheduler orders by
+  /// priority: `BYTEPS_SCHEDULING_PRIORITY=1` (`Config::scheduling_by_priority`); else unused.
+  int priority = 0;
   bool average = false;  ///< divide the sum by the number of workers (floating dtypes only)
   /// GPU local collectives only (`bps::local::nccl`): the `cudaStream_t` that produces the
   /// device buffer. The operation starts on the device after the work queued on this stream

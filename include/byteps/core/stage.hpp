@@ -20,7 +20,7 @@ enum class stage : std::uint8_t {
   local_reduce,  ///< the machine's sum of this partition, over its local ranks
   copy_out,      ///< device memory -> host memory
   encode,        ///< the compressor's encoding of the push
-  queue,         ///< waiting for the scheduler (priority, credit)
+  queue,         ///< waiting for the scheduler (its order, credit)
   push,          ///< the payload to its server, until the transport let go of it
   pull,          ///< waiting for, then reading, the server's sum
   decode,        ///< the compressor's decoding of the sum

@@ -1,13 +1,20 @@
 #pragma once
 /// @file
-/// `bps::schedule::priority`: highest priority first, then earlier push_pull calls, then lower
-/// partition index; at most `BYTEPS_SCHEDULING_CREDIT` partitions' worth of bytes in flight
-/// (0: no bound), a partition's worth being the partitioner's `credit_unit_of` (with
+/// `bps::schedule::priority`: at most `BYTEPS_SCHEDULING_CREDIT` partitions' worth of bytes in
+/// flight (0: no bound), a partition's worth being the partitioner's `credit_unit_of` (with
 /// `partition::by_bytes`: 1 MiB in auto mode, else the partition size), which the communicator
-/// passes in (`make_scheduler`). The credit keeps the send queue short, so that a
-/// high-priority gradient that becomes ready late (the first layer's, at the end of the backward
-/// pass) overtakes the bytes of lower layers instead of queueing behind them (ByteScheduler,
-/// SOSP'19). On by default, unlike BytePS.
+/// passes in (`make_scheduler`); within the credit, partitions go in the order push_pull was
+/// called (then lower partition index), or, with `BYTEPS_SCHEDULING_PRIORITY=1`, highest
+/// `priority` first. The credit keeps the send queue short, so that the link is shared in the
+/// chosen order rather than by whatever the sockets hold (ByteScheduler, SOSP'19).
+///
+/// Call order is the default because a synchronous server answers a partition only once every
+/// worker's copy is in. Every worker calls push_pull in the same order, so in call order they
+/// all send the same partition at about the same time; by priority, each worker's order
+/// depends on which gradients its own backward pass has produced when its link frees up, and
+/// the servers wait for the slowest worker's copy of each. Priorities pay off only where the
+/// trainer uses a result before the others are back (the next forward pass waiting layer by
+/// layer); a trainer that waits for every gradient before it steps gains nothing from them.
 
 #include <cstddef>
 #include <optional>
@@ -24,9 +31,14 @@ class priority {
   /// `partition_bytes`: a partition's worth, what the credit counts in (`credit_unit_of` the
   /// partitioner in use).
   priority(const Config& cfg, std::size_t partition_bytes)
-      : credit_(static_cast<std::size_t>(cfg.scheduling_credit) * partition_bytes) {}
+      : by_priority_(cfg.scheduling_by_priority),
+        queue_(goes_later{by_priority_}),
+        credit_(static_cast<std::size_t>(cfg.scheduling_credit) * partition_bytes) {}
 
   void push(const send_task& t) { queue_.push(t); }
+
+  /// Whether partitions go highest priority first (else in call order).
+  bool by_priority() const noexcept { return by_priority_; }
 
   /// The next partition, or nothing while the credit is used up. One partition may always be
   /// in flight, so a partition larger than the credit still goes.
@@ -47,12 +59,14 @@ class priority {
 
  private:
   struct goes_later {
+    bool by_priority = false;
     bool operator()(const send_task& a, const send_task& b) const noexcept {
-      if (a.priority != b.priority) return a.priority < b.priority;
+      if (by_priority && a.priority != b.priority) return a.priority < b.priority;
       if (a.order != b.order) return a.order > b.order;
       return a.part > b.part;
     }
   };
+  bool by_priority_;
   std::priority_queue<send_task, std::vector<send_task>, goes_later> queue_;
   std::size_t credit_;
   std::size_t in_flight_ = 0;

@@ -29,7 +29,7 @@ namespace bps {
 struct send_task {
   std::uint64_t key = 0;     ///< tensor key
   std::uint32_t part = 0;    ///< partition index within the tensor
-  int priority = 0;          ///< higher goes first
+  int priority = 0;          ///< higher goes first, where the scheduler orders by it
   std::uint64_t order = 0;   ///< push_pull call number: earlier calls first among equals
   std::size_t bytes = 0;     ///< partition size
   void* context = nullptr;   ///< the communicator's, passed back untouched

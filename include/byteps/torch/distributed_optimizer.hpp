@@ -13,7 +13,10 @@
 ///   (accumulation_hooks.hpp says how and why), in place in `param.grad()`: no copy. The
 ///   exchange overlaps the rest of the backward pass.
 /// - Priorities: the first parameter given (the first layer, which the next forward pass needs
-///   first) has the highest, the last the lowest, as BytePS's plugins number them.
+///   first) has the highest, the last the lowest, as BytePS's plugins number them. As in
+///   BytePS, the scheduler orders by them only when asked (`BYTEPS_SCHEDULING_PRIORITY=1`);
+///   by default gradients go in the order backward produces them, the same on every worker,
+///   which is faster while `step()` waits for all of them (docs/performance.md).
 /// - `average` (default on): every worker gets the mean over the workers of the gradients.
 /// - `backward_passes_per_step` = k: gradients accumulate locally in `.grad` over k backward
 ///   passes and are exchanged once, during the k-th; `step()` after every k passes. The sum of

@@ -59,7 +59,8 @@ class node;  // worker/node.hpp
 
 /// The defaults (`Communicator<>`): shared memory to a server on this host and TCP to the others
 /// (`transport::standard`), one process per machine (`local::none`), partitions sized from the
-/// tensor and the server count (`partition::by_bytes`), first layers first (`schedule::priority`).
+/// tensor and the server count (`partition::by_bytes`), in call order within a credit
+/// (`schedule::priority`; highest priority first with `BYTEPS_SCHEDULING_PRIORITY=1`).
 template <class T = transport::standard, class L = local::none,
           class P = partition::by_bytes, class S = schedule::priority>
 class Communicator {

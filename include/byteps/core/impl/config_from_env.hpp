@@ -52,6 +52,7 @@ Config Config::from_env() {
                     "(auto) or a whole number from 4096 to 2147483648",
                     env_or_null("BYTEPS_PARTITION_BYTES")));
   c.scheduling_credit = static_cast<int>(env_integer("BYTEPS_SCHEDULING_CREDIT", 4, 0, 1 << 20));
+  c.scheduling_by_priority = env_integer("BYTEPS_SCHEDULING_PRIORITY", 0, 0, 1) == 1;
   c.fusion_bytes = static_cast<std::size_t>(env_integer(
       "BYTEPS_FUSION_BYTES", 65536, 0, static_cast<std::int64_t>(Config::max_fusion_bytes)));
   c.server_engine_threads = static_cast<int>(env_integer("BYTEPS_SERVER_ENGINE_THREAD", 4, 1, 256));
