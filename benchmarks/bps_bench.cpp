@@ -188,10 +188,10 @@ int bench_job(const bps::Config& cfg, const bench::options& opts, int idle_s,
   };
   if (b.rank == 0)
     std::fprintf(
-        stderr, "bps-bench: %d workers, %d servers, partition %s, credit %d\n", b.size,
+        stderr, "bps-bench: %d workers, %d servers, partition %s, credit %d, %s\n", b.size,
         cfg.num_servers,
         cfg.partition_bytes == 0 ? "auto" : fmt::format("{} bytes", cfg.partition_bytes).c_str(),
-        cfg.scheduling_credit);
+        cfg.scheduling_credit, cfg.scheduling_by_priority ? "by priority" : "in call order");
   std::vector<bench::row> plain;
   const double wrong =
       model ? model_mix_job(comm, opts, b, *model) : bench::run_sweep(opts, b, &plain);
