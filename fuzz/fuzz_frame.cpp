@@ -59,8 +59,7 @@ struct summation_server {
 
   // As Server::on_push: the server's default handler decides, and what it answers is read.
   void push(const wire::header& h, std::span<const std::byte> payload) {
-    detail::buffer_pool::buffer received{std::make_unique_for_overwrite<std::byte[]>(payload.size()),
-                                         payload.size()};
+    detail::buffer_pool::buffer received = pool.take(payload.size());
     if (!payload.empty()) std::memcpy(received.data.get(), payload.data(), payload.size());
     // Worker 2 does not exist: the handler must refuse it, not index past its tables.
     const int worker = static_cast<int>(h.sender % (num_workers + 1));

@@ -197,6 +197,40 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
   CHECK(workers->in_place == 0);  // answers are copied into the worker's tensors
 }
 
+TEST_CASE("ipc: answers of 256 KiB and up go as their place in the server's shared buffers - "
+          "every dtype, 6 rounds, exact sums",
+          "[cluster][ipc]") {
+  // Sums of several keys and sizes, round after round, recycle the server's buffers among
+  // keys: a buffer reused before a worker read the answer in it would give a wrong sum.
+  auto cfg = test::base_config(2, 2);
+  auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
+  const int rounds = test::rounds(6, 2);
+  const std::vector<std::size_t> sizes = {std::size_t{16} << 10, std::size_t{256} << 10,
+                                          std::size_t{1} << 20, std::size_t{4} << 20};
+  run_counted(
+      cfg, [&](counted_comm& comm) { test::exact_sums_at(comm, "by_ref", rounds, sizes); },
+      workers, servers);
+  CHECK(servers->by_reference > 0);  // the answers: none of the workers' pushes lie there
+  CHECK(workers->by_reference == 0);
+  CHECK(workers->in_place == 0);  // each worker copies its answer into its tensor
+}
+
+TEST_CASE("ipc: with BYTEPS_ENABLE_IPC=0 no answer goes by reference - exact sums",
+          "[cluster][ipc]") {
+  auto cfg = test::base_config(2, 1);
+  cfg.enable_ipc = false;
+  auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
+  constexpr dtype one_type[] = {dtype::float32};
+  run_counted(
+      cfg,
+      [&](counted_comm& comm) {
+        test::exact_sums_at(comm, "private", 2, {std::size_t{1} << 20}, one_type);
+      },
+      workers, servers);
+  CHECK(servers->by_reference == 0);
+  CHECK(servers->through_shm == 0);
+}
+
 TEST_CASE("ipc: pushes that do not fit a ring held by pushes waiting for their round go by tcp, "
           "and sums stay exact",
           "[cluster][ipc]") {

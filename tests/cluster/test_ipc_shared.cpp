@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "byteps/detail/buffer_pool.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -163,6 +165,40 @@ TEST_CASE("ipc transport: memory a peer shares is mapped only by a byteps name, 
   CHECK(std::equal(shared.at(100, 10).begin(), shared.at(100, 10).end(),
                    whole.at(64 + 100, 10).begin()));
   CHECK(whole.at(shared.segment.whole().size() - 4, 8).empty());  // past the end
+  // A descriptor another process holds open: `/proc/<pid>/fd/<fd>`, digits only.
+  for (const char* bad : {"/proc/self/fd/3", "/proc/12/fd/x", "/proc/12/fd/", "/proc//fd/3",
+                          "/proc/12/fdx/3", "/proc/12/fd/3/../../1/fd/3"})
+    CHECK_THROWS_WITH(shared_mapping(bad, 16),
+                      Catch::Contains("is not a byteps shared-memory name"));
+}
+
+TEST_CASE("ipc transport: a pool buffer in shared memory is mapped by its /proc path and read as "
+          "written - small ones stay on the heap",
+          "[ipc]") {
+  using transport::ipc_detail::shared_mapping;
+  detail::buffer_pool pool;
+  std::vector<std::pair<std::string, std::span<std::byte>>> shared;
+  pool.share_from(4096, [&](const std::string& path, std::span<std::byte> memory) {
+    shared.emplace_back(path, memory);
+  });
+  auto small = pool.take(100);
+  CHECK_FALSE(small.shared());
+  auto big = pool.take(8192);
+  REQUIRE(big.shared());
+  REQUIRE(shared.size() == 1);
+  CHECK(shared[0].first.starts_with(fmt::format("/proc/{}/fd/", ::getpid())));
+  CHECK(shared[0].second.data() == big.span().data());
+  for (std::size_t i = 0; i < big.size; ++i) big.data[i] = static_cast<std::byte>(i * 7);
+  shared_mapping reader(shared[0].first, shared[0].second.size());
+  CHECK(std::equal(big.span().begin(), big.span().end(), reader.at(0, 8192).begin()));
+  // Given back and taken again: the same memory, not made or shared anew.
+  const auto* where = big.span().data();
+  pool.give_back(std::move(big));
+  auto again = pool.take(8192);
+  CHECK(again.span().data() == where);
+  CHECK(shared.size() == 1);
+  CHECK_THROWS_WITH(shared_mapping(fmt::format("/proc/{}/fd/999999", ::getpid()), 16),
+                    Catch::Contains("open of shared memory"));
 }
 
 TEST_CASE("ipc transport: shared memory is found by address - whole payloads inside a region, "

@@ -56,6 +56,7 @@
 #include "byteps/server/landing.hpp"
 #include "byteps/server/names.hpp"
 #include "byteps/server/registered_pool.hpp"
+#include "byteps/server/shared_pool.hpp"
 #include "byteps/server/round_trace.hpp"
 #include "byteps/server/session.hpp"
 #include "byteps/server/stats.hpp"
@@ -160,6 +161,7 @@ class node {
     }
     names_.set_limits(cfg_.max_name_bytes, cfg_.max_tensors);
     server::register_pool(*pool_, transport_, log_);  // RDMA: pushes land in registered buffers
+    server::share_pool(*pool_, transport_, log_);  // ipc: colocated workers read sums in place
     engines_.reserve(static_cast<std::size_t>(cfg_.server_engine_threads));
     for (int i = 0; i < cfg_.server_engine_threads; ++i)
       engines_.push_back(std::make_unique<engine>(cfg_, *pool_));

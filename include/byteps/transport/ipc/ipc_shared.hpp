@@ -102,13 +102,18 @@ class shared_regions {
 /// in place, so the mapping outlives the link while any of them is still read.
 class shared_mapping {
  public:
-  /// Maps `name` (a byteps segment, `/bps-...`), which must hold at least `bytes`. Throws
-  /// `std::runtime_error` saying why it cannot.
+  /// Maps `name`, which must hold at least `bytes`: a byteps segment (`/bps-...`), or an
+  /// anonymous one the peer holds open (`/proc/<pid>/fd/<fd>`, a server's pool: it vanishes with
+  /// the process, so a crash leaves nothing behind). Throws `std::runtime_error` saying why it
+  /// cannot.
   shared_mapping(const std::string& name, std::uint64_t bytes) {
-    if (!name.starts_with("/bps-") || name.find('/', 1) != std::string::npos || name.size() > 200)
+    const bool held = is_held_descriptor(name);
+    if (!held &&
+        (!name.starts_with("/bps-") || name.find('/', 1) != std::string::npos || name.size() > 200))
       throw std::runtime_error(fmt::format("'{}' is not a byteps shared-memory name", name));
-    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-    if (fd < 0) throw failure(name, "shm_open");
+    const int fd =
+        held ? ::open(name.c_str(), O_RDONLY | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) throw failure(name, held ? "open" : "shm_open");
     struct stat st{};
     if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
       ::close(fd);
@@ -136,6 +141,17 @@ class shared_mapping {
   static std::runtime_error failure(const std::string& name, const char* call) {
     return std::runtime_error(
         fmt::format("{} of shared memory {} failed: {}", call, name, std::strerror(errno)));
+  }
+
+  // `/proc/<digits>/fd/<digits>` and nothing else.
+  static bool is_held_descriptor(const std::string& name) {
+    auto digits = [&](std::size_t from, std::size_t to) {
+      return to > from && to - from <= 10 &&
+             name.find_first_not_of("0123456789", from) >= to;
+    };
+    if (!name.starts_with("/proc/") || name.size() > 64) return false;
+    const auto fd_at = name.find("/fd/", 6);
+    return fd_at != std::string::npos && digits(6, fd_at) && digits(fd_at + 4, name.size());
   }
 
   const std::byte* base_ = nullptr;
