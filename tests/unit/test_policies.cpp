@@ -43,6 +43,17 @@ bps::schedule::priority priority_for(const bps::Config& cfg) {
       cfg, bps::credit_unit_of(bps::partition::by_bytes(cfg)));
 }
 
+// Pops `n` tasks whose keys are their expected positions 0 .. n-1, then nothing.
+void pops_in_key_order(bps::schedule::priority& s, std::uint64_t n) {
+  for (std::uint64_t expected = 0; expected < n; ++expected) {
+    auto t = s.pop();
+    REQUIRE(t);
+    CAPTURE(expected, t->key, t->priority, t->order, t->part);
+    CHECK(t->key == expected);
+  }
+  CHECK_FALSE(s.pop().has_value());
+}
+
 }  // namespace
 
 TEST_CASE("fifo pops in push order and counts bytes in flight", "[policies][schedule]") {
@@ -128,13 +139,7 @@ TEST_CASE("priority pops highest priority, then lower order, then lower part", "
   s.push(task(4, 0, 5, 2, 10));
   CHECK(s.queued() == 8);
 
-  for (std::uint64_t expected = 0; expected < 8; ++expected) {
-    auto t = s.pop();
-    REQUIRE(t);
-    CAPTURE(expected, t->key, t->priority, t->order, t->part);
-    CHECK(t->key == expected);
-  }
-  CHECK_FALSE(s.pop().has_value());
+  pops_in_key_order(s, 8);
   CHECK(s.in_flight_bytes() == 80);
 }
 
@@ -150,13 +155,7 @@ TEST_CASE("priority by default goes in call order, then lower part, whatever the
   s.push(task(0, 0, -7, 0, 10));
   s.push(task(3, 0, -1, 2, 10));
   s.push(task(2, 0, 100, 1, 10));
-  for (std::uint64_t expected = 0; expected < 6; ++expected) {
-    auto t = s.pop();
-    REQUIRE(t);
-    CAPTURE(expected, t->key, t->priority, t->order, t->part);
-    CHECK(t->key == expected);
-  }
-  CHECK_FALSE(s.pop().has_value());
+  pops_in_key_order(s, 6);
 }
 
 TEST_CASE("priority by default: a later high-priority task waits behind earlier calls",
