@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace bps;
@@ -199,6 +200,14 @@ TEST_CASE("ipc transport: a pool buffer in shared memory is mapped by its /proc 
   CHECK(shared.size() == 1);
   CHECK_THROWS_WITH(shared_mapping(fmt::format("/proc/{}/fd/999999", ::getpid()), 16),
                     Catch::Contains("open of shared memory"));
+  // A descriptor that is not a pool's memory (another pid namespace's process, a reused pid):
+  // refused, not mapped.
+  const int other = ::memfd_create("something-else", MFD_CLOEXEC);
+  REQUIRE(other >= 0);
+  REQUIRE(::ftruncate(other, 8192) == 0);
+  CHECK_THROWS_WITH(shared_mapping(fmt::format("/proc/{}/fd/{}", ::getpid(), other), 8192),
+                    Catch::Contains("is not a byteps pool's shared memory"));
+  ::close(other);
 }
 
 TEST_CASE("ipc transport: shared memory is found by address - whole payloads inside a region, "

@@ -35,6 +35,10 @@
 
 namespace bps::detail {
 
+/// The name of a pool's shared memory (`memfd_create`): what its `/proc/<pid>/fd/<fd>` links to
+/// ("/memfd:byteps-pool (deleted)"), checked by a peer before it maps it.
+inline constexpr const char* pool_memory_name = "byteps-pool";
+
 /// Frees a pool buffer from the heap; leaves one in the pool's shared memory to the pool.
 struct pool_release {
   bool heap = true;
@@ -111,7 +115,7 @@ class buffer_pool {
   // A buffer in anonymous shared memory, shared through share_; null (after telling share_
   // why, once) when the memory cannot be had.
   std::byte* make_shared(std::size_t size) {
-    const int fd = ::memfd_create("byteps-pool", MFD_CLOEXEC);
+    const int fd = ::memfd_create(pool_memory_name, MFD_CLOEXEC);
     std::string why;
     void* p = MAP_FAILED;
     if (fd < 0) {

@@ -22,10 +22,12 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <fmt/core.h>
 
+#include "byteps/detail/buffer_pool.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::transport::ipc_detail {
@@ -114,6 +116,13 @@ class shared_mapping {
     const int fd =
         held ? ::open(name.c_str(), O_RDONLY | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) throw failure(name, held ? "open" : "shm_open");
+    // The peer's pid may mean another process here (another pid namespace, a pid reused): map
+    // only a byteps pool's memory.
+    if (held && !is_pool_memory(name)) {
+      ::close(fd);
+      throw std::runtime_error(
+          fmt::format("{} is not a byteps pool's shared memory in this process's view", name));
+    }
     struct stat st{};
     if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
       ::close(fd);
@@ -141,6 +150,14 @@ class shared_mapping {
   static std::runtime_error failure(const std::string& name, const char* call) {
     return std::runtime_error(
         fmt::format("{} of shared memory {} failed: {}", call, name, std::strerror(errno)));
+  }
+
+  // What `/proc/<pid>/fd/<fd>` links to: `buffer_pool`'s memfd ("/memfd:byteps-pool (deleted)").
+  static bool is_pool_memory(const std::string& name) {
+    char target[128];
+    const auto n = ::readlink(name.c_str(), target, sizeof target - 1);
+    return n > 0 && std::string_view(target, static_cast<std::size_t>(n))
+                        .starts_with("/memfd:" + std::string(detail::pool_memory_name) + " ");
   }
 
   // `/proc/<digits>/fd/<digits>` and nothing else.
