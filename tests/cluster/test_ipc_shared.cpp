@@ -200,6 +200,27 @@ TEST_CASE("ipc transport: a pool buffer in shared memory is mapped by its /proc 
   CHECK(shared.size() == 1);
   CHECK_THROWS_WITH(shared_mapping(fmt::format("/proc/{}/fd/999999", ::getpid()), 16),
                     Catch::Contains("open of shared memory"));
+  // Many buffers, few descriptors: they are carved from slabs (4 MiB, then 8 MiB), each shared
+  // once, and none overlaps another.
+  detail::buffer_pool many;
+  std::vector<std::span<std::byte>> slabs;
+  many.share_from(4096, [&](const std::string&, std::span<std::byte> memory) {
+    slabs.push_back(memory);
+  });
+  std::vector<detail::buffer_pool::buffer> taken;
+  for (int i = 0; i < 20; ++i) taken.push_back(many.take(300 * 1024));
+  CHECK(slabs.size() == 2);
+  std::vector<std::byte*> starts;
+  for (const auto& b : taken) {
+    REQUIRE(b.shared());
+    const bool inside = std::any_of(slabs.begin(), slabs.end(), [&](std::span<std::byte> s) {
+      return b.span().data() >= s.data() && b.span().data() + b.size <= s.data() + s.size();
+    });
+    CHECK(inside);
+    starts.push_back(b.span().data());
+  }
+  std::sort(starts.begin(), starts.end());
+  for (std::size_t i = 1; i < starts.size(); ++i) CHECK(starts[i] - starts[i - 1] >= 300 * 1024);
   // A descriptor that is not a pool's memory (another pid namespace's process, a reused pid):
   // refused, not mapped.
   const int other = ::memfd_create("something-else", MFD_CLOEXEC);

@@ -8,36 +8,30 @@
 /// registered buffer must stay put, so the pool then keeps every buffer given back (it holds at
 /// most its peak use) instead of at most 64 of a size.
 ///
-/// With `share_from(min_bytes, f)`, buffers of at least `min_bytes` are made in anonymous shared
-/// memory (`memfd_create`) that the pool holds open, and each is passed to `f` once with the
-/// path another process of this machine opens it by (`/proc/<pid>/fd/<fd>`) and the mapping
-/// (a server shares them with `transport::ipc`, so a colocated worker reads its sums where the
-/// server wrote them). The pool keeps them while it lives; the memory goes with the process,
-/// so a crash leaves nothing behind. Where such memory cannot be had, a buffer comes from the
-/// heap and `f` is told why once (an empty mapping).
+/// With `share_from(min_bytes, f)`, buffers of at least `min_bytes` are carved from slabs of
+/// anonymous shared memory (`held_memory`: another process of this machine opens a slab as
+/// `/proc/<pid>/fd/<fd>`), and each slab is passed to `f` once with that path and its mapping (a
+/// server shares them with `transport::ipc`, so a colocated worker reads its sums where the
+/// server wrote them). Slabs double from 4 MiB up to 256 MiB (a larger buffer gets one of its
+/// own), so a server holds a few descriptors, not one per buffer. The pool keeps them while it
+/// lives; the memory goes with the process. Where such memory cannot be had, a buffer comes from
+/// the heap and `f` is told why once (an empty mapping).
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstddef>
-#include <cstring>
 #include <functional>
+#include <algorithm>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <fmt/core.h>
+#include "byteps/detail/held_memory.hpp"
 
 namespace bps::detail {
-
-/// The name of a pool's shared memory (`memfd_create`): what its `/proc/<pid>/fd/<fd>` links to
-/// ("/memfd:byteps-pool (deleted)"), checked by a peer before it maps it.
-inline constexpr const char* pool_memory_name = "byteps-pool";
 
 /// Frees a pool buffer from the heap; leaves one in the pool's shared memory to the pool.
 struct pool_release {
@@ -63,12 +57,6 @@ class buffer_pool {
   buffer_pool() = default;
   buffer_pool(const buffer_pool&) = delete;
   buffer_pool& operator=(const buffer_pool&) = delete;
-  ~buffer_pool() {
-    for (auto& m : shared_memory_) {
-      ::munmap(m.base, m.bytes);
-      ::close(m.fd);
-    }
-  }
 
   buffer take(std::size_t size) {
     {
@@ -81,7 +69,7 @@ class buffer_pool {
       }
     }
     if (share_ && size >= share_min_)
-      if (std::byte* p = make_shared(size)) return buffer{{p, release{false}}, size};
+      if (std::byte* p = carve_shared(size)) return buffer{{p, release{false}}, size};
     buffer b{std::unique_ptr<std::byte[], release>(new std::byte[size]), size};
     if (on_new_) on_new_(b.span());
     return b;
@@ -106,40 +94,40 @@ class buffer_pool {
   }
 
  private:
-  struct shared_block {
-    int fd = -1;
-    std::byte* base = nullptr;
-    std::size_t bytes = 0;
-  };
+  static constexpr std::size_t first_slab = std::size_t{4} << 20;
+  static constexpr std::size_t last_slab = std::size_t{256} << 20;
+  static constexpr std::size_t carve_align = 4096;
 
-  // A buffer in anonymous shared memory, shared through share_; null (after telling share_
-  // why, once) when the memory cannot be had.
-  std::byte* make_shared(std::size_t size) {
-    const int fd = ::memfd_create(pool_memory_name, MFD_CLOEXEC);
-    std::string why;
-    void* p = MAP_FAILED;
-    if (fd < 0) {
-      why = fmt::format("memfd_create: {}", std::strerror(errno));
-    } else if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0) {
-      why = fmt::format("posix_fallocate of {} bytes: {}", size, std::strerror(rc));
-    } else {
-      p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-      if (p == MAP_FAILED) why = fmt::format("mmap of {} bytes: {}", size, std::strerror(errno));
-    }
-    if (p == MAP_FAILED) {
-      if (fd >= 0) ::close(fd);
-      std::lock_guard lock(mu_);
-      if (!told_) share_(why, {});
-      told_ = true;
-      return nullptr;
-    }
-    auto* base = static_cast<std::byte*>(p);
+  // `size` bytes of the current slab, or of a new one shared through share_; null (after telling
+  // share_ why, once) when the memory cannot be had.
+  std::byte* carve_shared(std::size_t size) {
+    const std::size_t need = (size + carve_align - 1) / carve_align * carve_align;
+    std::string path;
+    std::span<std::byte> whole;
     {
       std::lock_guard lock(mu_);
-      shared_memory_.push_back({fd, base, size});
+      if (!slabs_.empty() && slabs_.back().size() - slab_used_ >= need) {
+        std::byte* p = slabs_.back().data() + slab_used_;
+        slab_used_ += need;
+        return p;
+      }
+      const std::size_t next =
+          slabs_.empty() ? first_slab : std::min(last_slab, 2 * slabs_.back().size());
+      std::string why;
+      auto fresh = held_memory::make(std::max(next, need), why);
+      if (!fresh) {
+        if (!told_) share_(why, {});
+        told_ = true;
+        return nullptr;
+      }
+      slabs_.push_back(std::move(*fresh));
+      slab_used_ = need;
+      path = slabs_.back().path();
+      whole = {slabs_.back().data(), slabs_.back().size()};
     }
-    share_(fmt::format("/proc/{}/fd/{}", ::getpid(), fd), {base, size});
-    return base;
+    // Until the transport has it, a payload in it is copied, as from any private buffer.
+    share_(path, whole);
+    return whole.data();
   }
 
   static constexpr std::size_t max_free_per_size = 64;
@@ -148,8 +136,9 @@ class buffer_pool {
   std::size_t share_min_ = 0;
   std::mutex mu_;
   std::unordered_map<std::size_t, std::vector<buffer>> free_;
-  std::vector<shared_block> shared_memory_;  // every block share_ was given, held to the end
-  bool told_ = false;                        // share_ heard why the memory could not be had
+  std::deque<held_memory> slabs_;  // every slab share_ was given, held to the end (stays put)
+  std::size_t slab_used_ = 0;      // bytes of the last slab carved so far
+  bool told_ = false;              // share_ heard why the memory could not be had
 };
 
 }  // namespace bps::detail

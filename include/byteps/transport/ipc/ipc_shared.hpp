@@ -22,12 +22,11 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include <fmt/core.h>
 
-#include "byteps/detail/buffer_pool.hpp"
+#include "byteps/detail/held_memory.hpp"
 #include "byteps/wire/frame.hpp"
 
 namespace bps::transport::ipc_detail {
@@ -109,7 +108,7 @@ class shared_mapping {
   /// the process, so a crash leaves nothing behind). Throws `std::runtime_error` saying why it
   /// cannot.
   shared_mapping(const std::string& name, std::uint64_t bytes) {
-    const bool held = is_held_descriptor(name);
+    const bool held = detail::held_memory::is_held_path(name);
     if (!held &&
         (!name.starts_with("/bps-") || name.find('/', 1) != std::string::npos || name.size() > 200))
       throw std::runtime_error(fmt::format("'{}' is not a byteps shared-memory name", name));
@@ -118,7 +117,7 @@ class shared_mapping {
     if (fd < 0) throw failure(name, held ? "open" : "shm_open");
     // The peer's pid may mean another process here (another pid namespace, a pid reused): map
     // only a byteps pool's memory.
-    if (held && !is_pool_memory(name)) {
+    if (held && !detail::held_memory::links_to_held_memory(name)) {
       ::close(fd);
       throw std::runtime_error(
           fmt::format("{} is not a byteps pool's shared memory in this process's view", name));
@@ -150,25 +149,6 @@ class shared_mapping {
   static std::runtime_error failure(const std::string& name, const char* call) {
     return std::runtime_error(
         fmt::format("{} of shared memory {} failed: {}", call, name, std::strerror(errno)));
-  }
-
-  // What `/proc/<pid>/fd/<fd>` links to: `buffer_pool`'s memfd ("/memfd:byteps-pool (deleted)").
-  static bool is_pool_memory(const std::string& name) {
-    char target[128];
-    const auto n = ::readlink(name.c_str(), target, sizeof target - 1);
-    return n > 0 && std::string_view(target, static_cast<std::size_t>(n))
-                        .starts_with("/memfd:" + std::string(detail::pool_memory_name) + " ");
-  }
-
-  // `/proc/<digits>/fd/<digits>` and nothing else.
-  static bool is_held_descriptor(const std::string& name) {
-    auto digits = [&](std::size_t from, std::size_t to) {
-      return to > from && to - from <= 10 &&
-             name.find_first_not_of("0123456789", from) >= to;
-    };
-    if (!name.starts_with("/proc/") || name.size() > 64) return false;
-    const auto fd_at = name.find("/fd/", 6);
-    return fd_at != std::string::npos && digits(6, fd_at) && digits(fd_at + 4, name.size());
   }
 
   const std::byte* base_ = nullptr;
