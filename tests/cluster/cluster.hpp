@@ -164,20 +164,23 @@ class basic_cluster {
   }
 
   /// Runs `body` on every local rank of every machine: machine m has `local_sizes[m]` local
-  /// ranks, each a thread with its own communicator of type `Comm`.
+  /// ranks, each a thread with its own communicator of type `Comm`, made by `make` from the
+  /// rank's Config when given (a faulty transport's plan goes in its options), else from the
+  /// Config alone.
   template <class Comm>
   void run_local(const std::vector<int>& local_sizes, const std::function<void(Comm&)>& body,
-                 bool strict = true) {
+                 bool strict = true,
+                 const std::function<std::unique_ptr<Comm>(const Config&)>& make = {}) {
     std::vector<std::thread> workers;
     for (std::size_t m = 0; m < local_sizes.size(); ++m) {
       for (int l = 0; l < local_sizes[m]; ++l) {
-        workers.emplace_back([this, &body, &local_sizes, m, l] {
+        workers.emplace_back([this, &body, &make, &local_sizes, m, l] {
           guard(worker_error_, [&] {
             Config c = worker_config(static_cast<int>(m));
             c.local_rank = l;
             c.local_size = local_sizes[m];
-            Comm comm(c);
-            body(comm);
+            auto comm = make ? make(c) : std::make_unique<Comm>(c);
+            body(*comm);
           });
         });
       }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 #include "trace/trace_job.hpp"
 
 using namespace bps;
@@ -290,8 +291,17 @@ TEST_CASE(
   cfg.partition_bytes = 1 << 20;
   const std::size_t count = (16 << 20) / sizeof(float);
 
+  // Each slice's last partition (7 of 0-7) leaves its worker 300 ms late, so a rank's last
+  // pull ends long after its first sum came back: without that, on a loaded machine every
+  // answer of a round could arrive before the local stage's thread first woke to gather.
+  using comm_t = Communicator<test::faulty_tcp, local::host, partition::by_bytes,
+                              schedule::priority>;
+  auto plan = std::make_shared<transport::fault_plan>();
+  plan->add({.when = {.type = wire::msg::push, .from = role::worker, .part = 7},
+             .action = transport::fault::delay(std::chrono::milliseconds(300)),
+             .times = transport::fault_rule::always});
   cluster c(cfg);
-  c.run_local<test::host_comm_t>({2, 2}, [&](test::host_comm_t& comm) {
+  c.run_local<comm_t>({2, 2}, [&](comm_t& comm) {
     std::vector<float> a(count);
     for (int round = 0; round < 4; ++round) {
       std::fill(a.begin(), a.end(), static_cast<float>(comm.rank() + round));
@@ -300,6 +310,8 @@ TEST_CASE(
       BPS_EXPECT(a[0] == want && a[count / 2] == want && a[count - 1] == want,
                  "round {}: sum {}, want {}", round, a[0], want);
     }
+  }, true, [&](const Config& wc) {
+    return std::make_unique<comm_t>(wc, test::transport_options<test::faulty_tcp>(wc, plan));
   });
 
   std::size_t workers = 0;

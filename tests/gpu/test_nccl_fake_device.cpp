@@ -7,6 +7,7 @@
 // show real kernels, device memory or NCCL itself (the GPU process tests do, where there is a
 // GPU).
 #include <byteps/local/nccl.hpp>
+#include <byteps/transport/faulty/faulty.hpp>
 
 #include <unistd.h>
 
@@ -51,7 +52,8 @@ struct device_buffer {
 };
 
 // The calling thread's "device" is its local rank, as the policy picks it; and a stream.
-cudaStream_t use_device(const nccl_comm_t& comm) {
+template <class Comm>
+cudaStream_t use_device(const Comm& comm) {
   cuda(cudaSetDevice(comm.local_rank()), "cudaSetDevice");
   cudaStream_t s = nullptr;
   cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -339,8 +341,17 @@ TEST_CASE("nccl (fake device): 16 MiB in 16 partitions - a partition is pushed w
   auto cfg = test::traced_config(2, 2, dir.string(), 1, 3);
   cfg.partition_bytes = 1 << 20;
   const std::size_t count = (16 << 20) / sizeof(float);
+  // The last partition (15) leaves its worker 300 ms late, so the last pull ends long after
+  // partition 0's sum came back: without that, on a loaded machine every answer of a round
+  // could arrive before the local stage's thread first looked for one.
+  using faulty_tcp = transport::faulty<transport::tcp>;
+  using comm_t = Communicator<faulty_tcp, local::nccl, partition::by_bytes, schedule::priority>;
+  auto plan = std::make_shared<transport::fault_plan>();
+  plan->add({.when = {.type = wire::msg::push, .from = role::worker, .part = 15},
+             .action = transport::fault::delay(std::chrono::milliseconds(300)),
+             .times = transport::fault_rule::always});
   cluster c(cfg);
-  c.run_local<nccl_comm_t>({1, 1}, [&](nccl_comm_t& comm) {
+  c.run_local<comm_t>({1, 1}, [&](comm_t& comm) {
     cudaStream_t stream = use_device(comm);
     device_buffer dev(count * sizeof(float));
     std::vector<float> host(count);
@@ -368,6 +379,10 @@ TEST_CASE("nccl (fake device): 16 MiB in 16 partitions - a partition is pushed w
     for (auto st : {stage::local_reduce, stage::local_gather})
       BPS_EXPECT(s.stages[st].partitions == 3, "{}: {} steps", stage_name(st),
                  s.stages[st].partitions);
+  }, true, [&](const Config& wc) {
+    auto opts = faulty_tcp::options::from(wc);
+    opts.plan = plan;
+    return std::make_unique<comm_t>(wc, std::move(opts));
   });
 
   std::size_t workers = 0;
