@@ -150,3 +150,124 @@ TEST_CASE("key_state offers of fp16 keep the bytes as offered", "[server][key_st
   CHECK(std::memcmp(k.previous_sum(0)->data(), bytes, 4) == 0);
   pool.give_back(std::move(b));
 }
+
+// Elastic mode (docs/plans/issue-39-elastic.md): a worker removed mid-round. The round starts
+// again under its number; members whose push was in push it again, each counted once.
+
+TEST_CASE("elastic round: a restart discards the round's pushes, and each member's re-push "
+          "counts once - whole pushes, arrival and rank order",
+          "[server][key_state][elastic]") {
+  const std::vector<std::vector<float>> x = {{1.0f, 2.0f}, {10.0f, 20.0f}, {100.0f, 200.0f}};
+  const std::vector<bool> without_2 = {true, true, false};
+  for (const bool rank_order : {false, true}) {
+    CAPTURE(rank_order);
+    buffer_pool pool;
+    state k(pool, rank_order);
+    REQUIRE(push(k, pool, 0, 0, x[0], 3).empty());
+    REQUIRE(push(k, pool, 2, 0, x[2], 3).empty());
+    CHECK(k.restart_round(without_2) == std::vector<int>{0});  // worker 0 must push again
+    CHECK(k.round == 0);
+    CHECK(k.pushed() == 0);
+    CHECK_FALSE(k.complete());
+    // The removed worker's pushes are refused, naming why.
+    const auto late = push(k, pool, 2, 0, x[2], 3);
+    CHECK(late.find("worker 2") != std::string::npos);
+    CHECK(late.find("no longer a member") != std::string::npos);
+    REQUIRE(push(k, pool, 1, 0, x[1], 3).empty());
+    CHECK_FALSE(k.complete());
+    REQUIRE(push(k, pool, 0, 0, x[0], 3).empty());  // the re-push
+    CHECK(push(k, pool, 0, 0, x[0], 3).find("twice") != std::string::npos);
+    REQUIRE(k.complete());
+    CHECK(as_floats(k.finish_round()) == std::vector<float>{11.0f, 22.0f});
+    k.next_round();
+    CHECK(k.round == 1);
+    // The next round needs the two members only.
+    REQUIRE(push(k, pool, 1, 1, x[1], 3).empty());
+    REQUIRE(push(k, pool, 0, 1, x[0], 3).empty());
+    REQUIRE(k.complete());
+    CHECK(as_floats(k.finish_round()) == std::vector<float>{11.0f, 22.0f});
+  }
+}
+
+TEST_CASE("elastic round: two restarts in a row, and a restart before the first push",
+          "[server][key_state][elastic]") {
+  const std::vector<std::vector<float>> x = {{1.0f}, {10.0f}, {100.0f}};
+  for (const bool rank_order : {false, true}) {
+    CAPTURE(rank_order);
+    buffer_pool pool;
+    state k(pool, rank_order);
+    REQUIRE(push(k, pool, 1, 0, x[1], 3).empty());
+    REQUIRE(push(k, pool, 0, 0, x[0], 3).empty());
+    CHECK(k.restart_round({true, true, false}) == std::vector<int>{0, 1});
+    REQUIRE(push(k, pool, 0, 0, x[0], 3).empty());  // 0's re-push is in, 1's not yet
+    CHECK(k.restart_round({true, false, false}) == std::vector<int>{0});
+    REQUIRE(push(k, pool, 0, 0, x[0], 3).empty());  // its second re-push, the only member
+    REQUIRE(k.complete());
+    CHECK(as_floats(k.finish_round()) == std::vector<float>{1.0f});
+
+    // Worker 0 removed before any push: rank order starts at worker 1.
+    buffer_pool pool2;
+    state k2(pool2, rank_order);
+    CHECK(k2.restart_round({false, true, true}).empty());
+    REQUIRE(push(k2, pool2, 2, 0, x[2], 3).empty());
+    CHECK_FALSE(k2.complete());
+    REQUIRE(push(k2, pool2, 1, 0, x[1], 3).empty());
+    REQUIRE(k2.complete());
+    CHECK(as_floats(k2.finish_round()) == std::vector<float>{110.0f});
+  }
+}
+
+TEST_CASE("elastic round: in rank order a held push of a removed worker goes, the members' sum "
+          "keeps its order",
+          "[server][key_state][elastic]") {
+  // In float, (1e8 + 1) - 1e8 is 0 but (1e8 - 1e8) + 1 is 1: the order shows in the bits.
+  const std::vector<std::vector<float>> x = {{5.0f}, {1e8f}, {1.0f}, {-1e8f}};
+  buffer_pool pool;
+  state k(pool, true);
+  REQUIRE(push(k, pool, 3, 0, x[3], 4).empty());  // held: lower ranks are not in
+  REQUIRE(push(k, pool, 1, 0, x[1], 4).empty());
+  CHECK(k.restart_round({false, true, true, true}) == std::vector<int>{1, 3});
+  for (int w : {3, 2, 1}) REQUIRE(push(k, pool, w, 0, x[static_cast<std::size_t>(w)], 4).empty());
+  REQUIRE(k.complete());
+  CHECK(as_floats(k.finish_round())[0] == (x[1][0] + x[2][0]) + x[3][0]);
+}
+
+TEST_CASE("elastic round: a cut-through round restarts after a piece went out, and its pieces "
+          "then sum the members alone",
+          "[server][key_state][elastic]") {
+  // 4 floats a push, in chunks of 2: the first chunk goes out once every worker's bytes cover it.
+  const std::vector<std::vector<float>> x = {
+      {1.0f, 2.0f, 3.0f, 4.0f}, {10.0f, 20.0f, 30.0f, 40.0f}, {100.0f, 200.0f, 300.0f, 400.0f}};
+  constexpr std::size_t bytes = 4 * sizeof(float);
+  buffer_pool pool;
+  state k(pool, false, 2 * sizeof(float));
+  std::vector<std::shared_ptr<std::vector<float>>> held;
+  auto start = [&](int w) {
+    const auto i = static_cast<std::size_t>(w);
+    auto data = std::make_shared<std::vector<float>>(x[i]);
+    held.push_back(data);
+    const auto h = grad_frame(bps::wire::msg::push, 0, bytes, static_cast<std::uint32_t>(w));
+    REQUIRE(k.admit(h, bytes, w, 3, contains_nothing, true).empty());
+    k.take_input(w, {std::as_bytes(std::span(*data)), data});
+    return data.get();
+  };
+  for (int w : {0, 1}) {
+    start(w);
+    CHECK(k.arrived(w, bytes, true).second == 0);  // worker 2 has not pushed yet
+  }
+  const void* owner_of_2 = start(2);
+  const auto piece = k.arrived(2, 2 * sizeof(float), false);
+  CHECK(piece == std::pair<std::size_t, std::size_t>{0, 2 * sizeof(float)});
+  CHECK(as_floats(k.sum_buffer().first(8)) == std::vector<float>{111.0f, 222.0f});
+
+  CHECK(k.restart_round({true, true, false}) == std::vector<int>{0, 1});
+  CHECK(k.answered_bytes() == 0);
+  CHECK_FALSE(k.is_input(2, owner_of_2));  // the rest of its frame is ignored
+  start(1);
+  CHECK(k.arrived(1, bytes, true).second == 0);
+  start(0);
+  const auto whole = k.arrived(0, bytes, true);
+  CHECK(whole == std::pair<std::size_t, std::size_t>{0, bytes});
+  REQUIRE(k.complete());
+  CHECK(as_floats(k.sum_buffer().first(bytes)) == std::vector<float>{11.0f, 22.0f, 33.0f, 44.0f});
+}

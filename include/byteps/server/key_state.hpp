@@ -17,6 +17,9 @@
 ///   server. An offer of the current round completes it with those bytes (the workers that
 ///   re-pushed it get them); an offer of the previous round keeps it for a worker that re-pushes
 ///   that round later (`previous_sum`).
+///
+/// Elastic mode (docs/plans/issue-39-elastic.md) changes who takes part: `restart_round` names
+/// the members from then on and starts the round in flight again under the same number.
 
 #include <fmt/core.h>
 
@@ -73,6 +76,11 @@ class key_state : public key_shape {
       round_error = mismatch(tensor_name(), worker, h, *t);
     }
     auto w = static_cast<std::size_t>(worker);
+    if (!members_[w])
+      return fmt::format(
+          "worker {} pushed round {} of {} partition {}, but it is no longer a member of the "
+          "job (it was removed as lost); its pushes are not counted",
+          worker, round, tensor_name(), h.part);
     if (pushed_by_[w])
       return fmt::format("worker {} pushed {} partition {} twice in round {}", worker,
                          tensor_name(), h.part, round);
@@ -149,10 +157,19 @@ class key_state : public key_shape {
   /// Workers whose push of the current round was accepted (a poisoned round's included).
   int pushed() const noexcept { return pushed_; }
 
-  /// Every worker pushed the current round and all of their bytes are in.
-  bool complete(int num_workers) const noexcept {
-    return pushed_ == num_workers && lent_.arriving() == 0;
+  /// Every member pushed the current round and all of their bytes are in.
+  bool complete() const noexcept {
+    return shaped && pushed_ == member_count_ && lent_.arriving() == 0;
   }
+
+  /// Elastic mode: from now on only the workers `members` marks (by worker index) take part,
+  /// and a round completes once each of them pushed it. A round in flight (some push of it
+  /// admitted) starts again under the same number: its pushes, partial sum and the pieces
+  /// already answered are discarded, since a removed worker's bytes may be in them and cannot
+  /// be taken out exactly. Returns the members whose push was admitted: they must push the
+  /// round again (`redo`); the others push it as usual. A released round is never touched.
+  BYTEPS_DECL std::vector<int> restart_round(const std::vector<bool>& members);
+
 
   /// This key's pushes are lent and held where they are (`lent_round`): streamed (its size
   /// makes two chunks or more), landed or in place (its first push came that way).
@@ -163,6 +180,7 @@ class key_state : public key_shape {
   /// in either buffer stays.
   void hold_inputs() {
     lent_.hold(static_cast<int>(pushed_by_.size()));
+    lent_.restart(members_);
     for (auto& o : out_)
       if (!o.data) o = pool_->take(bytes);
   }
@@ -181,7 +199,7 @@ class key_state : public key_shape {
   /// returns where they start in the partition and how many bytes they are: the next piece of
   /// the answer (0 bytes: nothing new).
   std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in, bool done) {
-    const bool summable = round_error.empty() && pushed_ == static_cast<int>(pushed_by_.size());
+    const bool summable = round_error.empty() && pushed_ == member_count_;
     return lent_.arrived(worker, bytes_in, done, summable,
                          out_[round % 2].span().first(bytes), type);
   }
@@ -215,6 +233,8 @@ class key_state : public key_shape {
   bool failover_ = false;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
+  std::vector<bool> members_;           // by worker: takes part (all, unless elastic removed some)
+  int member_count_ = 0;                // count of members_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
   bool previous_valid_ = false;  // failover: out_[(round - 1) % 2] holds the previous round's sum
   whole_round whole_;            // the round's pushes, when they come whole in pool buffers

@@ -58,10 +58,15 @@ class lent_round {
   /// The pushes' owners go (their links reuse the bytes once every hold is gone).
   BYTEPS_DECL void next_round();
 
+  /// The round starts again with only the workers `members` marks (elastic mode): its pushes
+  /// go, and a piece needs only the members' bytes.
+  BYTEPS_DECL void restart(const std::vector<bool>& members);
+
  private:
   std::size_t chunk_ = 0;
   std::vector<payload_ref> inputs_;  // by worker: its push of this round (empty: none yet)
   std::vector<std::size_t> in_;      // by worker: bytes of its push that are in
+  std::vector<bool> members_;        // by worker: takes part (empty: all)
   int arriving_ = 0;
   std::size_t answered_ = 0;
   std::vector<const std::byte*> sources_;

@@ -42,8 +42,16 @@ class whole_round {
   /// completed it (failover).
   BYTEPS_DECL void next_round();
 
+  /// The round starts again with only the workers `members` marks (elastic mode): what was
+  /// added and held is dropped, and rank order skips the others.
+  BYTEPS_DECL void restart(const std::vector<bool>& members);
+
  private:
   BYTEPS_DECL void add(detail::buffer_pool::buffer& b, detail::buffer_pool::buffer& sum);
+  // Rank order: moves `next_` past workers that take no part.
+  void skip_non_members() {
+    while (next_ < members_.size() && !members_[next_]) ++next_;
+  }
 
   detail::buffer_pool* pool_;
   bool rank_order_;
@@ -54,6 +62,7 @@ class whole_round {
   // Rank order only.
   std::vector<detail::buffer_pool::buffer> held_;  // by worker: pushes waiting for their turn
   std::size_t next_ = 0;                           // the worker whose push is added next
+  std::vector<bool> members_;  // by worker: takes part (empty: all)
 };
 
 }  // namespace bps::server

@@ -15,14 +15,36 @@ void key_state::next_round() {
   ++round;
 }
 
+std::vector<int> key_state::restart_round(const std::vector<bool>& members) {
+  members_ = members;
+  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
+  if (!shaped) return {};  // the first push shapes the key with these members
+  members_.resize(pushed_by_.size(), false);
+  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
+  std::vector<int> redo;
+  for (std::size_t w = 0; w < pushed_by_.size(); ++w)
+    if (pushed_by_[w] && members_[w]) redo.push_back(static_cast<int>(w));
+  pushed_ = 0;
+  std::fill(pushed_by_.begin(), pushed_by_.end(), false);
+  round_error.clear();
+  whole_.restart(members_);
+  if (lent_.holds()) lent_.restart(members_);
+  return redo;
+}
+
 void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int worker,
                            int num_workers, bool hold) {
   capture(h, t, size, worker);
   pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
+  if (members_.empty()) members_.assign(static_cast<std::size_t>(num_workers), true);
+  members_.resize(static_cast<std::size_t>(num_workers), false);
+  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
   whole_.shape(type, count(), num_workers);
+  whole_.restart(members_);
   // A streamed key's rounds may still come whole (a handler that wraps sync_sum without
   // cut_through gets whole pushes), and then go through whole_ as any key's.
   if (hold || lent_.streams(size)) lent_.hold(num_workers);
+  if (lent_.holds()) lent_.restart(members_);
   // From the pool, so that on RDMA they are registered and answers go out without staging.
   if (lent_.holds() || whole_.accumulates_wide())
     for (auto& o : out_) o = pool_->take(bytes);

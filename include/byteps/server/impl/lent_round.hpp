@@ -8,6 +8,7 @@ namespace bps::server {
 void lent_round::hold(int num_workers) {
   inputs_.assign(static_cast<std::size_t>(num_workers), {});
   in_.assign(static_cast<std::size_t>(num_workers), 0);
+  members_.clear();
 }
 
 void lent_round::take(int worker, const payload_ref& in) {
@@ -30,12 +31,15 @@ std::pair<std::size_t, std::size_t> lent_round::arrived(int worker, std::size_t 
   }
   // A piece needs every worker's bytes, so none is sent before a round is known to be sound.
   if (!summable) return {answered_, 0};
-  std::size_t ready = *std::min_element(in_.begin(), in_.end());
+  std::size_t ready = sum.size();
+  for (std::size_t i = 0; i < in_.size(); ++i)
+    if (members_.empty() || members_[i]) ready = std::min(ready, in_[i]);
   if (ready < sum.size() && chunk_ > 0) ready -= ready % chunk_;  // (landed pushes come whole)
   if (ready <= answered_) return {answered_, 0};
   const std::size_t from = answered_;
   sources_.clear();
-  for (const auto& i : inputs_) sources_.push_back(i.bytes.data() + from);
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    if (members_.empty() || members_[i]) sources_.push_back(inputs_[i].bytes.data() + from);
   reduce::sum_of(sum.data() + from, sources_, (ready - from) / dtype_size(t), t, scratch_);
   answered_ = ready;
   return {from, ready - from};
@@ -46,6 +50,11 @@ void lent_round::next_round() {
   std::fill(in_.begin(), in_.end(), 0);
   arriving_ = 0;
   answered_ = 0;
+}
+
+void lent_round::restart(const std::vector<bool>& members) {
+  members_ = members;
+  next_round();
 }
 
 }  // namespace bps::server

@@ -29,7 +29,7 @@ outcome sync_sum::handle(const request& r) {
   }
   auto problem = k.accept(h, *r.push.buffer, r.worker, r.num_workers, r.tensor_name);
   if (!problem.empty()) return outcome::refuse(std::move(problem));
-  if (!k.complete(r.num_workers)) return outcome::wait();
+  if (!k.complete()) return outcome::wait();
   return finish(k);
 }
 
@@ -47,7 +47,7 @@ outcome sync_sum::lent(key_state& k, const request& r) {
     if (!r.push.first) return outcome::taken();
     auto problem = k.admit(h, size, r.worker, r.num_workers, r.tensor_name);
     if (!problem.empty()) return outcome::refuse(std::move(problem));
-    return k.complete(r.num_workers) ? finish(k) : outcome::wait();
+    return k.complete() ? finish(k) : outcome::wait();
   }
   if (r.push.first) {
     if (r.failover && k.shaped) {
@@ -61,7 +61,7 @@ outcome sync_sum::lent(key_state& k, const request& r) {
     return outcome::taken();
   }
   const auto [from, bytes] = k.arrived(r.worker, r.push.bytes_in, r.push.complete);
-  if (k.complete(r.num_workers)) {
+  if (k.complete()) {
     if (!k.round_error.empty() || from == 0) return finish(k);  // no piece went out
     outcome o = outcome::piece(piece(k, from, bytes), true);
     k.next_round();

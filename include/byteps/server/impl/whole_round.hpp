@@ -22,7 +22,9 @@ void whole_round::take(int worker, detail::buffer_pool::buffer& b,
     return;
   }
   add(b, sum);
-  for (++next_; next_ < held_.size() && held_[next_].data; ++next_) {
+  ++next_;
+  skip_non_members();
+  for (; next_ < held_.size() && held_[next_].data; ++next_, skip_non_members()) {
     add(held_[next_], sum);
     pool_->give_back(std::move(held_[next_]));
   }
@@ -50,7 +52,13 @@ void whole_round::finish(detail::buffer_pool::buffer& sum) {
 void whole_round::next_round() {
   for (auto& b : held_) pool_->give_back(std::move(b));
   next_ = 0;
+  skip_non_members();
   added_ = 0;
+}
+
+void whole_round::restart(const std::vector<bool>& members) {
+  members_ = members;
+  next_round();
 }
 
 }  // namespace bps::server
