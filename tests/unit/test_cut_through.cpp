@@ -11,6 +11,7 @@
 
 #include <byteps/core/config.hpp>
 #include <byteps/reduce/half.hpp>
+#include <byteps/server/decoding.hpp>
 #include <byteps/server/sync_sum.hpp>
 
 #include "reference.hpp"
@@ -317,5 +318,58 @@ TEST_CASE("cut-through: a key big enough to stream still sums whole pushes exact
       const std::vector<std::byte> got(o.answer.bytes.begin(), o.answer.bytes.end());
       CHECK(got == rank_order_sum(t, {inputs[2], inputs[0], inputs[1]}));
     }
+  }
+}
+
+// Elastic mode (docs/plans/issue-39-elastic.md): the handler restarts every round in flight
+// when workers are removed, and says who must push again.
+
+static_assert(bps::server::restarts_rounds<bps::server::sync_sum>);
+static_assert(bps::server::restarts_rounds<bps::server::decoding<bps::server::sync_sum>>);
+
+TEST_CASE("elastic: restart_rounds names the members that must push a round again, and the "
+          "round then completes with the members alone",
+          "[server][elastic]") {
+  stream_driver d(3, 0);
+  bps_test::rng r(7);
+  std::vector<std::vector<std::byte>> x;
+  for (int w = 0; w < 3; ++w) x.push_back(values(dtype::float32, 16, w, r));
+  CHECK(d.whole(0, 0, dtype::float32, x[0]).what == kind::wait);
+  CHECK(d.whole(2, 0, dtype::float32, x[2]).what == kind::wait);
+  const auto redo = d.handler.restart_rounds({true, true, false});
+  REQUIRE(redo.size() == 1);
+  CHECK(redo[0].key == bps_test::grad_key);
+  CHECK(redo[0].part == 0);
+  CHECK(redo[0].round == 0);
+  CHECK(redo[0].workers == std::vector<int>{0});
+  const auto late = d.whole(2, 0, dtype::float32, x[2]);
+  CHECK(late.what == kind::refuse);
+  CHECK(late.error.find("no longer a member") != std::string::npos);
+  CHECK(d.whole(1, 0, dtype::float32, x[1]).what == kind::wait);
+  const auto done = d.whole(0, 0, dtype::float32, x[0]);
+  REQUIRE(done.what == kind::release);
+  CHECK(std::vector<std::byte>(done.answer.bytes.begin(), done.answer.bytes.end()) ==
+        rank_order_sum(dtype::float32, {x[0], x[1]}));
+  // Nothing in flight: nobody to redo.
+  CHECK(d.handler.restart_rounds({true, true, false}).empty());
+}
+
+TEST_CASE("elastic: a key first pushed after restart_rounds takes its members, streamed too",
+          "[server][elastic]") {
+  for (const std::size_t chunk : {std::size_t{0}, std::size_t{64}}) {
+    CAPTURE(chunk);
+    stream_driver d(3, chunk);
+    bps_test::rng r(11);
+    std::vector<std::vector<std::byte>> x;
+    for (int w = 0; w < 3; ++w) x.push_back(values(dtype::float32, 256, w, r));
+    CHECK(d.handler.restart_rounds({false, true, true}).empty());
+    joined_answer answer;
+    auto a2 = d.start(2, 0, dtype::float32, x[2]);
+    auto a1 = d.start(1, 0, dtype::float32, x[1]);
+    for (auto* a : {&a2, &a1}) {
+      const auto o = d.call(*a, 0, true);
+      if (o.what == kind::piece || o.what == kind::release) answer.add(o, 0);
+    }
+    CHECK(answer.bytes == rank_order_sum(dtype::float32, {x[1], x[2]}));
   }
 }

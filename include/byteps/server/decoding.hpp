@@ -69,6 +69,14 @@ class decoding {
 
   Inner& inner() noexcept { return inner_; }
 
+  /// The inner handler's (server/handler.hpp, `restarts_rounds`). Compressed keys' state here
+  /// is not restarted: elastic mode with compression is a later step of
+  /// docs/plans/issue-39-elastic.md.
+  std::vector<round_redo> restart_rounds(const std::vector<bool>& members)
+    requires restarts_rounds<Inner> {
+    return inner_.restart_rounds(members);
+  }
+
   outcome handle(const request& r) {
     if ((r.head.flags & wire::flag_compressed) == 0) return inner_.handle(r);
     return compressed(r);

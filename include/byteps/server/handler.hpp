@@ -233,6 +233,24 @@ concept decodes_pushes = requires {
   requires H::decodes_compressed;
 };
 
+/// Elastic mode: after a membership change, which members must push a partition's round again
+/// (its round in flight started over, `restarts_rounds`).
+struct round_redo {
+  std::uint64_t key = 0;
+  std::uint32_t part = 0;
+  std::uint64_t round = 0;
+  std::vector<int> workers;  ///< ascending
+};
+
+/// A handler that can go on when workers are removed (elastic mode, docs/plans/issue-39-elastic.md)
+/// has `std::vector<round_redo> restart_rounds(const std::vector<bool>& members)`: only the
+/// workers `members` marks take part from then on; every round in flight starts over under its
+/// number, and it returns which members must push which rounds again.
+template <class H>
+concept restarts_rounds = requires(H& h, const std::vector<bool>& members) {
+  { h.restart_rounds(members) } -> std::same_as<std::vector<round_redo>>;
+};
+
 }  // namespace bps::server
 
 namespace bps {

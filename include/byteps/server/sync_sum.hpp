@@ -31,6 +31,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/error.hpp"
@@ -62,6 +63,11 @@ class sync_sum {
 
   BYTEPS_DECL outcome handle(const request& r);
 
+  /// Elastic mode (`restarts_rounds`): only the workers `members` marks take part from now on,
+  /// in the keys this handler holds and in those it makes later. Each key's round in flight
+  /// starts over (`key_state::restart_round`); one entry per key whose round had pushes in.
+  BYTEPS_DECL std::vector<round_redo> restart_rounds(const std::vector<bool>& members);
+
  private:
   // Lent bytes (streamed, landed, in place): the key holds each worker's push where it is.
   // Cut-through: a push of a streamed key is summed chunk by chunk, in worker-rank order, as
@@ -81,9 +87,11 @@ class sync_sum {
   detail::buffer_pool* pool_;
   std::size_t chunk_;
   std::unordered_map<key_id, key_state, key_id_hash> keys_;
+  std::vector<bool> members_;  // elastic: who takes part (empty: every worker)
 };
 
 static_assert(ServerHandler<sync_sum>);
+static_assert(restarts_rounds<sync_sum>);
 
 }  // namespace bps::server
 

@@ -14,7 +14,9 @@ void sync_sum::check_config(const Config& cfg) {
 
 outcome sync_sum::handle(const request& r) {
   const wire::header& h = r.head;
-  auto& k = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_).first->second;
+  auto [at, fresh] = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_);
+  auto& k = at->second;
+  if (fresh && !members_.empty()) k.restart_round(members_);
   if (r.push.buffer == nullptr) return lent(k, r);
   if (h.type == wire::msg::sum_offer) {
     bool completes = false;
@@ -69,6 +71,16 @@ outcome sync_sum::lent(key_state& k, const request& r) {
   }
   if (bytes == 0) return outcome::wait();
   return outcome::piece(piece(k, from, bytes), false);
+}
+
+std::vector<round_redo> sync_sum::restart_rounds(const std::vector<bool>& members) {
+  members_ = members;
+  std::vector<round_redo> redo;
+  for (auto& [id, k] : keys_) {
+    auto workers = k.restart_round(members);
+    if (!workers.empty()) redo.push_back({id.key, id.part, k.round, std::move(workers)});
+  }
+  return redo;
 }
 
 reply sync_sum::piece(const key_state& k, std::size_t from, std::size_t bytes) {
