@@ -12,6 +12,8 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <iterator>
+#include <span>
 #include <vector>
 
 // Reductions (accumulate, sum_into, scale) for every dtype, against reference.hpp and exact
@@ -325,4 +327,46 @@ TEST_CASE("an unknown dtype tag is a usage error, not a silent no-op", "[reduce]
   CHECK_THROWS_AS(bps::reduce::accumulate_finish(a, b, 2, bogus), bps::usage_error);
   CHECK_THROWS_AS(bps::reduce::sum_into(a, b, 2, bogus), bps::usage_error);
   CHECK_THROWS_AS(bps::reduce::scale(a, 2, bogus, 0.5), bps::usage_error);
+}
+
+TEST_CASE("sum_of adds the inputs in order, in place or not, for every dtype and awkward counts",
+          "[reduce]") {
+  // 49157 elements: more than a cache's worth for every element size, and an odd tail.
+  std::vector<std::size_t> sizes(std::begin(counts), std::end(counts));
+  sizes.push_back(3 * 16384 + 5);
+  for (const dtype t : bps::all_dtypes) {
+    for (const std::size_t n : sizes) {
+      with_type(t, [n]<class T>() {
+        const dtype tt = bps::dtype_v<T>;
+        INFO("dtype " << bps::dtype_name(tt) << ", count " << n);
+        const auto ws = make_workers<T>(n, 0x50f00000u + n * 16 + static_cast<unsigned>(tt));
+        std::vector<std::byte> scratch;
+        auto bytes = [](const std::vector<T>& v) {
+          return reinterpret_cast<const std::byte*>(v.data());
+        };
+        std::vector<T> out(n);
+        const std::byte* inputs[] = {bytes(ws.w[0]), bytes(ws.w[1]), bytes(ws.w[2])};
+        bps::reduce::sum_of(out.data(), inputs, n, tt, scratch);
+        CHECK(mismatch(out, ws.accumulated) == "");
+        // Into the first input, as the local stage sums into its own segment.
+        std::vector<T> first = ws.w[0];
+        const std::byte* in_place[] = {bytes(first), bytes(ws.w[1]), bytes(ws.w[2])};
+        bps::reduce::sum_of(first.data(), in_place, n, tt, scratch);
+        CHECK(mismatch(first, ws.accumulated) == "");
+        // Two inputs, and one (a copy).
+        std::vector<T> two(n), one(n);
+        bps::reduce::sum_of(two.data(), std::span(inputs, 2), n, tt, scratch);
+        bps::reduce::sum_of(one.data(), std::span(inputs, 1), n, tt, scratch);
+        CHECK(mismatch(one, ws.w[0]) == "");
+        std::vector<T> want_two = ws.w[0];
+        if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+          for (std::size_t i = 0; i < n; ++i)
+            want_two[i] = ref_narrow(ref_widen(ws.w[0][i]) + ref_widen(ws.w[1][i]), T{});
+        } else {
+          bps::reduce::sum_into(want_two.data(), ws.w[1].data(), n, tt);
+        }
+        CHECK(mismatch(two, want_two) == "");
+      });
+    }
+  }
 }
