@@ -168,6 +168,7 @@ class key_state : public key_shape {
   /// already answered are discarded, since a removed worker's bytes may be in them and cannot
   /// be taken out exactly. Returns the members whose push was admitted: they must push the
   /// round again (`redo`); the others push it as usual. A released round is never touched.
+  /// `members` names at least one worker.
   BYTEPS_DECL std::vector<int> restart_round(const std::vector<bool>& members);
 
 
@@ -225,6 +226,10 @@ class key_state : public key_shape {
  private:
   BYTEPS_DECL void init_shape(const wire::header& h, dtype t, std::size_t size, int worker,
                               int num_workers, bool hold = false);
+
+  // Sizes `members_` for `workers` workers (all of them when no restart named members) and
+  // counts them.
+  BYTEPS_DECL void fit_members(std::size_t workers);
 
   // Makes `b`'s bytes the sum of round `r`; `b` may come back holding a buffer to recycle.
   BYTEPS_DECL void keep(std::uint64_t r, detail::buffer_pool::buffer& b);

@@ -17,10 +17,8 @@ void key_state::next_round() {
 
 std::vector<int> key_state::restart_round(const std::vector<bool>& members) {
   members_ = members;
-  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
   if (!shaped) return {};  // the first push shapes the key with these members
-  members_.resize(pushed_by_.size(), false);
-  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
+  fit_members(pushed_by_.size());
   std::vector<int> redo;
   for (std::size_t w = 0; w < pushed_by_.size(); ++w)
     if (pushed_by_[w] && members_[w]) redo.push_back(static_cast<int>(w));
@@ -36,9 +34,7 @@ void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int
                            int num_workers, bool hold) {
   capture(h, t, size, worker);
   pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
-  if (members_.empty()) members_.assign(static_cast<std::size_t>(num_workers), true);
-  members_.resize(static_cast<std::size_t>(num_workers), false);
-  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
+  fit_members(static_cast<std::size_t>(num_workers));
   whole_.shape(type, count(), num_workers);
   whole_.restart(members_);
   // A streamed key's rounds may still come whole (a handler that wraps sync_sum without
@@ -48,6 +44,12 @@ void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int
   // From the pool, so that on RDMA they are registered and answers go out without staging.
   if (lent_.holds() || whole_.accumulates_wide())
     for (auto& o : out_) o = pool_->take(bytes);
+}
+
+void key_state::fit_members(std::size_t workers) {
+  if (members_.empty()) members_.assign(workers, true);
+  members_.resize(workers, false);
+  member_count_ = static_cast<int>(std::count(members_.begin(), members_.end(), true));
 }
 
 void key_state::keep(std::uint64_t r, detail::buffer_pool::buffer& b) {

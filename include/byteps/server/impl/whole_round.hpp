@@ -24,9 +24,11 @@ void whole_round::take(int worker, detail::buffer_pool::buffer& b,
   add(b, sum);
   ++next_;
   skip_non_members();
-  for (; next_ < held_.size() && held_[next_].data; ++next_, skip_non_members()) {
+  while (next_ < held_.size() && held_[next_].data) {
     add(held_[next_], sum);
     pool_->give_back(std::move(held_[next_]));
+    ++next_;
+    skip_non_members();
   }
 }
 
