@@ -7,13 +7,16 @@
 # the default partition, the size the server's loops run over). x_bound is the measured CPU
 # over that. Prints one table row per dtype.
 #   benchmarks/server-cpu.sh [--build DIR] [--workers W] [--bytes SIZE] [--iters N]
-#                            [--dtypes LIST]
+#                            [--dtypes LIST] [--marginal M]
+# --marginal M: also runs M iterations (M > N) and prints a second row per dtype, "+rounds",
+# with what the extra M - N rounds cost per GB: the per-byte cost without the server's fixed
+# cost (joining, mapping rings, taking its buffers), which a short job's figure includes.
 # Defaults: build-bench, 4 workers, 64M, 20 iterations, float32,float16. The build needs
 # bps-bench, bps-micro and byteps-server (-DBYTEPS_BUILD_BENCHMARKS=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build-bench workers=4 bytes=64M iters=20 dtypes=float32,float16
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+build=build-bench workers=4 bytes=64M iters=20 dtypes=float32,float16 marginal=0
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -21,10 +24,15 @@ while (($#)); do
     --bytes) bytes=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --dtypes) dtypes=$2; shift 2 ;;
+    --marginal) marginal=$2; shift 2 ;;
     --help|-h) usage; exit 0 ;;
     *) echo "server-cpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $iters =~ ^[0-9]+$ && $marginal =~ ^[0-9]+$ ]] ||
+  { echo "server-cpu.sh: --iters and --marginal take a number of iterations" >&2; exit 2; }
+((marginal == 0 || marginal > iters)) ||
+  { echo "server-cpu.sh: --marginal $marginal must be more than --iters $iters" >&2; exit 2; }
 [[ -d $build ]] || { echo "server-cpu.sh: no build folder $build (see --help)" >&2; exit 2; }
 build=$(cd "$build" && pwd)
 for tool in benchmarks/bps-bench benchmarks/bps-micro tools/byteps-server tools/byteps-launch; do
@@ -62,23 +70,41 @@ chmod +x "$work/server"
 printf '# %s workers, 1 server, %s bytes per push, %s iterations (+5 warm-up), loopback; memcpy %.2f GB/s\n' \
   "$workers" "$size" "$iters" "$(python3 -c "print($memcpy_rate / 1e9)")"
 printf '# %-8s %8s %8s %10s %13s %9s\n' dtype user_s sys_s GB_summed cpu_s_per_GB x_bound
-IFS=, read -ra list <<<"$dtypes"
-for dtype in "${list[@]}"; do
-  log=$work/$dtype.log
+# Runs one job of `$2` iterations of dtype `$1`; sets `user` and `system`, the server's CPU
+# seconds.
+server_times() {
+  local log=$work/$1.$2.log line
   "$build/tools/byteps-launch" --workers "$workers" --servers 1 --server-bin "$work/server" -- \
-    "$build/benchmarks/bps-bench" --min-bytes "$size" --max-bytes "$size" --iters "$iters" \
-    --dtype "$dtype" >"$log" 2>&1 || { cat "$log"; echo "server-cpu.sh: the job failed" >&2; exit 1; }
-  times_line=$(grep -E '^\[server 0\] server-cpu: ' "$log")
-  python3 - "$dtype" "$times_line" "$workers" "$size" "$iters" "$memcpy_rate" <<'PY'
+    "$build/benchmarks/bps-bench" --min-bytes "$size" --max-bytes "$size" --iters "$2" \
+    --dtype "$1" >"$log" 2>&1 || { cat "$log"; echo "server-cpu.sh: the job failed" >&2; exit 1; }
+  line=$(grep -E '^\[server 0\] server-cpu: ' "$log")
+  read -r user system < <(python3 -c '
 import re, sys
-dtype, line = sys.argv[1], sys.argv[2]
-workers, size, iters, rate = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-user, system = (int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", line))
+print(*(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", sys.argv[1])))' "$line")
+}
+
+# One table row: `label`, user and system seconds over `rounds` rounds of the job.
+row() {
+  python3 - "$@" "$workers" "$size" "$memcpy_rate" <<'PY'
+import sys
+label, user, system, rounds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+workers, size, rate = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
 cpu = user + system
-rounds = iters + 5                       # bps-bench's warm-up rounds are summed too
 summed = workers * size * rounds         # bytes of pushes the server summed
 bound = (workers + 1) * size * rounds / (2 * rate)
-print(f"  {dtype:<8} {user:8.2f} {system:8.2f} {summed / 1e9:10.2f} {cpu / (summed / 1e9):13.3f} "
+print(f"  {label:<8} {user:8.2f} {system:8.2f} {summed / 1e9:10.2f} {cpu / (summed / 1e9):13.3f} "
       f"{cpu / bound:9.1f}")
 PY
+}
+
+IFS=, read -ra list <<<"$dtypes"
+for dtype in "${list[@]}"; do
+  server_times "$dtype" "$iters"
+  row "$dtype" "$user" "$system" $((iters + 5))  # bps-bench's 5 warm-up rounds are summed too
+  if ((marginal > 0)); then
+    first_user=$user first_system=$system
+    server_times "$dtype" "$marginal"
+    row "+rounds" "$(python3 -c "print($user - $first_user)")" \
+      "$(python3 -c "print($system - $first_system)")" $((marginal - iters))
+  fi
 done
