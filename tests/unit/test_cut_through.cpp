@@ -331,7 +331,7 @@ TEST_CASE("elastic: restart_rounds names the members that must push a round agai
           "round then completes with the members alone",
           "[server][elastic]") {
   stream_driver d(3, 0);
-  bps_test::rng r(7);
+  bps_test::rng r{7};
   std::vector<std::vector<std::byte>> x;
   for (int w = 0; w < 3; ++w) x.push_back(values(dtype::float32, 16, w, r));
   CHECK(d.whole(0, 0, dtype::float32, x[0]).what == kind::wait);
@@ -359,7 +359,7 @@ TEST_CASE("elastic: a key first pushed after restart_rounds takes its members, s
   for (const std::size_t chunk : {std::size_t{0}, std::size_t{64}}) {
     CAPTURE(chunk);
     stream_driver d(3, chunk);
-    bps_test::rng r(11);
+    bps_test::rng r{11};
     std::vector<std::vector<std::byte>> x;
     for (int w = 0; w < 3; ++w) x.push_back(values(dtype::float32, 256, w, r));
     CHECK(d.handler.restart_rounds({false, true, true}).empty());
