@@ -79,7 +79,7 @@ class key_state : public key_shape {
     if (!members_[w])
       return fmt::format(
           "worker {} pushed round {} of {} partition {}, but it is no longer a member of the "
-          "job (it was removed as lost); its pushes are not counted",
+          "job (it was removed from it); its pushes are not counted",
           worker, round, tensor_name(), h.part);
     if (pushed_by_[w])
       return fmt::format("worker {} pushed {} partition {} twice in round {}", worker,
@@ -170,7 +170,6 @@ class key_state : public key_shape {
   /// round again (`redo`); the others push it as usual. A released round is never touched.
   /// `members` names at least one worker.
   BYTEPS_DECL std::vector<int> restart_round(const std::vector<bool>& members);
-
 
   /// This key's pushes are lent and held where they are (`lent_round`): streamed (its size
   /// makes two chunks or more), landed or in place (its first push came that way).
