@@ -4,7 +4,7 @@
 /// open and another process of the machine opens as `/proc/<pid>/fd/<fd>` (a server's buffer
 /// pool, read by colocated workers through `transport::ipc`). It goes with the process, so a
 /// crash leaves nothing in /dev/shm, and /dev/shm's size does not bound it. Both ends of the
-/// path's format are here: `make` writes it, `is_held_path` and `links_to_held_memory` check it.
+/// path's format are here: `make` writes it, `is_held_path` and `is_held_memory` check it.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -75,11 +75,13 @@ class held_memory {
     return fd_at != std::string::npos && digits(6, fd_at) && digits(fd_at + 4, name.size());
   }
 
-  /// Whether `path` (of `is_held_path`'s form) links to such memory in this process's view: the
-  /// pid in it may name another process here (another pid namespace, a pid reused).
-  static bool links_to_held_memory(const std::string& path) {
+  /// Whether descriptor `fd`, opened from a path of `is_held_path`'s form, is such memory: the
+  /// pid in the path may name another process here (another pid namespace, a pid reused). Asks
+  /// about the descriptor itself, not the path again, which could by then name something else.
+  static bool is_held_memory(int fd) {
     char target[128];
-    const auto n = ::readlink(path.c_str(), target, sizeof target - 1);
+    const std::string self = fmt::format("/proc/self/fd/{}", fd);
+    const auto n = ::readlink(self.c_str(), target, sizeof target - 1);
     const std::string want = "/memfd:" + std::string(memfd_name) + " ";
     return n > 0 && std::string_view(target, static_cast<std::size_t>(n)).starts_with(want);
   }

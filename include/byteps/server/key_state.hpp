@@ -101,7 +101,7 @@ class key_state : public key_shape {
                      int num_workers, NameFn&& tensor_name) {
     if (auto bad = admit(h, received.size, worker, num_workers, tensor_name); !bad.empty())
       return bad;
-    if (round_error.empty()) whole_.take(worker, received, out_[round % 2]);
+    if (round_error.empty()) whole_.take(worker, received, out_[round % 2], members_);
     return {};
   }
 
@@ -140,7 +140,7 @@ class key_state : public key_shape {
           "server is at round {}: no worker can have it yet",
           worker, h.round, tensor_name(), h.part, round);
     // Some worker already has this round's sum: it is the round's result, whatever was re-pushed.
-    whole_.next_round();  // nothing more is added to it
+    whole_.next_round(members_);  // nothing more is added to it
     keep(round, received);
     round_error.clear();
     completes = true;
@@ -180,7 +180,6 @@ class key_state : public key_shape {
   /// in either buffer stays.
   void hold_inputs() {
     lent_.hold(static_cast<int>(pushed_by_.size()));
-    lent_.restart(members_);
     for (auto& o : out_)
       if (!o.data) o = pool_->take(bytes);
   }
@@ -201,7 +200,7 @@ class key_state : public key_shape {
   std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in, bool done) {
     const bool summable = round_error.empty() && pushed_ == member_count_;
     return lent_.arrived(worker, bytes_in, done, summable,
-                         out_[round % 2].span().first(bytes), type);
+                         out_[round % 2].span().first(bytes), type, members_);
   }
 
   /// Lent pushes: bytes of the current round's sum already answered in pieces.
@@ -237,7 +236,9 @@ class key_state : public key_shape {
   bool failover_ = false;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
-  std::vector<bool> members_;           // by worker: takes part (all, unless elastic removed some)
+  // By worker: takes part (all, unless elastic mode removed some). The one copy: whole_ and
+  // lent_ are handed it.
+  std::vector<bool> members_;
   int member_count_ = 0;                // count of members_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
   bool previous_valid_ = false;  // failover: out_[(round - 1) % 2] holds the previous round's sum

@@ -43,30 +43,28 @@ class lent_round {
   }
 
   /// Worker `worker`'s push has `bytes_in` bytes in (all when `done`). When `summable` (every
-  /// worker pushed and the round is sound), sums into `sum` (`count` elements of `t`) the
-  /// chunks every worker's bytes now cover, and returns where they start and how many bytes
-  /// they are: the next piece of the answer (0 bytes: nothing new).
+  /// member pushed and the round is sound), sums into `sum` (`count` elements of `t`) the
+  /// chunks every member's bytes now cover (`members`, by worker, marks who takes part), and
+  /// returns where they start and how many bytes they are: the next piece of the answer (0
+  /// bytes: nothing new).
   BYTEPS_DECL std::pair<std::size_t, std::size_t> arrived(int worker, std::size_t bytes_in,
                                                           bool done, bool summable,
-                                                          std::span<std::byte> sum, dtype t);
+                                                          std::span<std::byte> sum, dtype t,
+                                                          const std::vector<bool>& members);
 
   /// Pushes of the round whose bytes are not all in.
   int arriving() const noexcept { return arriving_; }
   /// Bytes of the round's sum already summed and answered in pieces.
   std::size_t answered() const noexcept { return answered_; }
 
-  /// The pushes' owners go (their links reuse the bytes once every hold is gone).
+  /// The pushes' owners go (their links reuse the bytes once every hold is gone): the round
+  /// ends, or it starts again (elastic mode).
   BYTEPS_DECL void next_round();
-
-  /// The round starts again with only the workers `members` marks (elastic mode): its pushes
-  /// go, and a piece needs only the members' bytes.
-  BYTEPS_DECL void restart(const std::vector<bool>& members);
 
  private:
   std::size_t chunk_ = 0;
   std::vector<payload_ref> inputs_;  // by worker: its push of this round (empty: none yet)
   std::vector<std::size_t> in_;      // by worker: bytes of its push that are in
-  std::vector<bool> members_;        // by worker: takes part (empty: all)
   int arriving_ = 0;
   std::size_t answered_ = 0;
   std::vector<const std::byte*> sources_;

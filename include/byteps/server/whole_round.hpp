@@ -32,25 +32,23 @@ class whole_round {
 
   /// Worker `worker`'s push of the round, admitted, into `sum`, the round's sum buffer. `b` may
   /// come back holding a buffer to recycle (the one the push replaced as the sum, or none).
+  /// `members` (by worker) marks who takes part: rank order skips the others.
   BYTEPS_DECL void take(int worker, detail::buffer_pool::buffer& b,
-                        detail::buffer_pool::buffer& sum);
+                        detail::buffer_pool::buffer& sum, const std::vector<bool>& members);
 
   /// The round's sum in `sum`, in the key's dtype (fp16, bf16: out of the fp32 accumulator).
   BYTEPS_DECL void finish(detail::buffer_pool::buffer& sum);
 
-  /// The pushes still waiting for their turn go back: the round ends, or an offered sum
-  /// completed it (failover).
-  BYTEPS_DECL void next_round();
-
-  /// The round starts again with only the workers `members` marks (elastic mode): what was
-  /// added and held is dropped, and rank order skips the others.
-  BYTEPS_DECL void restart(const std::vector<bool>& members);
+  /// The pushes still waiting for their turn go back and nothing is added any more: the round
+  /// ends, an offered sum completed it (failover), or it starts again (elastic mode). Rank order
+  /// starts at the first worker `members` marks.
+  BYTEPS_DECL void next_round(const std::vector<bool>& members);
 
  private:
   BYTEPS_DECL void add(detail::buffer_pool::buffer& b, detail::buffer_pool::buffer& sum);
   // Rank order: moves `next_` past workers that take no part.
-  void skip_non_members() {
-    while (next_ < members_.size() && !members_[next_]) ++next_;
+  void skip_non_members(const std::vector<bool>& members) {
+    while (next_ < members.size() && !members[next_]) ++next_;
   }
 
   detail::buffer_pool* pool_;
@@ -62,7 +60,6 @@ class whole_round {
   // Rank order only.
   std::vector<detail::buffer_pool::buffer> held_;  // by worker: pushes waiting for their turn
   std::size_t next_ = 0;                           // the worker whose push is added next
-  std::vector<bool> members_;  // by worker: takes part (empty: all)
 };
 
 }  // namespace bps::server

@@ -10,7 +10,7 @@ void key_state::next_round() {
   std::fill(pushed_by_.begin(), pushed_by_.end(), false);
   previous_valid_ = round_error.empty() && shaped;
   round_error.clear();
-  whole_.next_round();
+  whole_.next_round(members_);
   lent_.next_round();
   ++round;
 }
@@ -25,8 +25,8 @@ std::vector<int> key_state::restart_round(const std::vector<bool>& members) {
   pushed_ = 0;
   std::fill(pushed_by_.begin(), pushed_by_.end(), false);
   round_error.clear();
-  whole_.restart(members_);
-  if (lent_.holds()) lent_.restart(members_);
+  whole_.next_round(members_);
+  lent_.next_round();
   return redo;
 }
 
@@ -36,11 +36,10 @@ void key_state::init_shape(const wire::header& h, dtype t, std::size_t size, int
   pushed_by_.assign(static_cast<std::size_t>(num_workers), false);
   fit_members(static_cast<std::size_t>(num_workers));
   whole_.shape(type, count(), num_workers);
-  whole_.restart(members_);
+  whole_.next_round(members_);  // rank order starts at the first member
   // A streamed key's rounds may still come whole (a handler that wraps sync_sum without
   // cut_through gets whole pushes), and then go through whole_ as any key's.
   if (hold || lent_.streams(size)) lent_.hold(num_workers);
-  if (lent_.holds()) lent_.restart(members_);
   // From the pool, so that on RDMA they are registered and answers go out without staging.
   if (lent_.holds() || whole_.accumulates_wide())
     for (auto& o : out_) o = pool_->take(bytes);

@@ -8,7 +8,6 @@ namespace bps::server {
 void lent_round::hold(int num_workers) {
   inputs_.assign(static_cast<std::size_t>(num_workers), {});
   in_.assign(static_cast<std::size_t>(num_workers), 0);
-  members_.clear();
 }
 
 void lent_round::take(int worker, const payload_ref& in) {
@@ -20,7 +19,8 @@ void lent_round::take(int worker, const payload_ref& in) {
 
 std::pair<std::size_t, std::size_t> lent_round::arrived(int worker, std::size_t bytes_in, bool done,
                                                         bool summable, std::span<std::byte> sum,
-                                                        dtype t) {
+                                                        dtype t,
+                                                        const std::vector<bool>& members) {
   const auto w = static_cast<std::size_t>(worker);
   const std::size_t size = inputs_[w].bytes.size();
   if (done) {
@@ -33,13 +33,13 @@ std::pair<std::size_t, std::size_t> lent_round::arrived(int worker, std::size_t 
   if (!summable) return {answered_, 0};
   std::size_t ready = sum.size();
   for (std::size_t i = 0; i < in_.size(); ++i)
-    if (members_.empty() || members_[i]) ready = std::min(ready, in_[i]);
+    if (members[i]) ready = std::min(ready, in_[i]);
   if (ready < sum.size() && chunk_ > 0) ready -= ready % chunk_;  // (landed pushes come whole)
   if (ready <= answered_) return {answered_, 0};
   const std::size_t from = answered_;
   sources_.clear();
   for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (members_.empty() || members_[i]) sources_.push_back(inputs_[i].bytes.data() + from);
+    if (members[i]) sources_.push_back(inputs_[i].bytes.data() + from);
   reduce::sum_of(sum.data() + from, sources_, (ready - from) / dtype_size(t), t, scratch_);
   answered_ = ready;
   return {from, ready - from};
@@ -50,11 +50,6 @@ void lent_round::next_round() {
   std::fill(in_.begin(), in_.end(), 0);
   arriving_ = 0;
   answered_ = 0;
-}
-
-void lent_round::restart(const std::vector<bool>& members) {
-  members_ = members;
-  next_round();
 }
 
 }  // namespace bps::server

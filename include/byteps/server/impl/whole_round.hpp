@@ -14,7 +14,7 @@ void whole_round::shape(dtype t, std::size_t count, int num_workers) {
 }
 
 void whole_round::take(int worker, detail::buffer_pool::buffer& b,
-                       detail::buffer_pool::buffer& sum) {
+                       detail::buffer_pool::buffer& sum, const std::vector<bool>& members) {
   if (!rank_order_) return add(b, sum);
   const auto w = static_cast<std::size_t>(worker);
   if (w != next_) {
@@ -23,12 +23,12 @@ void whole_round::take(int worker, detail::buffer_pool::buffer& b,
   }
   add(b, sum);
   ++next_;
-  skip_non_members();
+  skip_non_members(members);
   while (next_ < held_.size() && held_[next_].data) {
     add(held_[next_], sum);
     pool_->give_back(std::move(held_[next_]));
     ++next_;
-    skip_non_members();
+    skip_non_members(members);
   }
 }
 
@@ -51,16 +51,11 @@ void whole_round::finish(detail::buffer_pool::buffer& sum) {
     reduce::accumulate_finish(sum.data.get(), wide_.data(), count_, type_);
 }
 
-void whole_round::next_round() {
+void whole_round::next_round(const std::vector<bool>& members) {
   for (auto& b : held_) pool_->give_back(std::move(b));
   next_ = 0;
-  skip_non_members();
+  skip_non_members(members);
   added_ = 0;
-}
-
-void whole_round::restart(const std::vector<bool>& members) {
-  members_ = members;
-  next_round();
 }
 
 }  // namespace bps::server

@@ -117,7 +117,7 @@ class shared_mapping {
     if (fd < 0) throw failure(name, held ? "open" : "shm_open");
     // The peer's pid may mean another process here (another pid namespace, a pid reused): map
     // only a byteps pool's memory.
-    if (held && !detail::held_memory::links_to_held_memory(name)) {
+    if (held && !detail::held_memory::is_held_memory(fd)) {
       ::close(fd);
       throw std::runtime_error(
           fmt::format("{} is not a byteps pool's shared memory in this process's view", name));
