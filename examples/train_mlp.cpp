@@ -34,6 +34,8 @@
 //   byteps-launch --workers 2 --servers 2 -- train_mlp [--model large|small] [--epochs N] ...
 //   byteps-launch --workers 2 --local-size 2 -- train_mlp   (2 processes per machine)
 //   BYTEPS_ENABLE_ASYNC=1 byteps-launch --workers 2 -- train_mlp --async   (train_mlp_async.hpp)
+//   BYTEPS_MIN_NUM_WORKER=2 byteps-launch --workers 3 -- train_mlp --die-at-step 40
+//                                                         (elastic training, train_mlp_elastic.hpp)
 
 #include <byteps/byteps.hpp>
 
@@ -59,6 +61,7 @@
 #include "train_mlp_args.hpp"
 #include "train_mlp_checks.hpp"
 #include "train_mlp_async.hpp"
+#include "train_mlp_elastic.hpp"
 
 // One process per machine (the defaults), or several meeting in shared memory
 // (BYTEPS_LOCAL_SIZE > 1). The default transport sends pushes to a server on this machine
@@ -313,6 +316,13 @@ int main(int argc, char** argv) {
     if (args.async && !args.compressor.empty())
       throw bad_args("--compressor and --async: async servers add pushes as they come and do not "
                      "decode compressed ones; choose one");
+    if (args.die_at_step >= 0 && !cfg.elastic())
+      throw bad_args("--die-at-step needs elastic training: set BYTEPS_MIN_NUM_WORKER (or "
+                     "BYTEPS_MAX_NUM_WORKER) in every node's environment");
+    if (cfg.elastic() && (args.async || !args.compressor.empty()))
+      throw bad_args("elastic training (BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER set) "
+                     "trains synchronously and uncompressed: drop --async and --compressor");
+    if (cfg.elastic()) return train_mlp::run_elastic<DirectComm>(cfg, args);
     const bool host =
         args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
     if (args.async)

@@ -20,7 +20,7 @@ namespace train_mlp {
 constexpr const char* usage =
     "Usage: train_mlp [--model large|small] [--hidden W,W,...] [--samples N] [--epochs N]\n"
     "                 [--batch B] [--lr LR] [--seed S] [--local-stage auto|host|none] [--async]\n"
-    "                 [--compressor RECIPE] [--help]\n"
+    "                 [--compressor RECIPE] [--die-at-step K] [--help]\n"
     "  --model M       large (default): hidden layers 1024,1024,1024 (2.1 M parameters),\n"
     "                  2048 samples, 6 epochs; small: hidden layers 64,64 (7 K parameters),\n"
     "                  4096 samples, 20 epochs (what the tests train). The options below\n"
@@ -45,6 +45,10 @@ constexpr const char* usage =
     "                  BYTEPS_MIN_COMPRESS_BYTES (default 65536) stay raw. The end check then\n"
     "                  compares the final loss with the uncompressed run's instead of the\n"
     "                  parameters\n"
+    "  --die-at-step K elastic training only (BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER\n"
+    "                  set): the worker of the highest rank ends itself with SIGKILL at the\n"
+    "                  start of global step K (from 0, over all epochs); the others go on, and\n"
+    "                  the end check replays the run without it from step K\n"
     "Rank 0 prints per epoch: the mean loss, samples/s (global samples per second of wall\n"
     "time), push_pull MB/s (comm.stats(): bytes push_pulled in the last 10 s over the time\n"
     "transfers were in flight) and the share of communication hidden behind backward.\n"
@@ -65,6 +69,7 @@ struct Args {
   std::string local_stage = "auto";
   bool async = false;  ///< --async (train_mlp_async.hpp)
   std::string compressor;  ///< --compressor: a recipe's text; empty for none
+  int die_at_step = -1;    ///< --die-at-step (train_mlp_elastic.hpp); -1: nobody dies
 };
 
 // A whole number in [lo, hi], or bad_args naming the option and what it expects.
@@ -103,7 +108,7 @@ inline Args parse_args(int argc, char** argv) {
     }
     static const char* const known[] = {"--model", "--hidden", "--samples", "--epochs",
                                         "--batch", "--lr",     "--seed",    "--local-stage",
-                                        "--compressor"};
+                                        "--compressor", "--die-at-step"};
     if (std::find(std::begin(known), std::end(known), arg) == std::end(known))
       throw bad_args("unknown option '" + arg + "'");
     if (i + 1 >= argc) throw bad_args(arg + " needs a value");
@@ -147,6 +152,8 @@ inline Args parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(x > 0 && x < 100))
         throw bad_args("--lr '" + v + "': expected a number above 0 and below 100");
       lr = static_cast<float>(x);
+    } else if (arg == "--die-at-step") {
+      a.die_at_step = static_cast<int>(whole_number(arg, v, 0, 1 << 30));
     } else if (arg == "--compressor") {
       a.compressor = v;  // checked by train_mlp.cpp, which has the registry
     } else {  // --local-stage

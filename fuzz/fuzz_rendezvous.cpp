@@ -1,6 +1,7 @@
 // libFuzzer target: the rendezvous payloads and the reader under them.
 //
-// Every input is given to decode_hello, decode_welcome and decode_server_replaced, and drives a byte_reader through
+// Every input is given to decode_hello, decode_welcome, decode_server_replaced and
+// decode_membership, and drives a byte_reader through
 // a sequence of reads that the input itself chooses. Each must return or throw
 // wire::decode_error, nothing else (an escaping exception of any other type aborts, and
 // libFuzzer reports it). A payload that decodes must re-encode to the same bytes: the format
@@ -57,6 +58,14 @@ void replaced(std::span<const std::byte> in) {
   }
 }
 
+void membership(std::span<const std::byte> in) {
+  try {
+    auto m = rendezvous::decode_membership(in);
+    if (!same(rendezvous::encode(m), in)) broken("membership: decode then encode changed the bytes");
+  } catch (const wire::decode_error&) {
+  }
+}
+
 // The first bytes are a program: each byte's low 3 bits pick a read, the rest of the input is
 // what is read.
 void reader(std::span<const std::byte> in) {
@@ -88,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   hello(in);
   welcome(in);
   replaced(in);
+  membership(in);
   reader(in);
   return 0;
 }

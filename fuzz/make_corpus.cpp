@@ -242,6 +242,11 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   moved.rank = 1;
   moved.where = {"10.0.0.9", 9001};
   write(dir, "valid-server-replaced", rendezvous::encode(moved));
+  const rendezvous::membership members{3, {0, 1, 3}, 3, 2, "disconnected (end of file)", true};
+  write(dir, "valid-membership", rendezvous::encode(members));
+  auto unordered = members;
+  unordered.members = {1, 0};
+  write(dir, "bad-membership-not-ascending", rendezvous::encode(unordered));
 
   auto b = h;
   b.resize(b.size() - 1);

@@ -44,6 +44,8 @@ bps::rendezvous::hello sample_hello() {
   h.standby = true;
   h.async_mode = true;
   h.staleness = 0x0102030405060708ll;
+  h.min_workers = 2;
+  h.max_workers = 0x01020304;
   return h;
 }
 
@@ -64,6 +66,8 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.standby == b.standby);
   CHECK(a.async_mode == b.async_mode);
   CHECK(a.staleness == b.staleness);
+  CHECK(a.min_workers == b.min_workers);
+  CHECK(a.max_workers == b.max_workers);
 }
 
 bps::rendezvous::welcome sample_welcome() {
@@ -85,10 +89,10 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto h = sample_hello();
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
-  // workers, servers, key hash, mixed mode, failover, standby, async, staleness (the job token
-  // travels as a proof after these bytes, never in them: auth.hpp)
+  // workers, servers, key hash, mixed mode, failover, standby, async, staleness, the elastic
+  // bounds (the job token travels as a proof after these bytes, never in them: auth.hpp)
   CHECK(bytes.size() == 4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 +
-                            h.key_hash.size() + 1 + 1 + 1 + 1 + 8);
+                            h.key_hash.size() + 1 + 1 + 1 + 1 + 8 + 4 + 4);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -124,6 +128,13 @@ TEST_CASE("rendezvous hello from a Config", "[wire][rendezvous]") {
   const auto a = bps::rendezvous::hello::from(c, bps::role::worker);
   CHECK(a.async_mode);
   CHECK(a.staleness == 5);
+  CHECK(a.min_workers == 0);
+  CHECK(a.max_workers == 0);
+  c.min_workers = 1;
+  c.max_workers = 6;
+  const auto e = bps::rendezvous::hello::from(c, bps::role::worker);
+  CHECK(e.min_workers == 1);
+  CHECK(e.max_workers == 6);
   const auto s = bps::rendezvous::hello::from(c, bps::role::server);
   CHECK(s.node_role == bps::role::server);
   CHECK(s.requested_rank == -1);
@@ -177,7 +188,8 @@ TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags"
   CHECK_FALSE(bps::rendezvous::hello::from(bps::Config{}, bps::role::worker).failover);
 
   auto bytes = bps::rendezvous::encode(sample_hello());
-  for (std::size_t at : {bytes.size() - 11, bytes.size() - 10}) {  // failover and standby bytes
+  // failover and standby: before the async flag, the staleness and the elastic bounds
+  for (std::size_t at : {bytes.size() - 19, bytes.size() - 18}) {
     auto bad = bytes;
     bad[at] = std::byte{2};
     CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
@@ -191,7 +203,7 @@ TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags"
 TEST_CASE("rendezvous hello refuses a bad async flag or staleness", "[wire][rendezvous][async]") {
   auto bytes = bps::rendezvous::encode(sample_hello());
   auto bad = bytes;
-  bad[bytes.size() - 9] = std::byte{2};  // the async flag, before the 8 staleness bytes
+  bad[bytes.size() - 17] = std::byte{2};  // the async flag, before staleness and the bounds
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
   auto h = sample_hello();
   h.staleness = -1;  // unbounded
@@ -199,6 +211,55 @@ TEST_CASE("rendezvous hello refuses a bad async flag or staleness", "[wire][rend
   h.staleness = -2;
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)),
                   bps::wire::decode_error);
+}
+
+TEST_CASE("rendezvous hello refuses negative elastic bounds", "[wire][rendezvous][elastic]") {
+  for (bool max : {false, true}) {
+    auto h = sample_hello();
+    (max ? h.max_workers : h.min_workers) = -1;
+    CHECK_THROWS_AS(bps::rendezvous::decode_hello(bps::rendezvous::encode(h)),
+                    bps::wire::decode_error);
+  }
+}
+
+TEST_CASE("rendezvous membership round-trips and refuses bad payloads",
+          "[wire][rendezvous][elastic]") {
+  const bps::rendezvous::membership m{7, {0, 2, 5}, 3, 1, "disconnected (end of file)", true};
+  const auto bytes = bps::rendezvous::encode(m);
+  CHECK(bytes.size() == 8 + 4 + 3 * 4 + 4 + 4 + 4 + m.why.size() + 1);
+  CHECK(bps::rendezvous::decode_membership(bytes) == m);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    CHECK_THROWS_AS(bps::rendezvous::decode_membership(prefix(bytes, n)),
+                    bps::wire::decode_error);
+  }
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK_THROWS_AS(bps::rendezvous::decode_membership(longer), bps::wire::decode_error);
+  auto refused = [](bps::rendezvous::membership bad) {
+    CHECK_THROWS_AS(bps::rendezvous::decode_membership(bps::rendezvous::encode(bad)),
+                    bps::wire::decode_error);
+  };
+  auto bad = m;
+  bad.members = {0, 2, 2};  // not ascending
+  refused(bad);
+  bad.members = {-1, 2};
+  refused(bad);
+  bad = m;
+  bad.processes = 2;  // fewer processes than machines
+  refused(bad);
+  bad = m;
+  bad.removed = -2;
+  refused(bad);
+  bad = m;
+  bad.removed = -1;  // a change that removed nobody
+  CHECK(bps::rendezvous::decode_membership(bps::rendezvous::encode(bad)) == bad);
+  bad = m;
+  bad.lost = false;  // it left
+  CHECK(bps::rendezvous::decode_membership(bps::rendezvous::encode(bad)) == bad);
+  auto flag = bytes;
+  flag.back() = std::byte{2};
+  CHECK_THROWS_AS(bps::rendezvous::decode_membership(flag), bps::wire::decode_error);
 }
 
 TEST_CASE("rendezvous server_replaced round-trips and refuses bad payloads",
@@ -345,6 +406,13 @@ TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") 
     theirs.staleness = 2;
     expect({"BYTEPS_ASYNC_STALENESS differs", "has 2", "the scheduler has unset (unbounded)",
             where});
+  }
+  SECTION("elastic bounds differ") {
+    theirs.min_workers = 2;
+    expect({"BYTEPS_MIN_NUM_WORKER differs", "has 2", "the scheduler has unset", where});
+    theirs.min_workers = 0;
+    mine.max_workers = 8;
+    expect({"BYTEPS_MAX_NUM_WORKER differs", "has unset", "the scheduler has 8", where});
   }
   // A later generation than ours, whatever ours is.
   const std::uint32_t other = bps::rendezvous::protocol_version + 1;

@@ -141,6 +141,12 @@ struct Config {
   /// BYTEPS_ASYNC_STALENESS: with async on, the most pushes of a tensor a worker may be ahead of
   /// the slowest worker before its answer is held (0 = lockstep); -1 (unset) = unbounded.
   std::int64_t async_staleness = -1;
+  /// BYTEPS_MIN_NUM_WORKER and BYTEPS_MAX_NUM_WORKER: elastic training (docs/reliability.md,
+  /// "Elastic training"), on when either is set (0: unset). Counted in machines, as
+  /// DMLC_NUM_WORKER. The job forms with DMLC_NUM_WORKER machines; a worker machine lost after
+  /// that is removed and the others go on, until fewer than `min_workers` remain.
+  int min_workers = 0;
+  int max_workers = 0;
 
   /// BYTEPS_COMPRESSOR: workers only. The compressor of every tensor whose push_pull names none
   /// (`push_pull_options::compressor` overrides it per tensor), as a recipe's text
@@ -194,6 +200,13 @@ struct Config {
 
   /// Server failover is on (`failover_timeout` > 0).
   bool failover() const noexcept { return failover_timeout.count() > 0; }
+
+  /// Elastic training is on (`min_workers` or `max_workers` set).
+  bool elastic() const noexcept { return min_workers > 0 || max_workers > 0; }
+  /// The fewest worker machines an elastic job goes on with (`min_workers`, or 1 when unset).
+  int fewest_workers() const noexcept { return min_workers > 0 ? min_workers : 1; }
+  /// The most worker machines an elastic job may have (`max_workers`, or `num_workers`).
+  int most_workers() const noexcept { return max_workers > 0 ? max_workers : num_workers; }
 
   /// The largest partition the auto rule makes (BytePS's default partition size).
   static constexpr std::size_t auto_partition_cap = 4096000;

@@ -32,8 +32,9 @@ namespace bps::rendezvous {
 // challenge-response (the `challenge` frame, a hello ends with its proof, rendezvous/auth.hpp;
 // no token digest in the hello), `peer_hello` carries its local rank and proof, `bye` its reason;
 // 10: async training with failover (answers and offers flagged `applied` end with each worker's
-// count of applied deltas, server/async_key.hpp)
-inline constexpr std::uint32_t protocol_version = 10;
+// count of applied deltas, server/async_key.hpp); 11: elastic training (hello's `min_workers`
+// and `max_workers`, the `membership` notice, the server's `redo`)
+inline constexpr std::uint32_t protocol_version = 11;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -54,6 +55,8 @@ struct hello {
   bool standby = false;         ///< servers: BYTEPS_SERVER_STANDBY, waits to replace a dead server
   bool async_mode = false;      ///< BYTEPS_ENABLE_ASYNC (must agree across the cluster)
   std::int64_t staleness = -1;  ///< BYTEPS_ASYNC_STALENESS, -1 unbounded (must agree)
+  std::int32_t min_workers = 0;  ///< BYTEPS_MIN_NUM_WORKER, 0 unset (must agree)
+  std::int32_t max_workers = 0;  ///< BYTEPS_MAX_NUM_WORKER, 0 unset (must agree)
 
   BYTEPS_DECL static hello from(const Config& c, role r);
 };
@@ -121,6 +124,24 @@ struct server_replaced {
 BYTEPS_DECL std::vector<std::byte> encode(const server_replaced& m);
 
 BYTEPS_DECL server_replaced decode_server_replaced(std::span<const std::byte> in);
+
+/// Elastic training (scheduler -> every worker and server): the worker machines in the job from
+/// membership epoch `epoch` on. Sent when a worker machine is removed (epoch 1 is the first
+/// change; the job formed at epoch 0 with every machine).
+struct membership {
+  std::uint64_t epoch = 0;
+  std::vector<std::int32_t> members;  ///< worker machines taking part, ascending
+  std::int32_t processes = 0;         ///< worker processes on them (the sum of their local sizes)
+  std::int32_t removed = -1;          ///< the machine this change removed (-1: none)
+  std::string why;                    ///< what happened to it ("disconnected (...)", "left")
+  bool lost = true;                   ///< it was lost (a failure), rather than it left
+  friend bool operator==(const membership&, const membership&) = default;
+};
+
+BYTEPS_DECL std::vector<std::byte> encode(const membership& m);
+
+/// @throws wire::decode_error when malformed (members not ascending, a count out of range).
+BYTEPS_DECL membership decode_membership(std::span<const std::byte> in);
 
 /// The first setting in which `theirs` (a node at `where`) differs from `mine` (the scheduler),
 /// as a message for that node; nullopt when they agree.

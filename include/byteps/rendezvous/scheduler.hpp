@@ -14,8 +14,14 @@
 /// `server_replaced` naming the rank and the new address. When none comes within the timeout
 /// the job fails as without failover, naming the lost server (see docs/reliability.md).
 ///
+/// With elastic training (`Config::elastic()`) a worker machine lost after the cluster formed,
+/// or one that says bye mid-job, is removed instead: the scheduler bumps the membership epoch
+/// and tells every server and remaining worker which machines go on (`membership`); barriers
+/// count the members only. Fewer than BYTEPS_MIN_NUM_WORKER left fails the job naming why.
+///
 /// Joining is in rendezvous/impl/scheduler_join.hpp, failover in
-/// rendezvous/impl/scheduler_failover.hpp; both are included at the end of this file.
+/// rendezvous/impl/scheduler_failover.hpp, elastic training in
+/// rendezvous/impl/scheduler_elastic.hpp; all are included at the end of this file.
 
 #include <fmt/core.h>
 
@@ -25,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -243,12 +250,8 @@ class scheduler {
       case wire::msg::barrier: {
         if (n.r != role::worker)
           throw wire::decode_error("it entered a barrier, which only workers do");
-        if (++barriers_[h.round] == workers_) {
-          barriers_.erase(h.round);
-          for (auto& w : nodes_)
-            if (w.alive && w.r == role::worker)
-              send_locked(w.link, wire::msg::barrier_release, {}, h.round);
-        }
+        barriers_[h.round].insert(s.node_index);
+        release_barriers_locked();
         return;
       }
       case wire::msg::bye:
@@ -259,6 +262,7 @@ class scheduler {
           return;
         }
         log_.debug("{} said bye", describe(n));
+        if (cfg_.elastic() && formed_ && !shutting_down_) worker_removed_locked(n, "left", false);
         cv_.notify_all();
         return;
       default:
@@ -277,6 +281,23 @@ class scheduler {
     r.offset = static_cast<std::uint64_t>(detail::steady_ns());
     s.link_->send(r, {}, {});
   }
+
+  // Every barrier that each worker process still in the job entered is released.
+  void release_barriers_locked() {
+    for (auto it = barriers_.begin(); it != barriers_.end();) {
+      if (static_cast<int>(it->second.size()) < workers_) {
+        ++it;
+        continue;
+      }
+      for (auto& w : nodes_)
+        if (w.alive && w.r == role::worker)
+          send_locked(w.link, wire::msg::barrier_release, {}, it->first);
+      it = barriers_.erase(it);
+    }
+  }
+
+  // Elastic training (rendezvous/impl/scheduler_elastic.hpp).
+  void worker_removed_locked(node& n, const std::string& what, bool lost);
 
   // Failover (rendezvous/impl/scheduler_failover.hpp).
   std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const;
@@ -360,14 +381,16 @@ class scheduler {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<node> nodes_;
-  std::map<std::uint64_t, int> barriers_;
+  std::map<std::uint64_t, std::set<int>> barriers_;  // by barrier: the nodes that entered it
   rendezvous::welcome table_;     // as sent at formation; failover updates the server table
   rendezvous::vacancies vacant_;  // failover: ranks of dead servers awaiting a replacement
   bool formed_ = false;
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
-  int workers_ = 0;                  // worker processes, once formed
+  int workers_ = 0;                  // worker processes, once formed (elastic: still in the job)
+  std::uint64_t epoch_ = 0;          // elastic: membership changes so far
+  std::set<int> removed_;            // elastic: worker machines removed from the job
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };
@@ -376,5 +399,6 @@ class scheduler {
 
 }  // namespace bps
 
+#include "byteps/rendezvous/impl/scheduler_elastic.hpp"
 #include "byteps/rendezvous/impl/scheduler_failover.hpp"
 #include "byteps/rendezvous/impl/scheduler_join.hpp"

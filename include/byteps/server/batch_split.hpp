@@ -46,6 +46,7 @@ inline wire::header pull_response_header(const wire::header& about, const reply&
   r.dtype = static_cast<std::uint32_t>(a.type);
   r.offset = a.offset;
   r.tensor_bytes = a.tensor_bytes;
+  r.sender = a.contributors;
   return r;
 }
 

@@ -39,6 +39,9 @@ struct engine {
   H handler;
   server::tables tables;
   waiting_rooms<Session> waiting;
+  /// Elastic training: the worker processes of the members this engine's handler sums over
+  /// now, which its answers carry (`reply::contributors`); 0 until the first membership change.
+  std::uint32_t contributors = 0;
   detail::task_thread thread;  // last: joins before the rest is destroyed
 
   /// Runs `task` on the engine thread, holding `mu`.

@@ -121,6 +121,10 @@ struct reply {
   /// `bytes` end with each worker's count of applied deltas (asynchronous training with
   /// failover; the pull_response is flagged `wire::flag_applied`).
   bool applied_counts = false;
+  /// Elastic training: how many worker processes the sum holds, which the worker averages by
+  /// (the pull_response's `sender`). Set by the server, not the handler; 0: every worker
+  /// process of the job.
+  std::uint32_t contributors = 0;
 };
 
 /// A worker held in a key's waiting list, answered by `outcome::release_each` with a reply of

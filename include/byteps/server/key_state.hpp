@@ -50,8 +50,10 @@ class key_state : public key_shape {
   /// `pool` takes back the buffers a key lets go of; it must outlive the key.
   /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`, 0 for a handler
   /// that does not stream); a key whose partition makes two chunks or more is `streamed()`.
-  key_state(detail::buffer_pool& pool, bool failover, std::size_t chunk = 0)
-      : pool_(&pool), failover_(failover), whole_(pool, failover), lent_(chunk) {}
+  /// `rank_order`: whole pushes are summed in worker-rank order (always with failover).
+  key_state(detail::buffer_pool& pool, bool failover, std::size_t chunk = 0,
+            bool rank_order = false)
+      : pool_(&pool), failover_(failover), whole_(pool, failover || rank_order), lent_(chunk) {}
 
   /// Checks worker `worker`'s push of `size` bytes for the current round and counts it as
   /// pushed. Returns what was wrong with it (the message for that worker alone), or "" when

@@ -144,10 +144,21 @@ class node {
   friend session;
   using session_ptr = std::shared_ptr<session>;
 
-  // Before anything connects: a handler that cannot serve this job says so now.
-  static const Config& checked(const Config& cfg) {
+  // Before anything connects: a handler that cannot serve this job says so now. Elastic
+  // training sums whole pushes: a piece of a round that starts over would already be in a
+  // worker's buffer, where its own contribution must stay for the re-push.
+  static Config checked(const Config& cfg) {
     if constexpr (server::checks_config<H>) H::check_config(cfg);
-    return cfg;
+    Config served = cfg;
+    if (cfg.elastic()) {
+      if constexpr (!server::restarts_rounds<H>)
+        throw usage_error(
+            "elastic training (BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER set), but this "
+            "server's handler cannot start a round over without a removed worker (it has no "
+            "restart_rounds, server/handler.hpp): run Server<T> (server::sync_sum)");
+      served.server_chunk_bytes = 0;
+    }
+    return served;
   }
 
   void start() {
@@ -168,6 +179,9 @@ class node {
     // After the engines: fail() runs on the control link's thread and walks them, and taking
     // the failure's lock here orders their creation before it (ThreadSanitizer saw it racing).
     control_.on_failure([this](const std::string& why) { fail(why); });
+    if (cfg_.elastic())
+      control_.on_notice(wire::msg::membership,
+                         [this](const rendezvous::frame& f) { on_membership(f); });
     const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
@@ -189,6 +203,11 @@ class node {
       welcome = control_.join(hello);
     }
     worker_processes_.store(welcome->global_size, std::memory_order_release);
+    if (cfg_.elastic())  // answers say how many processes they sum from the first round on
+      for (auto& e : engines_) {
+        std::lock_guard lock(e->mu);
+        e->contributors = static_cast<std::uint32_t>(welcome->global_size);
+      }
     job_id_.store(welcome->job_id, std::memory_order_release);
     rank_.store(welcome->rank, std::memory_order_release);  // engine threads read it (tables)
     log_.rename(fmt::format("server {}", welcome->rank));
@@ -322,14 +341,96 @@ class node {
   // (control_.on_failure). So this server's own word goes to the waiting workers only if no
   // report came within a heartbeat interval. A close between frames (a link this server
   // dropped, a worker that vanished) fails at once, as before.
+  //
+  // Elastic training: the scheduler decides. It removes the worker's machine (a `membership`
+  // notice) or fails the job; this server fails on its own only if the machine is still a
+  // member a heartbeat timeout later (its link to a live worker broke, which the scheduler
+  // cannot see).
   void worker_lost(session& s, const std::string& reason, bool mid_frame) {
     if (finishing_) return;
     auto why = fmt::format("{} disconnected ({})", s.describe(), reason);
+    if (cfg_.elastic()) {
+      const auto by = detail::timer_thread::clock::now() + cfg_.heartbeat_timeout +
+                      cfg_.heartbeat_interval;
+      lost_worker_.post_at(by, [this, machine = s.worker, why = std::move(why)](bool cancelled) {
+        if (!cancelled && is_member(machine)) fail(why);
+      });
+      return;
+    }
     if (!mid_frame) return fail(why);
     lost_worker_.post_at(detail::timer_thread::clock::now() + cfg_.heartbeat_interval,
                          [this, why = std::move(why)](bool cancelled) {
                            if (!cancelled) fail(why);
                          });
+  }
+
+  // Elastic training, the scheduler's I/O thread: the worker machines from now on. Each engine
+  // starts its rounds in flight over without the removed machine and asks the members whose
+  // pushes it discarded to push again; the removed machine's links close.
+  void on_membership(const rendezvous::frame& f) {
+    rendezvous::membership m;
+    try {
+      m = rendezvous::decode_membership(f.payload);
+    } catch (const wire::decode_error& e) {
+      return fail(fmt::format("a malformed membership notice from the scheduler: {}", e.what()));
+    }
+    std::vector<bool> members(static_cast<std::size_t>(cfg_.num_workers), false);
+    for (auto machine : m.members)
+      if (machine < cfg_.num_workers) members[static_cast<std::size_t>(machine)] = true;
+    {
+      std::lock_guard lock(mu_);
+      if (m.epoch <= epoch_) return;  // notices come in order; an old one changes nothing
+      epoch_ = m.epoch;
+      members_ = members;
+    }
+    const auto line = fmt::format("worker {} removed from the job ({}): {} worker machines go on "
+                                  "(membership epoch {}); rounds in flight start over without it",
+                                  m.removed, m.why, m.members.size(), m.epoch);
+    if (m.lost)
+      log_.warn("{}", line);
+    else
+      log_.info("{}", line);
+    for (auto& e : engines_)
+      e->post([this, ep = e.get(), members, processes = m.processes] {
+        restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
+      });
+    for (auto& w : places_.holders())
+      if (w->worker >= 0 && w->worker < cfg_.num_workers &&
+          !members[static_cast<std::size_t>(w->worker)])
+        w->link->close();
+  }
+
+  // Holding e.mu, on the engine thread: `members` take part from now on.
+  void restart_rounds(engine& e, const std::vector<bool>& members, std::uint32_t processes) {
+    e.contributors = processes;
+    if constexpr (server::restarts_rounds<H>) {
+      std::size_t asked = 0;
+      const auto redo = e.handler.restart_rounds(members);
+      for (const auto& r : redo) {
+        auto& room = e.waiting.at(key_id{r.key, r.part});
+        wire::header about;
+        about.key = r.key;
+        about.part = r.part;
+        about.round = r.round;
+        for (auto& w : room.workers)
+          if (w->worker >= 0 && w->worker < cfg_.num_workers &&
+              members[static_cast<std::size_t>(w->worker)]) {
+            w->send_redo(about);
+            ++asked;
+          }
+        room.workers.clear();
+      }
+      if (!redo.empty())
+        log_.info("{} round(s) in flight started over; {} push(es) asked for again", redo.size(),
+                  asked);
+    }
+  }
+
+  bool is_member(int machine) {
+    std::lock_guard lock(mu_);
+    return members_.empty() ||
+           (machine >= 0 && static_cast<std::size_t>(machine) < members_.size() &&
+            members_[static_cast<std::size_t>(machine)]);
   }
 
   // A worker's bye carried the failure it leaves after (it lost a server, its trainer threw):
@@ -397,8 +498,10 @@ class node {
   server::tensor_names names_;
   server::throughput stats_;
   server::worker_places<session> places_;  // one link per worker process
-  std::mutex mu_;                          // guards dead_
+  std::mutex mu_;                          // guards dead_, epoch_, members_
   std::string dead_;
+  std::uint64_t epoch_ = 0;    // elastic: the membership epoch last applied
+  std::vector<bool> members_;  // elastic: by machine, after a change (empty: every machine)
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
   bool released_ = false;  // a standby the job never needed

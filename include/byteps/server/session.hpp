@@ -324,6 +324,17 @@ class session final : public transport::receiver,
     send_pull_response(about, a, wire::flag_piece | (last ? wire::flag_last_piece : 0u));
   }
 
+  /// Elastic training: asks this worker to push `about`'s partition of round `about.round`
+  /// again (its round started over without a removed worker). Any thread.
+  void send_redo(const wire::header& about) {
+    wire::header r;
+    r.type = wire::msg::redo;
+    r.key = about.key;
+    r.part = about.part;
+    r.round = about.round;
+    link->send(r, {}, {});
+  }
+
   /// Sends `a` as the `rows_answer` to the table request `about`. Any thread.
   void send_rows_answer(const wire::header& about, const reply& a) {
     wire::header r;

@@ -53,7 +53,7 @@ class sync_sum {
   static constexpr bool reads_in_place = true;
 
   sync_sum(const Config& cfg, detail::buffer_pool& pool)
-      : pool_(&pool), chunk_(cfg.server_chunk_bytes) {
+      : pool_(&pool), chunk_(cfg.server_chunk_bytes), rank_order_(cfg.elastic()) {
     check_config(cfg);
   }
 
@@ -86,6 +86,9 @@ class sync_sum {
 
   detail::buffer_pool* pool_;
   std::size_t chunk_;
+  // Elastic training sums whole pushes in worker-rank order, as failover does, so that a run
+  // that loses a worker at a known round can be replayed bit for bit.
+  bool rank_order_ = false;
   std::unordered_map<key_id, key_state, key_id_hash> keys_;
   std::vector<bool> members_;  // elastic: who takes part (empty: every worker)
 };

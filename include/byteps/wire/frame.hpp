@@ -52,8 +52,12 @@ enum class msg : std::uint16_t {
   rows_request = 20,    ///< worker -> server: an embedding table's declare, pull or push
                         ///< (payload: table/messages.hpp)
   rows_answer = 21,     ///< server -> worker: a rows_request's answer (a pull's rows)
+  membership = 22,      ///< scheduler -> worker, server: the worker machines now in the job
+                        ///< (elastic training; payload: rendezvous::membership)
+  redo = 23,            ///< server -> worker: push partition (key, part) of `round` again; its
+                        ///< round started over without a removed worker (elastic training)
 };
-inline constexpr std::uint16_t max_msg = 21;
+inline constexpr std::uint16_t max_msg = 23;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
@@ -90,6 +94,8 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::answer_batch: return "answer_batch";
     case msg::rows_request: return "rows_request";
     case msg::rows_answer: return "rows_answer";
+    case msg::membership: return "membership";
+    case msg::redo: return "redo";
   }
   return is_transport_msg(m) ? "transport" : "unknown";
 }

@@ -29,6 +29,7 @@
 #include "byteps/core/op_state.hpp"
 #include "byteps/reduce/reducer.hpp"
 #include "byteps/wire/frame.hpp"
+#include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/registered_memory.hpp"
 #include "byteps/worker/row_calls.hpp"
@@ -52,6 +53,23 @@ class answer_keeper {
  protected:
   ~answer_keeper() = default;
 };
+
+/// Under the worker's mutex: sends pending partition `part` of `t` (`key`) again on `link`, as
+/// it was pushed (an encoded push is re-sent, never re-encoded), its answer starting afresh. The
+/// re-push took no scheduling credit, so it returns none when it leaves.
+template <class State, class Link>
+void repush_locked(State& state, tensor& t, std::uint64_t key, std::uint32_t part,
+                   pending_part& p, Link& link) {
+  p.answered_bytes = 0;
+  ++p.op->in_transport;
+  auto payload = state.dispatcher.push_payload(t, part, p, false);
+  state.ops().stats().pushed(p.server, payload.size());
+  link.send(push_frame(t, key, part, p, state.machine), payload, [&state, op = p.op] {
+    std::lock_guard lock(state.mu);
+    --op->in_transport;
+    state.ops().release_if_done(op);
+  });
+}
 
 /// `State` is the worker's `shared_state`.
 template <class State>
@@ -146,7 +164,7 @@ class answers {
       std::memcpy(dest.data(), in.data(), dest.size());
     if (op->average)
       reduce::scale(dest.data(), dest.size() / dtype_size(op->type), op->type,
-                    1.0 / state_.global_size);
+                    1.0 / contributors(h));
     return true;
   }
 
@@ -177,7 +195,7 @@ class answers {
       }
     } else if (op->average && !op->failure) {
       reduce::scale(payload.data(), payload.size() / dtype_size(op->type), op->type,
-                    1.0 / state_.global_size);
+                    1.0 / contributors(h));
     }
     std::lock_guard lock(state_.mu);
     --op->receiving;
@@ -191,6 +209,34 @@ class answers {
       p->answered_bytes += bytes;
     state_.ops().release_if_done(op);
   }
+
+  // The worker processes whose pushes `h`'s answer sums: the server says so with elastic
+  // training (workers may have been removed since the job formed), else every one of the job.
+  double contributors(const wire::header& h) const {
+    return h.sender != 0 ? static_cast<double>(h.sender) : static_cast<double>(state_.global_size);
+  }
+
+  // I/O thread, elastic training: server `server` started `h`'s round over without a removed
+  // worker and discarded this worker's push of it. No answer of that round reached the
+  // caller's buffer (a server sums whole pushes then), so the buffer still holds the push.
+  void redo(int server, std::uint64_t generation, const wire::header& h) {
+    std::lock_guard lock(state_.mu);
+    auto& slot = state_.links[server];
+    if (generation != slot.generation || !slot.up || state_.life.gone()) return;
+    const key_id id{h.key, h.part};
+    auto* p = state_.ops().awaiting(id);
+    if (p == nullptr || p->round != h.round || p->server != server || !p->dispatched ||
+        p->receiving || p->op->failure)
+      return;  // answered or failed meanwhile: nothing to push again
+    repush_locked(state_, state_.ops().at(h.key), h.key, h.part, *p, *slot.link);
+    ++redone_;
+    state_.log.debug("{} partition {} round {}: pushed again at server {}'s request (a worker "
+                     "was removed)",
+                     p->op->what, h.part, h.round, server);
+  }
+
+  // Pushes sent again at a server's request (`redo`) so far. Under the worker's mutex.
+  std::uint64_t redone_locked() const noexcept { return redone_; }
 
   // I/O thread: the answer to a table call's request (worker/row_calls.hpp), whole in `payload`.
   void rows_answered(int server, std::uint64_t generation, const wire::header& h,
@@ -252,6 +298,7 @@ class answers {
  private:
   State& state_;
   answer_keeper* keeper_ = nullptr;  // failover, when it is on
+  std::uint64_t redone_ = 0;         // under the worker's mutex
   registered_memory registered_;
 };
 

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,7 @@
 #include "byteps/core/dtype.hpp"
 #include "byteps/core/error.hpp"
 #include "byteps/core/handle.hpp"
+#include "byteps/core/membership.hpp"
 #include "byteps/core/push_pull_options.hpp"
 #include "byteps/local/fwd.hpp"
 #include "byteps/partition/by_bytes.hpp"
@@ -101,6 +103,13 @@ class Communicator {
   /// This process among all worker processes (machine-major), and their number.
   int rank() const noexcept;
   int size() const noexcept;
+  /// Elastic training (`Config::elastic()`): call between steps, with no operation in flight.
+  /// Returns the change in the job's workers since the last call (a worker machine lost or
+  /// gone), from which on `rank()` and `size()` are the new ones; nullopt when nothing changed
+  /// (always, without elastic training). Sums never wait for it: each answer is averaged by the
+  /// processes it sums. See docs/reliability.md, "Elastic training".
+  std::optional<membership_event> step_boundary();
+
   /// This machine (DMLC_WORKER_ID) and the number of machines (DMLC_NUM_WORKER).
   int machine() const noexcept;
   int machines() const noexcept;

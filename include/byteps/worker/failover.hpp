@@ -326,13 +326,8 @@ class failover final : public answer_keeper {
           link->send(h, *copy, [copy] {});
           ++sums;
         }
-        if (push) {
-          p->answered_bytes = 0;  // the replacement answers from the start
-          ++p->op->in_transport;
-          auto payload = state_.dispatcher.push_payload(t, i, *p, false);  // encoded already
-          state_.ops().stats().pushed(server, payload.size());
-          link->send(push_frame(t, key, i, *p, state_.machine), payload,
-                     [this, op = p->op] { repushed(op); });
+        if (push) {  // the replacement answers from the start
+          repush_locked(state_, t, key, i, *p, *link);
           ++pushes;
         }
       }
@@ -343,13 +338,6 @@ class failover final : public answer_keeper {
           link->send(rows_header(key, type, round, state_.machine), *payload, [payload] {});
         });
     return {sums, pushes, rows};
-  }
-
-  // A re-push left (or was dropped): it took no scheduling credit, so it returns none.
-  void repushed(const op_ptr& op) {
-    std::lock_guard lock(state_.mu);
-    --op->in_transport;
-    state_.ops().release_if_done(op);
   }
 
   State& state_;

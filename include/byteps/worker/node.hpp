@@ -54,6 +54,7 @@
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/fusion.hpp"
 #include "byteps/worker/local_stage.hpp"
+#include "byteps/worker/membership.hpp"
 #include "byteps/worker/op_table.hpp"
 #include "byteps/worker/request_checks.hpp"
 #include "byteps/worker/row_calls.hpp"
@@ -125,8 +126,11 @@ class node {
 
   /// BYTEPS_ENABLE_ASYNC: a push_pull pushes a delta and gets the parameters back.
   bool async_mode() const noexcept { return cfg_.enable_async; }
-  int rank() const noexcept { return global_rank_; }
-  int size() const noexcept { return state_.global_size; }
+  int rank() const noexcept { return membership_ ? membership_->rank() : global_rank_; }
+  int size() const noexcept { return membership_ ? membership_->size() : state_.global_size; }
+  std::optional<membership_event> step_boundary() {
+    return membership_ ? membership_->step_boundary() : std::nullopt;
+  }
   int machine() const noexcept { return state_.machine; }
   int machines() const noexcept { return num_workers_; }
   std::uint64_t job_id() const noexcept { return job_id_; }
@@ -407,6 +411,7 @@ class node {
   deadline_timer deadlines_{cfg_.op_timeout};       // every operation's deadline; stops first
   local_stage_for<L> stage_;                        // after the members its callbacks use
   answers<state_type> answers_{state_};             // what the servers send
+  std::unique_ptr<membership<state_type>> membership_;  // elastic training only
   std::unique_ptr<failover<state_type>> failover_;  // null with failover off; last: stops first
 };
 

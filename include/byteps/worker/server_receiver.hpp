@@ -81,6 +81,7 @@ class server_receiver final : public transport::receiver, public transport::cach
     if (h.type == wire::msg::answer_batch) return answer_batch(h, payload);
     if (h.type == wire::msg::rows_answer)
       return owner_->rows_answered(server_, generation_, h, payload);
+    if (h.type == wire::msg::redo) return owner_->redo(server_, generation_, h);
     owner_->server_error(
         server_, generation_, h,
         std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));

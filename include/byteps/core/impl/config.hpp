@@ -114,6 +114,31 @@ void Config::validate() const {
            "cannot rebuild the dead one's error feedback, so compression that the servers "
            "decode does not fail over yet");
   }
+  if (min_workers < 0 || min_workers > num_workers)
+    fail("min_workers (BYTEPS_MIN_NUM_WORKER)", min_workers,
+         fmt::format("0 (unset) or 1 .. num_workers (DMLC_NUM_WORKER) = {}: the job forms with "
+                     "DMLC_NUM_WORKER machines",
+                     num_workers));
+  if (max_workers != 0 && (max_workers < num_workers || max_workers > (1 << 20)))
+    fail("max_workers (BYTEPS_MAX_NUM_WORKER)", max_workers,
+         fmt::format("0 (unset) or num_workers (DMLC_NUM_WORKER) = {} .. 1048576", num_workers));
+  if (elastic()) {
+    // What elastic training does not cover yet: each refused by name, never half-supported.
+    auto not_yet = [&](std::string_view what, auto value, std::string_view why) {
+      fail(what, value,
+           fmt::format("{} with elastic training (BYTEPS_MIN_NUM_WORKER or "
+                       "BYTEPS_MAX_NUM_WORKER set): {}",
+                       why, "not supported yet (docs/reliability.md, \"Elastic training\")"));
+    };
+    if (node_role == role::worker && local_size > 1)
+      not_yet("local_size (BYTEPS_LOCAL_SIZE)", local_size, "1");
+    if (enable_async) not_yet("enable_async (BYTEPS_ENABLE_ASYNC)", 1, "0 (synchronous)");
+    if (failover())
+      not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(), "0");
+    if (!compressor.empty() && compressor != "none")
+      not_yet("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor), "none");
+    if (mixed_mode) not_yet("mixed_mode (BYTEPS_ENABLE_MIXED_MODE)", 1, "0");
+  }
   if (trace_start_step < 0)
     fail("trace_start_step (BYTEPS_TRACE_START_STEP)", trace_start_step, ">= 0");
   if (trace_end_step < trace_start_step)

@@ -116,6 +116,8 @@ Config Config::from_env() {
   c.server_standby = env_integer("BYTEPS_SERVER_STANDBY", 0, 0, 1) == 1;
   c.enable_async = env_integer("BYTEPS_ENABLE_ASYNC", 0, 0, 1) == 1;
   c.async_staleness = env_integer("BYTEPS_ASYNC_STALENESS", -1, 0, std::int64_t{1} << 40);
+  c.min_workers = static_cast<int>(env_integer("BYTEPS_MIN_NUM_WORKER", 0, 1, 1 << 20));
+  c.max_workers = static_cast<int>(env_integer("BYTEPS_MAX_NUM_WORKER", 0, 1, 1 << 20));
   if (const char* z = env_or_null("BYTEPS_COMPRESSOR")) {
     detail::parse_recipe_text(z, "BYTEPS_COMPRESSOR");  // the form only: the worker makes it
     c.compressor = z;

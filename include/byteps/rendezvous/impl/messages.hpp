@@ -23,6 +23,8 @@ std::vector<std::byte> encode(const hello& h) {
   w.put(static_cast<std::uint8_t>(h.standby ? 1 : 0));
   w.put(static_cast<std::uint8_t>(h.async_mode ? 1 : 0));
   w.put(h.staleness);
+  w.put(h.min_workers);
+  w.put(h.max_workers);
   return w.take();
 }
 
@@ -57,6 +59,10 @@ hello decode_hello(std::span<const std::byte> in) {
   h.async_mode = async_mode == 1;
   h.staleness = r.get<std::int64_t>();
   if (h.staleness < -1) throw wire::decode_error("staleness below -1 (unbounded)");
+  h.min_workers = r.get<std::int32_t>();
+  h.max_workers = r.get<std::int32_t>();
+  if (h.min_workers < 0 || h.max_workers < 0)
+    throw wire::decode_error("a negative BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER");
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -149,6 +155,43 @@ server_replaced decode_server_replaced(std::span<const std::byte> in) {
   return m;
 }
 
+std::vector<std::byte> encode(const membership& m) {
+  wire::byte_writer w;
+  w.put(m.epoch);
+  w.put(static_cast<std::uint32_t>(m.members.size()));
+  for (auto machine : m.members) w.put(machine);
+  w.put(m.processes);
+  w.put(m.removed);
+  w.put_string(m.why);
+  w.put(static_cast<std::uint8_t>(m.lost ? 1 : 0));
+  return w.take();
+}
+
+membership decode_membership(std::span<const std::byte> in) {
+  wire::byte_reader r(in);
+  membership m;
+  m.epoch = r.get<std::uint64_t>();
+  const auto n = r.get<std::uint32_t>();
+  if (n > (1u << 20)) throw wire::decode_error("more members than worker machines can be");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto machine = r.get<std::int32_t>();
+    if (machine < 0 || (!m.members.empty() && machine <= m.members.back()))
+      throw wire::decode_error("members are not ascending machine numbers");
+    m.members.push_back(machine);
+  }
+  m.processes = r.get<std::int32_t>();
+  if (m.processes < static_cast<std::int32_t>(n))
+    throw wire::decode_error("fewer worker processes than member machines");
+  m.removed = r.get<std::int32_t>();
+  if (m.removed < -1) throw wire::decode_error("removed machine below -1 (none)");
+  m.why = r.get_string(4096);
+  const auto lost = r.get<std::uint8_t>();
+  if (lost > 1) throw wire::decode_error("membership's lost flag is neither 0 nor 1");
+  m.lost = lost == 1;
+  if (!r.done()) throw wire::decode_error("trailing bytes after membership");
+  return m;
+}
+
 std::optional<std::string> first_difference(const hello& mine, const hello& theirs,
                                             const std::string& where) {
   // Another generation's hello may lay its role out elsewhere: it is only "a peer".
@@ -186,6 +229,11 @@ std::optional<std::string> first_difference(const hello& mine, const hello& thei
     };
     return differ("BYTEPS_ASYNC_STALENESS", bound(theirs.staleness), bound(mine.staleness));
   }
+  auto bound = [](std::int32_t n) { return n == 0 ? std::string("unset") : std::to_string(n); };
+  if (theirs.min_workers != mine.min_workers)
+    return differ("BYTEPS_MIN_NUM_WORKER", bound(theirs.min_workers), bound(mine.min_workers));
+  if (theirs.max_workers != mine.max_workers)
+    return differ("BYTEPS_MAX_NUM_WORKER", bound(theirs.max_workers), bound(mine.max_workers));
   if (theirs.node_role == role::worker && theirs.key_hash != mine.key_hash)
     return differ("BYTEPS_KEY_HASH_FN", theirs.key_hash, mine.key_hash);
   if (theirs.node_role == role::worker && theirs.mixed_mode != mine.mixed_mode)
@@ -213,6 +261,8 @@ hello hello::from(const Config& c, role r) {
   h.standby = r == role::server && c.server_standby;
   h.async_mode = c.enable_async;
   h.staleness = c.async_staleness;
+  h.min_workers = c.min_workers;
+  h.max_workers = c.max_workers;
   return h;
 }
 

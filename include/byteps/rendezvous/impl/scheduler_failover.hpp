@@ -24,6 +24,7 @@ void scheduler<T>::lost_locked(node& n, const std::string& what) {
   }
   if (cfg_.failover() && formed_ && n.r == role::server && n.rank >= 0)
     return server_lost_locked(n, what);
+  if (cfg_.elastic() && formed_ && n.r == role::worker) return worker_removed_locked(n, what, true);
   node_failed_locked(n, what);
 }
 

@@ -60,8 +60,9 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
                            wire::flag_usage);
     codec = names_.codec(h.key);
   }
-  const server::outcome o = e.handler.handle(server::request{
+  server::outcome o = e.handler.handle(server::request{
       h, std::move(push), s->worker, cfg_.num_workers, cfg_.failover(), name, codec.get()});
+  o.answer.contributors = e.contributors;
   using kind = server::outcome::kind;
   const key_id id{h.key, h.part};
   const auto answer_released = [&] {

@@ -14,7 +14,7 @@ void sync_sum::check_config(const Config& cfg) {
 
 outcome sync_sum::handle(const request& r) {
   const wire::header& h = r.head;
-  auto [at, fresh] = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_);
+  auto [at, fresh] = keys_.try_emplace(key_id{h.key, h.part}, *pool_, r.failover, chunk_, rank_order_);
   auto& k = at->second;
   if (fresh && !members_.empty()) k.restart_round(members_);
   if (r.push.buffer == nullptr) return lent(k, r);

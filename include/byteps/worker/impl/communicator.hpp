@@ -98,6 +98,11 @@ template <class T, class L, class P, class S>
 int Communicator<T, L, P, S>::size() const noexcept {
   return node_->size();
 }
+
+template <class T, class L, class P, class S>
+std::optional<membership_event> Communicator<T, L, P, S>::step_boundary() {
+  return node_->step_boundary();
+}
 template <class T, class L, class P, class S>
 int Communicator<T, L, P, S>::machine() const noexcept {
   return node_->machine();

@@ -99,6 +99,10 @@ void node<T, L, P, S>::join() {
   }
   ops().stats().servers(state_.links.size());
   if (failover_) failover_->listen(control_);
+  if (cfg_.elastic()) {
+    membership_ = std::make_unique<membership<state_type>>(state_, global_rank_, state_.global_size);
+    membership_->listen(control_);
+  }
   if constexpr (!L::is_identity) stage_.start(machine);
   log_.info("joined: rank {} of {} workers on {} machines, {} servers", global_rank_,
             state_.global_size, num_workers_, state_.links.size());

@@ -25,6 +25,12 @@ namespace bps::worker {
 
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::declare_table(const table_spec& spec) {
+  // A table's synchronous rounds count every process of the job: not with workers that leave.
+  if (cfg_.elastic())
+    throw usage_error(fmt::format(
+        "declare_table of '{}': embedding tables do not work with elastic training "
+        "(BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER set) yet",
+        spec.name));
   embedding::check_spec(spec);
   embedding::optimizer::parse(spec.optimizer, spec.name);  // throws for a recipe no server reads
   std::shared_ptr<detail::op_state> op;

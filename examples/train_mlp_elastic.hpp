@@ -1,0 +1,186 @@
+#pragma once
+// train_mlp under elastic training (BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER set; see
+// docs/reliability.md, "Elastic training"): the same model, data and steps as the synchronous
+// run, on workers that may be lost while it trains. A lost worker is removed by the scheduler;
+// the rounds it was part of start over without it, and every later step averages the gradients
+// of the workers left. Each worker keeps its shard of the data (the one of its rank when the
+// job formed) and asks `step_boundary()` before each step, where it sees the change: rank 0
+// prints it, with how long the step during which it happened took.
+//
+// --die-at-step K makes the worker of the highest rank end itself with SIGKILL at the start of
+// global step K (counted from 0 over all epochs), before it pushes anything of that step: a
+// clean cut, so steps before K sum every worker and steps from K on the others. The end checks
+// are then those of the synchronous run against a reference that replays exactly that: (a) the
+// loss fell, (b) every worker left holds rank 0's parameters bit for bit, (c) they equal, bit
+// for bit, a single-process replay that sums each step's per-worker gradients in rank order
+// over the workers that contributed and averages them with bps::reduce::scale, as the servers
+// and workers do.
+
+#include <byteps/byteps.hpp>
+#include <byteps/reduce/reducer.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mlp.hpp"
+#include "train_mlp_args.hpp"
+#include "train_mlp_checks.hpp"
+
+namespace train_mlp {
+
+// The gradient every worker applies at a step where `workers` (formation ranks, ascending)
+// contributed: each one's mean gradient over its batch, summed in rank order, times
+// 1/workers.size().
+inline void elastic_step_gradient(const mlp::Params& p, const mlp::Dataset& d, const mlp::Hyper& h,
+                                  int formed, const std::vector<int>& workers, int step,
+                                  mlp::Params& sum, mlp::Params& scratch) {
+  bool first = true;
+  for (int w : workers) {
+    const std::vector<int> idx = mlp::worker_batch(d.size(), formed, h.batch, w, step);
+    mlp::loss_and_grad(p, d, idx, first ? sum : scratch);
+    if (!first)
+      for (std::size_t l = 0; l < sum.size(); ++l) {
+        for (std::size_t i = 0; i < sum[l].w.size(); ++i) sum[l].w[i] += scratch[l].w[i];
+        for (std::size_t i = 0; i < sum[l].b.size(); ++i) sum[l].b[i] += scratch[l].b[i];
+      }
+    first = false;
+  }
+  const double factor = 1.0 / static_cast<double>(workers.size());
+  for (auto& layer : sum) {
+    bps::reduce::scale(layer.w.data(), layer.w.size(), bps::dtype::float32, factor);
+    bps::reduce::scale(layer.b.data(), layer.b.size(), bps::dtype::float32, factor);
+  }
+}
+
+// The single-process replay of a run of `formed` workers where the last one is gone from
+// global step `die_at` on (never, when die_at < 0).
+inline mlp::Params train_elastic_reference(const mlp::Dataset& d, const mlp::Hyper& h, int formed,
+                                           int die_at) {
+  mlp::Params p = mlp::init_params(h.seed, mlp::layer_sizes(d, h.hidden));
+  mlp::Params sum = mlp::zeros_like(p), scratch = mlp::zeros_like(p);
+  const int steps = mlp::steps_per_epoch(d.size(), formed, h.batch);
+  std::vector<int> all(static_cast<std::size_t>(formed));
+  for (int w = 0; w < formed; ++w) all[static_cast<std::size_t>(w)] = w;
+  const std::vector<int> survivors(all.begin(), all.end() - 1);
+  for (int e = 0; e < h.epochs; ++e)
+    for (int step = 0; step < steps; ++step) {
+      const int global = e * steps + step;
+      const bool gone = die_at >= 0 && global >= die_at;
+      elastic_step_gradient(p, d, h, formed, gone ? survivors : all, step, sum, scratch);
+      mlp::sgd(p, sum, h.lr);
+    }
+  return p;
+}
+
+template <class Comm>
+int run_elastic(const bps::Config& cfg, const Args& args) {
+  using clock_type = std::chrono::steady_clock;
+  const mlp::Hyper& hp = args.hyper;
+  const mlp::Dataset data = mlp::make_dataset(hp.seed, args.samples);
+  Comm comm(cfg);
+  const int formed_rank = comm.rank(), formed = comm.size();
+  if (hp.batch % formed != 0 || hp.batch / formed > data.size() / formed)
+    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
+                   std::to_string(formed) + " worker processes and at most " +
+                   std::to_string(data.size() / formed * formed) + " (the data set has " +
+                   std::to_string(data.size()) + " samples, --samples)");
+  const int steps = mlp::steps_per_epoch(data.size(), formed, hp.batch);
+  if (args.die_at_step >= steps * hp.epochs)
+    throw bad_args("--die-at-step " + std::to_string(args.die_at_step) + ": the run has only " +
+                   std::to_string(steps * hp.epochs) + " steps (0 .. " +
+                   std::to_string(steps * hp.epochs - 1) + ")");
+  const bool dies = args.die_at_step >= 0 && formed_rank == formed - 1;
+  mlp::Params params = mlp::init_params(hp.seed, mlp::layer_sizes(data, hp.hidden));
+  if (formed_rank == 0)
+    std::printf("elastic training (BYTEPS_MIN_NUM_WORKER=%d): %d workers, %d steps/epoch%s\n",
+                cfg.fewest_workers(), formed, steps,
+                args.die_at_step >= 0
+                    ? (", worker " + std::to_string(formed - 1) + " dies at step " +
+                       std::to_string(args.die_at_step))
+                          .c_str()
+                    : "");
+  mlp::Params grad = mlp::zeros_like(params);
+  const int layers = static_cast<int>(params.size());
+  std::vector<double> epoch_loss;
+  for (int epoch = 1; epoch <= hp.epochs; ++epoch) {
+    double loss_sum = 0;
+    for (int step = 0; step < steps; ++step) {
+      const int global = (epoch - 1) * steps + step;
+      if (dies && global == args.die_at_step) {
+        std::printf("worker %d: ending itself with SIGKILL at step %d\n", formed_rank, global);
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      const auto began = clock_type::now();
+      const auto change = comm.step_boundary();
+      if (change && comm.rank() == 0)
+        std::printf("step %d: membership epoch %llu, %d of %d workers go on (removed: machine "
+                    "%d, %s)\n",
+                    global, static_cast<unsigned long long>(change->epoch), change->size,
+                    change->old_size, change->removed.empty() ? -1 : change->removed.back(),
+                    change->why.c_str());
+      const std::vector<int> idx =
+          mlp::worker_batch(data.size(), formed, hp.batch, formed_rank, step);
+      std::vector<bps::handle> pending;
+      loss_sum += mlp::loss_and_grad(params, data, idx, grad, [&](int l) {
+        const bps::push_pull_options opt{.priority = layers - l, .average = true};
+        pending.push_back(
+            comm.push_pull(tensor_name("grad", l, "weight"), std::span<float>(grad[l].w), opt));
+        pending.push_back(
+            comm.push_pull(tensor_name("grad", l, "bias"), std::span<float>(grad[l].b), opt));
+      });
+      for (auto& h : pending) h.wait();
+      mlp::sgd(params, grad, hp.lr);
+      if (args.die_at_step >= 0 && global == args.die_at_step && comm.rank() == 0)
+        std::printf("step %d, the first without worker %d, took %.0f ms\n", global, formed - 1,
+                    std::chrono::duration<double, std::milli>(clock_type::now() - began).count());
+    }
+    std::vector<float> loss{static_cast<float>(loss_sum / steps)};
+    comm.push_pull("loss", std::span<float>(loss), {.priority = 0, .average = true}).wait();
+    epoch_loss.push_back(loss[0]);
+    if (comm.rank() == 0) std::printf("epoch %d/%d loss %.4f\n", epoch, hp.epochs, loss[0]);
+    std::fflush(stdout);
+  }
+  if (const auto change = comm.step_boundary(); change && comm.rank() == 0)
+    std::printf("after the last step: %d of %d workers went on\n", change->size, change->old_size);
+
+  mlp::Params root = params;
+  std::vector<bps::handle> hs;
+  for (int l = 0; l < layers; ++l) {
+    hs.push_back(comm.broadcast(tensor_name("params", l, "weight"), std::span<float>(root[l].w), 0));
+    hs.push_back(comm.broadcast(tensor_name("params", l, "bias"), std::span<float>(root[l].b), 0));
+  }
+  for (auto& h : hs) h.wait();
+  bool same = true, exact = true;
+  const mlp::Params reference = train_elastic_reference(data, hp, formed, args.die_at_step);
+  for (int l = 0; l < layers; ++l) {
+    auto equal = [](const mlp::Layer& a, const mlp::Layer& b) {
+      return std::memcmp(a.w.data(), b.w.data(), a.w.size() * sizeof(float)) == 0 &&
+             std::memcmp(a.b.data(), b.b.data(), a.b.size() * sizeof(float)) == 0;
+    };
+    same = same && equal(root[static_cast<std::size_t>(l)], params[static_cast<std::size_t>(l)]);
+    exact = exact &&
+            equal(reference[static_cast<std::size_t>(l)], params[static_cast<std::size_t>(l)]);
+  }
+  comm.barrier();
+  if (comm.rank() == 0)
+    std::printf("final parameters: digest %016llx\n",
+                static_cast<unsigned long long>(mlp::digest(params)));
+  checks result;
+  result.loss_fell(epoch_loss);
+  result.report(same, same ? "parameters equal rank 0's bit for bit"
+                           : "parameters differ from rank 0's: the workers diverged");
+  result.report(exact, exact ? "parameters equal the elastic reference bit for bit (the same "
+                               "workers summed at each step)"
+                             : "parameters differ from the elastic reference");
+  return result.finish(comm);
+}
+
+}  // namespace train_mlp

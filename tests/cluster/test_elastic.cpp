@@ -1,0 +1,234 @@
+// Elastic training (Config::elastic(), docs/reliability.md "Elastic training"): a worker machine
+// lost after the cluster formed is removed, the rounds in flight start over without it, and the
+// job goes on with exact sums; below BYTEPS_MIN_NUM_WORKER the job fails naming why.
+#include <catch2/catch.hpp>
+#include <future>
+#include <optional>
+
+#include "cluster.hpp"
+#include "server_access.hpp"
+
+using namespace bps;
+using bps::test::cluster;
+using bps::test::comm_t;
+using Catch::Contains;
+
+namespace {
+
+constexpr std::size_t count = 1000;  // one partition on one server
+
+Config elastic_config(int workers, int min_workers) {
+  Config c = test::base_config(workers, 1);
+  c.min_workers = min_workers;
+  c.fusion_bytes = 0;  // the hand-made worker reads its answers one frame at a time
+  c.op_timeout = std::chrono::seconds(15);
+  c.heartbeat_timeout = std::chrono::seconds(5);
+  return c;
+}
+
+// A worker made by hand on machine `machine`: it joins like any other, pushes what `push` says
+// for round 0, 1, ... of tensor `name` when told, and vanishes without a word when told (as a
+// crash looks: every link closes at once).
+class hand_made_worker {
+ public:
+  hand_made_worker(const Config& cfg, int machine)
+      : cfg_(cfg),
+        net_(cfg_),
+        control_(net_, cfg_),
+        welcome_(control_.join(rendezvous::hello::from(cfg_, role::worker))) {
+    link_ = net_.connect(welcome_.servers[0].host, welcome_.servers[0].port, cfg_.connect_timeout);
+    rendezvous::say_peer_hello(*link_, answers_, machine, 0, cfg_.job_token, cfg_.hello_timeout,
+                               "server 0");
+    machine_ = machine;
+  }
+
+  // Pushes `count` floats of `value` as round `round` of `name`.
+  void push(const std::string& name, std::uint64_t round, float value) {
+    auto body = std::make_shared<std::vector<float>>(count, value);
+    wire::header h;
+    h.type = wire::msg::push;
+    h.sender = static_cast<std::uint32_t>(machine_);
+    h.key = tensor_key(name);
+    h.part = 0;
+    h.dtype = static_cast<std::uint32_t>(dtype::float32);
+    h.round = round;
+    h.tensor_bytes = count * sizeof(float);
+    h.offset = 0;
+    link_->send(h, std::as_bytes(std::span(*body)), [body] {});
+  }
+
+  // The answer to its push (the sum's first element), or the server's error text.
+  std::string answer() {
+    std::string why;
+    auto f = answers_->take({wire::msg::pull_response, wire::msg::error},
+                            std::chrono::steady_clock::now() + std::chrono::seconds(10), why);
+    if (!f) return "no answer: " + why;
+    if (f->header.type == wire::msg::error) return "error: " + f->text();
+    float first = 0;
+    std::memcpy(&first, f->payload.data(), sizeof first);
+    return fmt::format("{}", first);
+  }
+
+  void vanish() { net_.stop(); }
+
+ private:
+  Config cfg_;
+  transport::tcp net_;
+  rendezvous::client<transport::tcp> control_;
+  rendezvous::welcome welcome_;
+  std::shared_ptr<transport::tcp::link> link_;
+  std::shared_ptr<rendezvous::inbox> answers_ = std::make_shared<rendezvous::inbox>();
+  int machine_ = 0;
+};
+
+// Polls step_boundary() until the membership change shows (the scheduler's notice may come a
+// moment after the sums that it caused).
+std::optional<membership_event> next_change(comm_t& comm) {
+  for (int i = 0; i < 500; ++i) {
+    if (auto e = comm.step_boundary()) return e;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a worker of 3 vanishes mid-round, the 2 left redo it, every sum exact",
+          "[elastic]") {
+  std::atomic<cluster::server_type*> server{nullptr};
+  cluster c(elastic_config(3, 2), [&](cluster::server_type& s) { server = &s; });
+  std::promise<void> round0_done, round1_pushed, gone;
+  std::shared_future<void> round0_all = round0_done.get_future().share();
+  std::shared_future<void> pushed = round1_pushed.get_future().share();
+  std::shared_future<void> vanished = gone.get_future().share();
+  std::string lost_answer;
+  std::thread lost([&] {
+    c.guard_worker([&] {
+      hand_made_worker w(c.worker_config(2), 2);
+      w.push("w", 0, 100.0f);
+      lost_answer = w.answer();  // round 0 counts it: 1 + 2 + 100
+      round0_done.set_value();
+      w.push("w", 1, 100.0f);  // admitted into round 1, then gone before it completes
+      round1_pushed.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      w.vanish();
+      gone.set_value();
+    });
+  });
+  float sums[2][3] = {};
+  std::optional<membership_event> seen[2];
+  int size_after[2] = {};
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> w(count, static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w)).wait();
+        sums[m][0] = w[count - 1];
+        round0_all.wait();
+        // Worker 0 pushes round 1 while the hand-made worker's push is in: the server must
+        // discard both and ask worker 0 again. Worker 1 pushes once it is gone.
+        if (m == 0) pushed.wait();
+        if (m == 1) {
+          // Once the server started its rounds over without worker 2: before, this push
+          // would complete round 1 with worker 2's push in it, as it should (the round was
+          // not over when it died, but it was whole).
+          vanished.wait();
+          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
+                                                                std::chrono::seconds(10)),
+                     "server 0 did not apply membership epoch 1 within 10 s");
+        }
+        std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w)).wait();
+        sums[m][1] = w[0];
+        seen[m] = next_change(comm);
+        size_after[m] = comm.size();
+        std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w), {.average = true}).wait();
+        sums[m][2] = w[count / 2];
+      });
+    });
+  lost.join();
+  for (auto& t : workers) t.join();
+  c.join();
+  CHECK_FALSE(c.node_error());  // the scheduler and the server went on
+  CHECK(lost_answer == "103");
+  for (int m = 0; m < 2; ++m) {
+    INFO("worker " << m);
+    CHECK(sums[m][0] == 103.0f);
+    CHECK(sums[m][1] == 3.0f);   // nothing of the vanished worker, nothing twice
+    CHECK(sums[m][2] == 1.5f);   // averaged by the 2 that contributed
+    REQUIRE(seen[m].has_value());
+    CHECK(seen[m]->epoch == 1);
+    CHECK(seen[m]->old_size == 3);
+    CHECK(seen[m]->size == 2);
+    CHECK(seen[m]->rank == m);
+    CHECK(seen[m]->removed == std::vector<int>{2});
+    CHECK_THAT(seen[m]->why, Contains("disconnected"));
+    CHECK(size_after[m] == 2);
+  }
+}
+
+TEST_CASE("elastic: below BYTEPS_MIN_NUM_WORKER the job fails naming the worker and the minimum",
+          "[elastic]") {
+  cluster c(elastic_config(3, 3));
+  std::promise<void> gone;
+  std::shared_future<void> vanished = gone.get_future().share();
+  std::thread lost([&] {
+    c.guard_worker([&] {
+      hand_made_worker w(c.worker_config(2), 2);
+      w.vanish();
+      gone.set_value();
+    });
+  });
+  std::string errors[2];
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      // The failure may come while the worker still connects to the servers, or later.
+      errors[m] = test::message_of<communicator_error>([&] {
+        comm_t comm(c.worker_config(m));
+        vanished.wait();
+        std::vector<float> w(count, 1.0f);
+        comm.push_pull("w", std::span(w)).wait();
+      });
+    });
+  lost.join();
+  for (auto& t : workers) t.join();
+  c.join();
+  for (const auto& e : errors)
+    CHECK_THAT(e, Contains("worker 2") && Contains("2 worker machines remain") &&
+                      Contains("BYTEPS_MIN_NUM_WORKER=3"));
+}
+
+TEST_CASE("elastic: a worker that leaves with bye mid-job is removed, and the others go on",
+          "[elastic]") {
+  cluster c(elastic_config(3, 3));  // a leave is never below the minimum: nobody failed
+  std::promise<void> left;
+  std::shared_future<void> gone = left.get_future().share();
+  float sums[2] = {};
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 3; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> w(count, static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w)).wait();
+        if (m == 2) {
+          comm.shutdown();
+          left.set_value();
+          return;
+        }
+        gone.wait();
+        std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w), {.average = true}).wait();
+        sums[m] = w[0];
+      });
+    });
+  for (auto& t : workers) t.join();
+  c.join();
+  CHECK_FALSE(c.node_error());
+  CHECK(sums[0] == 1.5f);
+  CHECK(sums[1] == 1.5f);
+}

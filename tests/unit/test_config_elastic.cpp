@@ -1,0 +1,96 @@
+#include <byteps/core/config.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "config_env.hpp"
+#include "wire_helpers.hpp"
+
+// Elastic training's two variables: BYTEPS_MIN_NUM_WORKER and BYTEPS_MAX_NUM_WORKER, and what
+// elastic training refuses until it covers it.
+
+namespace {
+using bps_test::contains;
+using namespace config_test;
+}  // namespace
+
+TEST_CASE("Config::from_env reads BYTEPS_MIN_NUM_WORKER and BYTEPS_MAX_NUM_WORKER, either of which turns "
+          "elastic training on",
+          "[config][elastic]") {
+  clean_env guard;
+  set_required();
+  set("DMLC_NUM_WORKER", "4");
+  const auto off = bps::Config::from_env();
+  CHECK_FALSE(off.elastic());
+  CHECK(off.min_workers == 0);
+  CHECK(off.max_workers == 0);
+
+  set("BYTEPS_MIN_NUM_WORKER", "2");
+  const auto at_least = bps::Config::from_env();
+  CHECK(at_least.elastic());
+  CHECK(at_least.fewest_workers() == 2);
+  CHECK(at_least.most_workers() == 4);
+
+  set("BYTEPS_MIN_NUM_WORKER", "");
+  set("BYTEPS_MAX_NUM_WORKER", "8");
+  const auto at_most = bps::Config::from_env();
+  CHECK(at_most.elastic());
+  CHECK(at_most.fewest_workers() == 1);
+  CHECK(at_most.most_workers() == 8);
+}
+
+TEST_CASE("Config::from_env refuses bad elastic bounds, naming the variable and what it expects",
+          "[config][elastic]") {
+  clean_env guard;
+  set_required();
+  set("DMLC_NUM_WORKER", "4");
+  set("BYTEPS_MIN_NUM_WORKER", "0");
+  CHECK(from_env_error() ==
+        "BYTEPS_MIN_NUM_WORKER='0' is not valid: expected a whole number from 1 to 1048576");
+  set("BYTEPS_MIN_NUM_WORKER", "5");
+  auto msg = from_env_error();
+  CAPTURE(msg);
+  CHECK(contains(msg, "min_workers (BYTEPS_MIN_NUM_WORKER) = 5"));
+  CHECK(contains(msg, "num_workers (DMLC_NUM_WORKER) = 4"));
+  set("BYTEPS_MIN_NUM_WORKER", "");
+  set("BYTEPS_MAX_NUM_WORKER", "3");
+  msg = from_env_error();
+  CHECK(contains(msg, "max_workers (BYTEPS_MAX_NUM_WORKER) = 3"));
+  CHECK(contains(msg, "num_workers (DMLC_NUM_WORKER) = 4 .. 1048576"));
+}
+
+TEST_CASE("Config::validate refuses with elastic training what it does not cover yet, naming each",
+          "[config][elastic]") {
+  bps::Config c;
+  c.num_workers = 3;
+  c.num_servers = 4;
+  c.min_workers = 2;
+  REQUIRE_NOTHROW(c.validate());
+  auto refused = [&](auto change, const std::string& field) {
+    bps::Config bad = c;
+    change(bad);
+    const auto msg = validate_error(bad);
+    CAPTURE(msg);
+    CHECK(contains(msg, field));
+    CHECK(contains(msg, "elastic training"));
+    CHECK(contains(msg, "not supported yet"));
+  };
+  refused([](bps::Config& b) { b.local_size = 2, b.worker_id = 0; }, "local_size (BYTEPS_LOCAL_SIZE) = 2");
+  refused([](bps::Config& b) { b.enable_async = true; }, "enable_async (BYTEPS_ENABLE_ASYNC)");
+  refused([](bps::Config& b) { b.failover_timeout = std::chrono::milliseconds(100); },
+          "failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) = 100");
+  refused([](bps::Config& b) { b.compressor = "fp16"; }, "compressor (BYTEPS_COMPRESSOR) = 'fp16'");
+  refused([](bps::Config& b) { b.mixed_mode = true; }, "mixed_mode (BYTEPS_ENABLE_MIXED_MODE)");
+  // A server's local size is not its own: only workers are refused for it.
+  bps::Config server = c;
+  server.node_role = bps::role::server;
+  server.local_size = 2;
+  server.worker_id = 0;
+  CHECK_NOTHROW(server.validate());
+  // Without elastic training each of them is fine.
+  bps::Config plain = c;
+  plain.min_workers = 0;
+  plain.failover_timeout = std::chrono::milliseconds(100);
+  CHECK_NOTHROW(plain.validate());
+}
