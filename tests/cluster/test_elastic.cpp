@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 #include "server_access.hpp"
 
 using namespace bps;
@@ -231,4 +232,73 @@ TEST_CASE("elastic: a worker that leaves with bye mid-job is removed, and the ot
   CHECK_FALSE(c.node_error());
   CHECK(sums[0] == 1.5f);
   CHECK(sums[1] == 1.5f);
+}
+
+TEST_CASE("elastic: a worker that falls silent is removed after the heartbeat timeout, and the "
+          "round it held up completes without it - 2 servers, 10 partitions and a fused tensor",
+          "[elastic]") {
+  Config cfg = elastic_config(3, 2);
+  cfg.num_servers = 2;
+  cfg.partition_bytes = 4096;
+  cfg.fusion_bytes = 65536;
+  cfg.heartbeat_interval = std::chrono::milliseconds(100);
+  cfg.heartbeat_timeout = std::chrono::milliseconds(1000);
+  constexpr std::size_t big = 10240, small = 100;  // 10 partitions; one fused push
+  // Worker 2's every frame is dropped from the moment the rule is added: its heartbeats too.
+  auto silence = std::make_shared<transport::fault_plan>();
+  std::promise<void> silent;
+  std::shared_future<void> gone_quiet = silent.get_future().share();
+  float sums[3][2][2] = {};
+  std::string silenced_error;
+  double waited = 0;
+  cluster c(cfg);
+  c.run_local<test::faulty_comm_t>(
+      {1, 1, 1},
+      [&](test::faulty_comm_t& comm) {
+        const int m = comm.machine();
+        std::vector<float> a(big), b(small);
+        auto round = [&](int r) {
+          std::fill(a.begin(), a.end(), static_cast<float>(m + 1));
+          std::fill(b.begin(), b.end(), static_cast<float>(10 * (m + 1)));
+          auto ha = comm.push_pull("a", std::span(a));
+          auto hb = comm.push_pull("b", std::span(b));
+          ha.wait();
+          hb.wait();
+          sums[m][r][0] = a[big - 1];
+          sums[m][r][1] = b[0];
+        };
+        round(0);
+        if (m == 2) {
+          silence->add({.action = transport::fault::drop(),
+                        .times = transport::fault_rule::always});
+          silent.set_value();
+          silenced_error = test::message_of<communicator_error>([&] { round(1); });
+          return;
+        }
+        gone_quiet.wait();
+        const auto began = std::chrono::steady_clock::now();
+        round(1);
+        waited = test::seconds_since(began);
+      },
+      true,
+      [&](const Config& wc) {
+        auto plan = wc.worker_id == 2 ? silence : std::make_shared<transport::fault_plan>();
+        return std::make_unique<test::faulty_comm_t>(
+            wc, test::transport_options<test::faulty_tcp>(wc, plan));
+      });
+  CHECK_FALSE(c.node_error());
+  for (int m = 0; m < 3; ++m) {
+    INFO("worker " << m);
+    CHECK(sums[m][0][0] == 6.0f);
+    CHECK(sums[m][0][1] == 60.0f);
+  }
+  for (int m = 0; m < 2; ++m) {
+    INFO("worker " << m);
+    CHECK(sums[m][1][0] == 3.0f);
+    CHECK(sums[m][1][1] == 30.0f);
+  }
+  CHECK(waited >= 0.9);  // held up until the scheduler gave up on worker 2, not before
+  CHECK(waited < 10.0);
+  // It hears why from whichever tells it first: a server or the scheduler's closed link.
+  CHECK_THAT(silenced_error, Contains("removed from the job") || Contains("scheduler"));
 }

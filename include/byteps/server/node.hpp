@@ -397,7 +397,8 @@ class node {
     for (auto& w : places_.holders())
       if (w->worker >= 0 && w->worker < cfg_.num_workers &&
           !members[static_cast<std::size_t>(w->worker)])
-        w->link->close();
+        w->send_removal(fmt::format("worker {} was removed from the job (membership epoch {}): {}",
+                                    w->worker, m.epoch, m.why));
   }
 
   // Holding e.mu, on the engine thread: `members` take part from now on.

@@ -335,6 +335,17 @@ class session final : public transport::receiver,
     link->send(r, {}, {});
   }
 
+  /// Elastic training: tells this worker, as a fatal error, that it is no longer in the job and
+  /// why, then closes the link. Any thread.
+  void send_removal(const std::string& why) {
+    auto body = std::make_shared<std::string>(why);
+    wire::header r;
+    r.type = wire::msg::error;
+    r.flags = wire::flag_fatal;
+    r.part = 0xffffffffu;  // about no partition
+    link->send(r, wire::as_bytes(*body), [body, l = link] { l->close(); });
+  }
+
   /// Sends `a` as the `rows_answer` to the table request `about`. Any thread.
   void send_rows_answer(const wire::header& about, const reply& a) {
     wire::header r;
