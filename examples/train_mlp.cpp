@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
       throw bad_args("--die-at-step needs elastic training: set BYTEPS_MIN_NUM_WORKER (or "
                      "BYTEPS_MAX_NUM_WORKER) in every node's environment");
     if (cfg.elastic() && (args.async || !args.compressor.empty()))
-      throw bad_args("elastic training (BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER set) "
-                     "trains synchronously and uncompressed: drop --async and --compressor");
+      throw bad_args("train_mlp under elastic training (BYTEPS_MIN_NUM_WORKER or "
+                     "BYTEPS_MAX_NUM_WORKER set) trains synchronously and uncompressed: drop "
+                     "--async and --compressor");
     if (cfg.elastic()) return train_mlp::run_elastic<DirectComm>(cfg, args);
     const bool host =
         args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);

@@ -302,3 +302,64 @@ TEST_CASE("elastic: a worker that falls silent is removed after the heartbeat ti
   // It hears why from whichever tells it first: a server or the scheduler's closed link.
   CHECK_THAT(silenced_error, Contains("removed from the job") || Contains("scheduler"));
 }
+
+TEST_CASE("elastic: compressed (fp16, decoded by the servers) - a worker whose push is in "
+          "vanishes, the 2 left redo the round, the sums are exact",
+          "[elastic]") {
+  Config cfg = elastic_config(3, 2);
+  cfg.num_servers = 2;
+  cfg.partition_bytes = 4096;
+  cfg.min_compress_bytes = 0;
+  cfg.compressor = "fp16";
+  cfg.heartbeat_interval = std::chrono::milliseconds(100);
+  cfg.heartbeat_timeout = std::chrono::milliseconds(1000);
+  constexpr std::size_t big = 10240;  // 10 partitions on 2 servers
+  auto silence = std::make_shared<transport::fault_plan>();
+  std::promise<void> silent;
+  std::shared_future<void> gone_quiet = silent.get_future().share();
+  std::atomic<cluster::server_type*> servers[2] = {nullptr, nullptr};
+  float sums[3][2] = {};
+  cluster c(cfg, [&](cluster::server_type& s) {
+    servers[s.rank()] = &s;
+  });
+  c.run_local<test::faulty_comm_t>(
+      {1, 1, 1},
+      [&](test::faulty_comm_t& comm) {
+        const int m = comm.machine();
+        std::vector<float> a(big);
+        auto push = [&] {
+          std::fill(a.begin(), a.end(), static_cast<float>(m + 1));
+          return comm.push_pull("a", std::span(a), {.average = true});
+        };
+        push().wait();
+        sums[m][0] = a[big - 1];
+        if (m == 2) {
+          // Its push of round 1 goes out; then it falls silent, the round still open.
+          auto h = push();
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          silence->add({.action = transport::fault::drop(),
+                        .times = transport::fault_rule::always});
+          silent.set_value();
+          (void)test::message_of<communicator_error>([&] { h.wait(); });
+          return;
+        }
+        gone_quiet.wait();
+        if (m == 1)  // only once both servers started round 1 over without worker 2
+          for (auto& s : servers)
+            BPS_EXPECT(testing::server_access::applied_membership(*s.load(), 1,
+                                                                  std::chrono::seconds(10)),
+                       "a server did not apply membership epoch 1 within 10 s");
+        push().wait();
+        sums[m][1] = a[0];
+      },
+      true,
+      [&](const Config& wc) {
+        auto plan = wc.worker_id == 2 ? silence : std::make_shared<transport::fault_plan>();
+        return std::make_unique<test::faulty_comm_t>(
+            wc, test::transport_options<test::faulty_tcp>(wc, plan));
+      });
+  CHECK_FALSE(c.node_error());
+  for (int m = 0; m < 3; ++m) CHECK(sums[m][0] == 2.0f);  // (1 + 2 + 3) / 3
+  CHECK(sums[0][1] == 1.5f);  // (1 + 2) / 2: nothing of worker 2's push
+  CHECK(sums[1][1] == 1.5f);
+}

@@ -135,8 +135,6 @@ void Config::validate() const {
     if (enable_async) not_yet("enable_async (BYTEPS_ENABLE_ASYNC)", 1, "0 (synchronous)");
     if (failover())
       not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(), "0");
-    if (!compressor.empty() && compressor != "none")
-      not_yet("compressor (BYTEPS_COMPRESSOR)", fmt::format("'{}'", compressor), "none");
     if (mixed_mode) not_yet("mixed_mode (BYTEPS_ENABLE_MIXED_MODE)", 1, "0");
   }
   if (trace_start_step < 0)
