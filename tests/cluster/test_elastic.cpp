@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cluster.hpp"
+#include "failover_cluster.hpp"
 #include "faulty_cluster.hpp"
 #include "server_access.hpp"
 
@@ -32,14 +33,16 @@ Config elastic_config(int workers, int min_workers) {
 // crash looks: every link closes at once).
 class hand_made_worker {
  public:
-  hand_made_worker(const Config& cfg, int machine)
+  // It talks to server `server` only.
+  hand_made_worker(const Config& cfg, int machine, int server = 0)
       : cfg_(cfg),
         net_(cfg_),
         control_(net_, cfg_),
         welcome_(control_.join(rendezvous::hello::from(cfg_, role::worker))) {
-    link_ = net_.connect(welcome_.servers[0].host, welcome_.servers[0].port, cfg_.connect_timeout);
+    const auto& at = welcome_.servers[static_cast<std::size_t>(server)];
+    link_ = net_.connect(at.host, at.port, cfg_.connect_timeout);
     rendezvous::say_peer_hello(*link_, answers_, machine, 0, cfg_.job_token, cfg_.hello_timeout,
-                               "server 0");
+                               fmt::format("server {}", server));
     machine_ = machine;
   }
 
@@ -362,4 +365,79 @@ TEST_CASE("elastic: compressed (fp16, decoded by the servers) - a worker whose p
   for (int m = 0; m < 3; ++m) CHECK(sums[m][0] == 2.0f);  // (1 + 2 + 3) / 3
   CHECK(sums[0][1] == 1.5f);  // (1 + 2) / 2: nothing of worker 2's push
   CHECK(sums[1][1] == 1.5f);
+}
+
+TEST_CASE("elastic with failover: a worker vanishes mid-round, then the server of its round dies - "
+          "the replacement sums the 2 left, exact",
+          "[elastic][failover]") {
+  Config cfg = elastic_config(3, 2);
+  cfg.num_servers = 2;
+  cfg.failover_timeout = std::chrono::seconds(10);
+  const int owner = server_placement(cfg).server_for(tensor_key("w"), 0);
+  test::failover_cluster<transport::tcp> c(cfg, 1);
+  std::promise<void> in1, pushed0, gone, replaced;
+  std::shared_future<void> impostor_in = in1.get_future().share(),
+                           worker0_in = pushed0.get_future().share(),
+                           vanished = gone.get_future().share(),
+                           standby_took = replaced.get_future().share();
+  std::string lost_answer;
+  std::thread lost([&] {
+    c.guard_worker([&] {
+      hand_made_worker w(c.worker_config(2), 2, owner);
+      w.push("w", 0, 100.0f);
+      lost_answer = w.answer();
+      w.push("w", 1, 100.0f);
+      in1.set_value();
+      worker0_in.wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      w.vanish();
+      gone.set_value();
+    });
+  });
+  float sums[2][2] = {};
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        const Config wc = c.worker_config(m);
+        test::failover_cluster<transport::tcp>::comm_type comm(
+            wc, test::transport_options<transport::tcp>(wc, nullptr));
+        std::vector<float> w(count, static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w)).wait();
+        sums[m][0] = w[0];
+        impostor_in.wait();
+        std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
+        if (m == 0) {
+          auto h = comm.push_pull("w", std::span(w));
+          pushed0.set_value();
+          h.wait();  // redone once, re-sent to the replacement
+        } else {
+          // After the removal reached the owner, and the owner was replaced (the replacement
+          // hears of the removal right after its welcome).
+          standby_took.wait();
+          BPS_EXPECT(c.applied_membership(owner, 1, std::chrono::seconds(10)),
+                     "the replacement of server {} did not apply membership epoch 1", owner);
+          comm.push_pull("w", std::span(w)).wait();
+        }
+        sums[m][1] = w[0];
+      });
+    });
+  vanished.wait();
+  REQUIRE(c.applied_membership(owner, 1, std::chrono::seconds(10)));
+  c.kill_server(owner);
+  for (int i = 0; i < 1000 && c.replacements() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(c.replacements() == 1);
+  replaced.set_value();
+  lost.join();
+  for (auto& t : workers) t.join();
+  c.join();
+  if (auto e = c.worker_error()) std::rethrow_exception(e);
+  CHECK_FALSE(c.scheduler_error());
+  CHECK(lost_answer == "103");
+  for (int m = 0; m < 2; ++m) {
+    INFO("worker " << m);
+    CHECK(sums[m][0] == 103.0f);
+    CHECK(sums[m][1] == 3.0f);
+  }
 }

@@ -391,6 +391,7 @@ class scheduler {
   int workers_ = 0;                  // worker processes, once formed (elastic: still in the job)
   std::uint64_t epoch_ = 0;          // elastic: membership changes so far
   std::set<int> removed_;            // elastic: worker machines removed from the job
+  rendezvous::membership membership_;  // elastic: the last notice, for a replacement server
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

@@ -203,11 +203,14 @@ class node {
       welcome = control_.join(hello);
     }
     worker_processes_.store(welcome->global_size, std::memory_order_release);
-    if (cfg_.elastic())  // answers say how many processes they sum from the first round on
-      for (auto& e : engines_) {
-        std::lock_guard lock(e->mu);
-        e->contributors = static_cast<std::uint32_t>(welcome->global_size);
-      }
+    // Elastic training: answers say how many processes they sum from the first round on. A
+    // replacement server may have heard of a membership change already (the scheduler sends
+    // it right after the welcome): on each engine, whichever comes first is kept.
+    if (cfg_.elastic())
+      for (auto& e : engines_)
+        e->post([ep = e.get(), n = static_cast<std::uint32_t>(welcome->global_size)] {
+          if (ep->contributors == 0) ep->contributors = n;
+        });
     job_id_.store(welcome->job_id, std::memory_order_release);
     rank_.store(welcome->rank, std::memory_order_release);  // engine threads read it (tables)
     log_.rename(fmt::format("server {}", welcome->rank));

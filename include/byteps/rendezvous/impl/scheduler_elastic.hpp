@@ -42,6 +42,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
                        what, remain, remain == 1 ? "" : "s", remain == 1 ? "s" : "",
                        cfg_.fewest_workers()));
   workers_ = m.processes;
+  membership_ = m;
   if (remain == 0) return;  // the last worker said bye: the job ends as it always does
   const auto line = fmt::format("{} {}: removed from the job; {} worker machines go on "
                                 "(membership epoch {})",
