@@ -77,7 +77,15 @@ TEST_CASE("Config::validate refuses with elastic training what it does not cover
     CHECK(contains(msg, "not supported yet"));
   };
   refused([](bps::Config& b) { b.local_size = 2, b.worker_id = 0; }, "local_size (BYTEPS_LOCAL_SIZE) = 2");
-  refused([](bps::Config& b) { b.enable_async = true; }, "enable_async (BYTEPS_ENABLE_ASYNC)");
+  refused(
+      [](bps::Config& b) {
+        b.enable_async = true;
+        b.failover_timeout = std::chrono::milliseconds(100);
+      },
+      "failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) = 100");
+  bps::Config async = c;  // asynchronous training is covered, without failover
+  async.enable_async = true;
+  CHECK_NOTHROW(async.validate());
   bps::Config failing_over = c;  // servers fail over in an elastic job too
   failing_over.failover_timeout = std::chrono::milliseconds(100);
   CHECK_NOTHROW(failing_over.validate());

@@ -35,6 +35,7 @@
 ///   Until every worker was heard from for a key (an offer or a push), its answers are held, and
 ///   the offer or push that completes it answers them (async_key.hpp says why): on a server that
 ///   has the key from the start, each worker's round 0 waits for every worker's.
+/// - **Elastic training** (`Config::elastic()`): see `restart_rounds`.
 
 #include <fmt/core.h>
 
@@ -70,7 +71,8 @@ class async_sum {
   /// worker's answer.
   static constexpr bool reads_in_place = true;
 
-  async_sum(const Config& cfg, detail::buffer_pool&) : staleness_(cfg.async_staleness) {
+  async_sum(const Config& cfg, detail::buffer_pool&)
+      : staleness_(cfg.async_staleness), elastic_(cfg.elastic()) {
     check_config(cfg);
   }
 
@@ -78,6 +80,14 @@ class async_sum {
   BYTEPS_DECL static void check_config(const Config& cfg);
 
   BYTEPS_DECL outcome handle(const request& r);
+
+  /// Elastic training (`restarts_rounds`, server/handler.hpp): only the workers `members` marks
+  /// take part from now on. No round spans workers here, so nothing starts over; instead the
+  /// slowest worker (the staleness bound) is taken over members only, a tensor not seeded yet
+  /// is seeded by the lowest member, and every member held (by the bound, or waiting for the
+  /// seed) is asked to push its round again, which settles it under the new members: answered,
+  /// or held again. A removed worker's held push is dropped.
+  BYTEPS_DECL std::vector<round_redo> restart_rounds(const std::vector<bool>& members);
 
   /// Deltas applied to partition `part` of tensor `key` (0 before and at the seed); nullopt for
   /// a partition never pushed. For tests and tools.
@@ -92,7 +102,7 @@ class async_sum {
 
   // What is wrong with this push or offer, for its worker alone; "" when it may be taken. The
   // first push or offer ever fixes the key's shape, as in synchronous mode.
-  BYTEPS_DECL static std::string check(key& k, const wire::header& h, const request& r);
+  BYTEPS_DECL std::string check(key& k, const wire::header& h, const request& r) const;
 
   // Failover: worker r.worker's last answer from a server that died since. The offer that holds
   // the most deltas becomes the parameters (with the deltas applied here that it lacks). When it
@@ -115,11 +125,29 @@ class async_sum {
   // by each worker's count of deltas they hold (wire::flag_applied).
   BYTEPS_DECL static reply snapshot(const key& k, std::uint64_t round);
 
+  // The fewest deltas of a worker taking part (every worker, without elastic training).
+  std::uint64_t slowest(const key& k) const noexcept {
+    std::uint64_t least = UINT64_MAX;
+    for (std::size_t w = 0; w < k.pushes.size(); ++w)
+      if (member(w)) least = std::min(least, k.pushes[w]);
+    return least == UINT64_MAX ? 0 : least;
+  }
+  bool member(std::size_t w) const noexcept { return members_.empty() || members_[w]; }
+  // Whose round-0 push seeds a tensor: rank 0, or after it left the lowest member.
+  int seeder() const noexcept {
+    for (std::size_t w = 0; w < members_.size(); ++w)
+      if (members_[w]) return static_cast<int>(w);
+    return 0;
+  }
+
   std::int64_t staleness_;
+  bool elastic_ = false;
+  std::vector<bool> members_;  // elastic: who takes part (empty: every worker)
   std::unordered_map<key_id, key, key_id_hash> keys_;
 };
 
 static_assert(ServerHandler<async_sum>);
+static_assert(restarts_rounds<async_sum>);
 
 }  // namespace bps::server
 

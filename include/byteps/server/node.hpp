@@ -416,13 +416,18 @@ class node {
         about.key = r.key;
         about.part = r.part;
         about.round = r.round;
-        for (auto& w : room.workers)
-          if (w->worker >= 0 && w->worker < cfg_.num_workers &&
-              members[static_cast<std::size_t>(w->worker)]) {
-            w->send_redo(about);
-            ++asked;
-          }
-        room.workers.clear();
+        // The workers asked to push again leave the room (their re-push joins it again), and
+        // so do removed ones; others may wait on (an asynchronous key's held workers).
+        std::erase_if(room.workers, [&](const session_ptr& w) {
+          const bool member = w->worker >= 0 && w->worker < cfg_.num_workers &&
+                              members[static_cast<std::size_t>(w->worker)];
+          if (!member) return true;
+          if (std::find(r.workers.begin(), r.workers.end(), w->worker) == r.workers.end())
+            return false;
+          w->send_redo(about);
+          ++asked;
+          return true;
+        });
       }
       if (!redo.empty())
         log_.info("{} round(s) in flight started over; {} push(es) asked for again", redo.size(),

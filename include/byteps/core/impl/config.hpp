@@ -132,7 +132,9 @@ void Config::validate() const {
     };
     if (node_role == role::worker && local_size > 1)
       not_yet("local_size (BYTEPS_LOCAL_SIZE)", local_size, "1");
-    if (enable_async) not_yet("enable_async (BYTEPS_ENABLE_ASYNC)", 1, "0 (synchronous)");
+    if (enable_async && failover())
+      not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
+              "0 with enable_async (BYTEPS_ENABLE_ASYNC=1)");
     if (mixed_mode) not_yet("mixed_mode (BYTEPS_ENABLE_MIXED_MODE)", 1, "0");
   }
   if (trace_start_step < 0)

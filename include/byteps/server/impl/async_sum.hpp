@@ -26,24 +26,28 @@ outcome async_sum::handle(const request& r) {
   k.started[w] = true;
   const bool recovered = k.hear(r.worker);
   if (!k.seeded) {
-    if (r.worker != 0) {  // waits for the seed (or an offer)
-      if (k.failover) k.held[w] = 0;
+    if (r.worker != seeder()) {  // waits for the seed (or an offer)
+      if (k.failover || elastic_) k.held[w] = 0;
       return outcome::wait();
     }
     k.seeded = true;
     reduce::accumulate_init(k.master.data(), r.whole().data(), k.count(), k.type);
-    if (!k.failover) return outcome::release(snapshot(k, 0));  // rank 0 and who waited for it
-    return settle(k, w, 0, false, recovered, k.slowest());
+    if (!k.failover) {  // the seeder and who waited for it
+      for (auto& waiting : k.held) waiting.reset();  // elastic notes them: answered now
+      return outcome::release(snapshot(k, 0));
+    }
+    return settle(k, w, 0, false, recovered, slowest(k));
   }
-  // A round 0 after the seed, or a re-push the replacement's parameters already hold.
+  // A round 0 after the seed, or a re-push the replacement's parameters already hold (or,
+  // elastic, one a server asked for again).
   if (h.round == 0 || h.round <= k.pushes[w])
-    return settle(k, w, h.round, false, recovered, k.slowest());
-  const std::uint64_t slowest_before = k.slowest();
+    return settle(k, w, h.round, false, recovered, slowest(k));
+  const std::uint64_t slowest_before = slowest(k);
   k.apply(r.worker, h.round, r.whole().data(), rejoined);
   return settle(k, w, h.round, true, recovered, slowest_before);
 }
 
-std::string async_sum::check(key& k, const wire::header& h, const request& r) {
+std::string async_sum::check(key& k, const wire::header& h, const request& r) const {
   const auto t = dtype_from_wire(h.dtype);
   const bool offer = h.type == wire::msg::sum_offer;
   const std::uint64_t counts = offer ? wire::applied_counts_bytes(r.num_workers) : 0;
@@ -63,6 +67,12 @@ std::string async_sum::check(key& k, const wire::header& h, const request& r) {
   else if (!k.same(h, *t, size))
     return k.mismatch(r.tensor_name(), r.worker, h, *t);
   const auto w = static_cast<std::size_t>(r.worker);
+  if (!member(w))
+    return fmt::format("worker {} pushed {} partition {}, but it is no longer a member of the "
+                       "job (it was removed from it)",
+                       r.worker, r.tensor_name(), h.part);
+  // Elastic: the push a server asked for again (server/handler.hpp, round_redo).
+  if (elastic_ && k.started[w] && h.round == k.pushes[w]) return {};
   if (offer)
     return k.started[w] ? fmt::format(
                               "worker {} offered {} partition {} after it pushed it "
@@ -102,10 +112,10 @@ outcome async_sum::take_offer(key& k, const request& r) {
         "parameters hold {} of its deltas",
         r.worker, r.tensor_name(), r.head.part, r.head.round,
         counts[static_cast<std::size_t>(r.worker)]));
-  const std::uint64_t slowest_before = k.slowest();
+  const std::uint64_t slowest_before = slowest(k);
   k.rebase(params, counts);
   const bool recovered = k.hear(r.worker);
-  if (k.recovering() || (!recovered && k.slowest() == slowest_before)) return outcome::taken();
+  if (k.recovering() || (!recovered && slowest(k) == slowest_before)) return outcome::taken();
   auto released = release_held(k, snapshot(k, 0));
   if (released.empty()) return outcome::taken();
   return outcome::release_each({}, std::move(released));  // the offer's worker has its answer
@@ -113,11 +123,12 @@ outcome async_sum::take_offer(key& k, const request& r) {
 
 outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool applied, bool recovered,
                           std::uint64_t slowest_before) {
-  const bool too_far = applied && staleness_ >= 0 &&
-                       k.pushes[w] - k.slowest() > static_cast<std::uint64_t>(staleness_);
+  // A push asked for again (elastic) is held again while still too far ahead.
+  const bool too_far = (applied || elastic_) && staleness_ >= 0 &&
+                       k.pushes[w] - slowest(k) > static_cast<std::uint64_t>(staleness_);
   const bool hold = k.recovering() || too_far;
   if (hold) k.held[w] = round;
-  const bool frees = !k.recovering() && (recovered || k.slowest() != slowest_before);
+  const bool frees = !k.recovering() && (recovered || slowest(k) != slowest_before);
   if (hold) {
     if (!frees) return outcome::wait();
     auto released = release_held(k, snapshot(k, 0));
@@ -130,11 +141,23 @@ outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool appli
   return outcome::release_each(std::move(now), std::move(released));
 }
 
+std::vector<round_redo> async_sum::restart_rounds(const std::vector<bool>& members) {
+  members_ = members;
+  std::vector<round_redo> redo;
+  for (auto& [id, k] : keys_)
+    for (std::size_t w = 0; w < k.held.size(); ++w) {
+      if (!k.held[w]) continue;
+      if (member(w)) redo.push_back({id.key, id.part, *k.held[w], {static_cast<int>(w)}});
+      k.held[w].reset();
+    }
+  return redo;
+}
+
 std::vector<held_answer> async_sum::release_held(key& k, const reply& shared) const {
   std::vector<held_answer> released;
-  const std::uint64_t slowest = k.slowest();
+  const std::uint64_t slowest = this->slowest(k);
   for (std::size_t u = 0; u < k.held.size(); ++u) {
-    if (!k.held[u]) continue;
+    if (!k.held[u] || !member(u)) continue;
     if (staleness_ >= 0 && k.pushes[u] - slowest > static_cast<std::uint64_t>(staleness_)) continue;
     reply mine = shared;  // the same bytes, its own round
     mine.round = *k.held[u];
