@@ -323,9 +323,11 @@ int main(int argc, char** argv) {
       throw bad_args("train_mlp under elastic training (BYTEPS_MIN_NUM_WORKER or "
                      "BYTEPS_MAX_NUM_WORKER set) trains synchronously and uncompressed: drop "
                      "--async and --compressor");
-    if (cfg.elastic()) return train_mlp::run_elastic<DirectComm>(cfg, args);
     const bool host =
         args.local_stage == "host" || (args.local_stage == "auto" && cfg.local_size > 1);
+    if (cfg.elastic())
+      return host ? train_mlp::run_elastic<HostComm>(cfg, args)
+                  : train_mlp::run_elastic<DirectComm>(cfg, args);
     if (args.async)
       return host ? train_mlp::run_async<HostComm>(cfg, args)
                   : train_mlp::run_async<DirectComm>(cfg, args);

@@ -8,13 +8,14 @@
 // prints it, with how long the step during which it happened took.
 //
 // --die-at-step K makes the worker of the highest rank end itself with SIGKILL at the start of
-// global step K (counted from 0 over all epochs), before it pushes anything of that step: a
-// clean cut, so steps before K sum every worker and steps from K on the others. The end checks
+// global step K (counted from 0 over all epochs), before it pushes anything of that step; the
+// scheduler removes its whole machine (with several local ranks its siblings fail too). A clean
+// cut: steps before K sum every worker and steps from K on the other machines'. The end checks
 // are then those of the synchronous run against a reference that replays exactly that: (a) the
 // loss fell, (b) every worker left holds rank 0's parameters bit for bit, (c) they equal, bit
-// for bit, a single-process replay that sums each step's per-worker gradients in rank order
-// over the workers that contributed and averages them with bps::reduce::scale, as the servers
-// and workers do.
+// for bit, a single-process replay that sums each step's per-process gradients on each machine
+// in local-rank order, the machines' sums in machine order, over those that contributed, and
+// averages them with bps::reduce::scale, as the local stages, servers and workers do.
 
 #include <byteps/byteps.hpp>
 #include <byteps/reduce/reducer.hpp>
@@ -35,45 +36,58 @@
 
 namespace train_mlp {
 
-// The gradient every worker applies at a step where `workers` (formation ranks, ascending)
-// contributed: each one's mean gradient over its batch, summed in rank order, times
-// 1/workers.size().
-inline void elastic_step_gradient(const mlp::Params& p, const mlp::Dataset& d, const mlp::Hyper& h,
-                                  int formed, const std::vector<int>& workers, int step,
-                                  mlp::Params& sum, mlp::Params& scratch) {
-  bool first = true;
-  for (int w : workers) {
-    const std::vector<int> idx = mlp::worker_batch(d.size(), formed, h.batch, w, step);
-    mlp::loss_and_grad(p, d, idx, first ? sum : scratch);
-    if (!first)
-      for (std::size_t l = 0; l < sum.size(); ++l) {
-        for (std::size_t i = 0; i < sum[l].w.size(); ++i) sum[l].w[i] += scratch[l].w[i];
-        for (std::size_t i = 0; i < sum[l].b.size(); ++i) sum[l].b[i] += scratch[l].b[i];
-      }
-    first = false;
+// Adds `b` into `a`, element by element, as a server or a machine's local stage adds a push.
+inline void add_into(mlp::Params& a, const mlp::Params& b) {
+  for (std::size_t l = 0; l < a.size(); ++l) {
+    for (std::size_t i = 0; i < a[l].w.size(); ++i) a[l].w[i] += b[l].w[i];
+    for (std::size_t i = 0; i < a[l].b.size(); ++i) a[l].b[i] += b[l].b[i];
   }
-  const double factor = 1.0 / static_cast<double>(workers.size());
+}
+
+// The gradient every worker applies at a step where `machines` (ascending) contributed, each
+// with `local_size` processes: each process's mean gradient over its batch, summed on its
+// machine in local-rank order (the local stage), the machines' sums added in machine order (the
+// servers' rank order), times 1 / the processes that contributed.
+inline void elastic_step_gradient(const mlp::Params& p, const mlp::Dataset& d, const mlp::Hyper& h,
+                                  int formed, int local_size, const std::vector<int>& machines,
+                                  int step, mlp::Params& sum, mlp::Params& machine_sum,
+                                  mlp::Params& scratch) {
+  bool first_machine = true;
+  for (int m : machines) {
+    mlp::Params& into = first_machine ? sum : machine_sum;
+    for (int l = 0; l < local_size; ++l) {
+      const std::vector<int> idx =
+          mlp::worker_batch(d.size(), formed, h.batch, m * local_size + l, step);
+      mlp::loss_and_grad(p, d, idx, l == 0 ? into : scratch);
+      if (l > 0) add_into(into, scratch);
+    }
+    if (!first_machine) add_into(sum, machine_sum);
+    first_machine = false;
+  }
+  const double factor = 1.0 / static_cast<double>(machines.size() * local_size);
   for (auto& layer : sum) {
     bps::reduce::scale(layer.w.data(), layer.w.size(), bps::dtype::float32, factor);
     bps::reduce::scale(layer.b.data(), layer.b.size(), bps::dtype::float32, factor);
   }
 }
 
-// The single-process replay of a run of `formed` workers where the last one is gone from
-// global step `die_at` on (never, when die_at < 0).
+// The single-process replay of a run of `formed` worker processes, `local_size` per machine,
+// where the last machine is gone from global step `die_at` on (never, when die_at < 0).
 inline mlp::Params train_elastic_reference(const mlp::Dataset& d, const mlp::Hyper& h, int formed,
-                                           int die_at) {
+                                           int local_size, int die_at) {
   mlp::Params p = mlp::init_params(h.seed, mlp::layer_sizes(d, h.hidden));
-  mlp::Params sum = mlp::zeros_like(p), scratch = mlp::zeros_like(p);
+  mlp::Params sum = mlp::zeros_like(p), machine_sum = mlp::zeros_like(p),
+              scratch = mlp::zeros_like(p);
   const int steps = mlp::steps_per_epoch(d.size(), formed, h.batch);
-  std::vector<int> all(static_cast<std::size_t>(formed));
-  for (int w = 0; w < formed; ++w) all[static_cast<std::size_t>(w)] = w;
+  std::vector<int> all(static_cast<std::size_t>(formed / local_size));
+  for (std::size_t m = 0; m < all.size(); ++m) all[m] = static_cast<int>(m);
   const std::vector<int> survivors(all.begin(), all.end() - 1);
   for (int e = 0; e < h.epochs; ++e)
     for (int step = 0; step < steps; ++step) {
       const int global = e * steps + step;
       const bool gone = die_at >= 0 && global >= die_at;
-      elastic_step_gradient(p, d, h, formed, gone ? survivors : all, step, sum, scratch);
+      elastic_step_gradient(p, d, h, formed, local_size, gone ? survivors : all, step, sum,
+                            machine_sum, scratch);
       mlp::sgd(p, sum, h.lr);
     }
   return p;
@@ -96,7 +110,9 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
     throw bad_args("--die-at-step " + std::to_string(args.die_at_step) + ": the run has only " +
                    std::to_string(steps * hp.epochs) + " steps (0 .. " +
                    std::to_string(steps * hp.epochs - 1) + ")");
+  // The last process dies; the scheduler then removes its whole machine.
   const bool dies = args.die_at_step >= 0 && formed_rank == formed - 1;
+  const int local_size = comm.local_size();
   mlp::Params params = mlp::init_params(hp.seed, mlp::layer_sizes(data, hp.hidden));
   if (formed_rank == 0)
     std::printf("elastic training (BYTEPS_MIN_NUM_WORKER=%d): %d workers, %d steps/epoch%s\n",
@@ -139,7 +155,8 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
       for (auto& h : pending) h.wait();
       mlp::sgd(params, grad, hp.lr);
       if (args.die_at_step >= 0 && global == args.die_at_step && comm.rank() == 0)
-        std::printf("step %d, the first without worker %d, took %.0f ms\n", global, formed - 1,
+        std::printf("step %d, the first without machine %d, took %.0f ms\n", global,
+                    comm.machines() - 1,
                     std::chrono::duration<double, std::milli>(clock_type::now() - began).count());
     }
     std::vector<float> loss{static_cast<float>(loss_sum / steps)};
@@ -159,7 +176,8 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
   }
   for (auto& h : hs) h.wait();
   bool same = true, exact = true;
-  const mlp::Params reference = train_elastic_reference(data, hp, formed, args.die_at_step);
+  const mlp::Params reference =
+      train_elastic_reference(data, hp, formed, local_size, args.die_at_step);
   for (int l = 0; l < layers; ++l) {
     auto equal = [](const mlp::Layer& a, const mlp::Layer& b) {
       return std::memcmp(a.w.data(), b.w.data(), a.w.size() * sizeof(float)) == 0 &&

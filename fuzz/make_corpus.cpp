@@ -242,7 +242,8 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   moved.rank = 1;
   moved.where = {"10.0.0.9", 9001};
   write(dir, "valid-server-replaced", rendezvous::encode(moved));
-  const rendezvous::membership members{3, {0, 1, 3}, 3, 2, "disconnected (end of file)", true};
+  const rendezvous::membership members{3, {0, 1, 3}, {1, 2, 1}, 4, 2, "disconnected (end of file)",
+                                       true};
   write(dir, "valid-membership", rendezvous::encode(members));
   auto unordered = members;
   unordered.members = {1, 0};

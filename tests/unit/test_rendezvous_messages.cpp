@@ -224,9 +224,10 @@ TEST_CASE("rendezvous hello refuses negative elastic bounds", "[wire][rendezvous
 
 TEST_CASE("rendezvous membership round-trips and refuses bad payloads",
           "[wire][rendezvous][elastic]") {
-  const bps::rendezvous::membership m{7, {0, 2, 5}, 3, 1, "disconnected (end of file)", true};
+  const bps::rendezvous::membership m{7, {0, 2, 5}, {1, 2, 1}, 4, 1, "disconnected (end of file)",
+                                      true};
   const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 8 + 4 + 3 * 4 + 4 + 4 + 4 + m.why.size() + 1);
+  CHECK(bytes.size() == 8 + 4 + 3 * 4 + 3 * 4 + 4 + 4 + 4 + m.why.size() + 1);
   CHECK(bps::rendezvous::decode_membership(bytes) == m);
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     CAPTURE(n);
@@ -246,7 +247,10 @@ TEST_CASE("rendezvous membership round-trips and refuses bad payloads",
   bad.members = {-1, 2};
   refused(bad);
   bad = m;
-  bad.processes = 2;  // fewer processes than machines
+  bad.processes = 3;  // not the sum of the local sizes
+  refused(bad);
+  bad = m;
+  bad.local_sizes = {1, 0, 3};
   refused(bad);
   bad = m;
   bad.removed = -2;

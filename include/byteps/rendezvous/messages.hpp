@@ -131,6 +131,7 @@ BYTEPS_DECL server_replaced decode_server_replaced(std::span<const std::byte> in
 struct membership {
   std::uint64_t epoch = 0;
   std::vector<std::int32_t> members;  ///< worker machines taking part, ascending
+  std::vector<std::int32_t> local_sizes;  ///< by member: its worker processes (local size)
   std::int32_t processes = 0;         ///< worker processes on them (the sum of their local sizes)
   std::int32_t removed = -1;          ///< the machine this change removed (-1: none)
   std::string why;                    ///< what happened to it ("disconnected (...)", "left")

@@ -257,6 +257,8 @@ class scheduler {
       case wire::msg::bye:
         n.left = true;
         if (!payload.empty()) {  // it leaves after a failure: the job failed
+          // Elastic training: unless its machine was removed, which is why it failed.
+          if (cfg_.elastic() && n.r == role::worker && removed_.contains(n.rank)) return;
           const std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
           job_failed_locked(fmt::format("{} left after a failure: {}", describe(n), why));
           return;

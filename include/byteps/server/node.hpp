@@ -352,14 +352,7 @@ class node {
   void worker_lost(session& s, const std::string& reason, bool mid_frame) {
     if (finishing_) return;
     auto why = fmt::format("{} disconnected ({})", s.describe(), reason);
-    if (cfg_.elastic()) {
-      const auto by = detail::timer_thread::clock::now() + cfg_.heartbeat_timeout +
-                      cfg_.heartbeat_interval;
-      lost_worker_.post_at(by, [this, machine = s.worker, why = std::move(why)](bool cancelled) {
-        if (!cancelled && is_member(machine)) fail(why);
-      });
-      return;
-    }
+    if (cfg_.elastic()) return fail_unless_removed(s.worker, std::move(why));
     if (!mid_frame) return fail(why);
     lost_worker_.post_at(detail::timer_thread::clock::now() + cfg_.heartbeat_interval,
                          [this, why = std::move(why)](bool cancelled) {
@@ -435,6 +428,16 @@ class node {
     }
   }
 
+  // Elastic training: fails the job with `why` unless the scheduler removes `machine` within a
+  // heartbeat timeout (and interval).
+  void fail_unless_removed(int machine, std::string why) {
+    const auto by =
+        detail::timer_thread::clock::now() + cfg_.heartbeat_timeout + cfg_.heartbeat_interval;
+    lost_worker_.post_at(by, [this, machine, why = std::move(why)](bool cancelled) {
+      if (!cancelled && is_member(machine)) fail(why);
+    });
+  }
+
   bool is_member(int machine) {
     std::lock_guard lock(mu_);
     return members_.empty() ||
@@ -445,9 +448,14 @@ class node {
   // A worker's bye carried the failure it leaves after (it lost a server, its trainer threw):
   // the job failed for that reason, which the other workers hear from here at once, naming
   // the node that failed first rather than the worker that fell after it.
+  // Elastic training: a worker of a machine the scheduler removed fails for that reason (its
+  // notice may come after the worker's bye): as for a lost worker, the job fails only if its
+  // machine is still a member a heartbeat timeout later.
   void worker_failed(session& s, const std::string& why) {
     if (finishing_) return;
-    fail(fmt::format("{} left after a failure: {}", s.describe(), why));
+    auto what = fmt::format("{} left after a failure: {}", s.describe(), why);
+    if (cfg_.elastic()) return fail_unless_removed(s.worker, std::move(what));
+    fail(what);
   }
 
   // Any thread. The cluster is broken: answer every waiting worker with the reason, now and for

@@ -32,8 +32,9 @@ namespace bps::worker {
 template <class State>
 class membership {
  public:
-  /// `rank` and `size`: this process's place when the job formed.
-  membership(State& state, int rank, int size) : state_(state), rank_(rank), size_(size) {}
+  /// `rank` and `size`: this process's place when the job formed; `local_rank` on its machine.
+  membership(State& state, int rank, int size, int local_rank)
+      : state_(state), local_rank_(local_rank), rank_(rank), size_(size) {}
   membership(const membership&) = delete;
   membership& operator=(const membership&) = delete;
 
@@ -52,10 +53,10 @@ class membership {
     e.epoch = seen_ = latest_.epoch;
     e.old_rank = rank();
     e.old_size = size();
-    // Ranks are machine-major over the machines still in the job; one process per machine.
-    const auto at = std::lower_bound(latest_.members.begin(), latest_.members.end(),
-                                     state_.machine);
-    e.rank = static_cast<int>(at - latest_.members.begin());
+    // Ranks are machine-major over the machines still in the job.
+    e.rank = local_rank_;
+    for (std::size_t i = 0; i < latest_.members.size() && latest_.members[i] < state_.machine; ++i)
+      e.rank += latest_.local_sizes[i];
     e.size = latest_.processes;
     rank_.store(e.rank, std::memory_order_relaxed);
     size_.store(e.size, std::memory_order_relaxed);
@@ -96,6 +97,7 @@ class membership {
   }
 
   State& state_;
+  const int local_rank_;
   rendezvous::membership latest_;  // under the worker's mutex
   std::vector<int> removed_;       // under the worker's mutex: since the last event
   std::uint64_t seen_ = 0;         // under the worker's mutex: the epoch last handed out

@@ -130,8 +130,6 @@ void Config::validate() const {
                        "BYTEPS_MAX_NUM_WORKER set): {}",
                        why, "not supported yet (docs/reliability.md, \"Elastic training\")"));
     };
-    if (node_role == role::worker && local_size > 1)
-      not_yet("local_size (BYTEPS_LOCAL_SIZE)", local_size, "1");
     if (enable_async && failover())
       not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
               "0 with enable_async (BYTEPS_ENABLE_ASYNC=1)");

@@ -160,6 +160,7 @@ std::vector<std::byte> encode(const membership& m) {
   w.put(m.epoch);
   w.put(static_cast<std::uint32_t>(m.members.size()));
   for (auto machine : m.members) w.put(machine);
+  for (auto size : m.local_sizes) w.put(size);
   w.put(m.processes);
   w.put(m.removed);
   w.put_string(m.why);
@@ -179,9 +180,16 @@ membership decode_membership(std::span<const std::byte> in) {
       throw wire::decode_error("members are not ascending machine numbers");
     m.members.push_back(machine);
   }
+  std::int64_t sum = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto size = r.get<std::int32_t>();
+    if (size < 1 || size > 1024) throw wire::decode_error("a member's local size is not 1 .. 1024");
+    m.local_sizes.push_back(size);
+    sum += size;
+  }
   m.processes = r.get<std::int32_t>();
-  if (m.processes < static_cast<std::int32_t>(n))
-    throw wire::decode_error("fewer worker processes than member machines");
+  if (m.processes != sum)
+    throw wire::decode_error("the worker processes are not the sum of the members' local sizes");
   m.removed = r.get<std::int32_t>();
   if (m.removed < -1) throw wire::decode_error("removed machine below -1 (none)");
   m.why = r.get_string(4096);

@@ -33,6 +33,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   for (int k = 0; k < cfg_.num_workers; ++k)
     if (!removed_.contains(k) && local_sizes[static_cast<std::size_t>(k)] > 0) {
       m.members.push_back(k);
+      m.local_sizes.push_back(local_sizes[static_cast<std::size_t>(k)]);
       m.processes += local_sizes[static_cast<std::size_t>(k)];
     }
   const int remain = static_cast<int>(m.members.size());
@@ -58,11 +59,11 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
       send_locked(x.link, wire::msg::membership, notice);
   }
   // Nodes of the removed machine still connected (its other local ranks, or a worker that only
-  // fell silent) are told by the closing of their link.
+  // fell silent) get the notice too, which tells them why, and their link closes after it.
   for (auto& x : nodes_)
     if (x.alive && x.r == role::worker && x.rank == machine) {
       x.alive = false;
-      x.link->close();
+      send_locked(x.link, wire::msg::membership, notice, 0, true);
     }
   for (auto& [number, entered] : barriers_)
     std::erase_if(entered, [&](int i) {

@@ -100,7 +100,8 @@ void node<T, L, P, S>::join() {
   ops().stats().servers(state_.links.size());
   if (failover_) failover_->listen(control_);
   if (cfg_.elastic()) {
-    membership_ = std::make_unique<membership<state_type>>(state_, global_rank_, state_.global_size);
+    membership_ = std::make_unique<membership<state_type>>(state_, global_rank_,
+                                                           state_.global_size, cfg_.local_rank);
     membership_->listen(control_);
   }
   if constexpr (!L::is_identity) stage_.start(machine);
