@@ -264,7 +264,10 @@ class scheduler {
           return;
         }
         log_.debug("{} said bye", describe(n));
-        if (cfg_.elastic() && formed_ && !shutting_down_) worker_removed_locked(n, "left", false);
+        // Elastic training: a machine leaves once all its processes did (at the end of a job
+        // its local ranks say bye one by one, and none must be removed under another).
+        if (cfg_.elastic() && formed_ && !shutting_down_ && machine_left_locked(n.rank))
+          worker_removed_locked(n, "left", false);
         cv_.notify_all();
         return;
       default:
@@ -300,6 +303,11 @@ class scheduler {
 
   // Elastic training (rendezvous/impl/scheduler_elastic.hpp).
   void worker_removed_locked(node& n, const std::string& what, bool lost);
+  bool machine_left_locked(int machine) const {
+    for (const auto& x : nodes_)
+      if (x.alive && x.r == role::worker && x.rank == machine && !x.left) return false;
+    return true;
+  }
 
   // Failover (rendezvous/impl/scheduler_failover.hpp).
   std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const;

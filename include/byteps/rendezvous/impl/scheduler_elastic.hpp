@@ -61,7 +61,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   // Nodes of the removed machine still connected (its other local ranks, or a worker that only
   // fell silent) get the notice too, which tells them why, and their link closes after it.
   for (auto& x : nodes_)
-    if (x.alive && x.r == role::worker && x.rank == machine) {
+    if (x.alive && x.r == role::worker && x.rank == machine && !x.left) {
       x.alive = false;
       send_locked(x.link, wire::msg::membership, notice, 0, true);
     }
