@@ -177,12 +177,7 @@ int run(const bps::Config& cfg, const Args& args) {
   // job's rate is constant, so once is enough (a schedule would call it at every change).
   comm.set_learning_rate(hp.lr);
   const int rank = comm.rank(), n = comm.size();  // every worker process, on every machine
-  // Every worker checks the same thing, so all of them fail together.
-  if (hp.batch % n != 0 || hp.batch / n > data.size() / n)
-    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
-                   std::to_string(n) + " worker processes and at most " +
-                   std::to_string(data.size() / n * n) + " (the data set has " +
-                   std::to_string(data.size()) + " samples, --samples)");
+  train_mlp::check_batch(hp, data, n);
   const int steps = mlp::steps_per_epoch(data.size(), n, hp.batch);
   const std::vector<int> sizes = mlp::layer_sizes(data, hp.hidden);
   mlp::Params params = mlp::init_params(hp.seed, sizes);

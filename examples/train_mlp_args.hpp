@@ -88,6 +88,16 @@ inline long long whole_number(const std::string& option, const std::string& v, l
   return x;
 }
 
+/// The global batch splits evenly over `workers` processes and fits in the data set: checked by
+/// every worker alike, so that all of them fail together.
+inline void check_batch(const mlp::Hyper& h, const mlp::Dataset& data, int workers) {
+  if (h.batch % workers != 0 || h.batch / workers > data.size() / workers)
+    throw bad_args("--batch " + std::to_string(h.batch) + " must be a multiple of the " +
+                   std::to_string(workers) + " worker processes and at most " +
+                   std::to_string(data.size() / workers * workers) + " (the data set has " +
+                   std::to_string(data.size()) + " samples, --samples)");
+}
+
 inline Args parse_args(int argc, char** argv) {
   // Every option is read first, then applied over the model's values, so order does not matter.
   std::string model = "large";

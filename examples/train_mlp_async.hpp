@@ -50,11 +50,7 @@ int run_async(const bps::Config& cfg, const Args& args) {
   const mlp::Dataset data = mlp::make_dataset(hp.seed, args.samples);
   Comm comm(cfg);
   const int rank = comm.rank(), n = comm.size();
-  if (hp.batch % n != 0 || hp.batch / n > data.size() / n)
-    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
-                   std::to_string(n) + " worker processes and at most " +
-                   std::to_string(data.size() / n * n) + " (the data set has " +
-                   std::to_string(data.size()) + " samples, --samples)");
+  check_batch(hp, data, n);
   const int steps = mlp::steps_per_epoch(data.size(), n, hp.batch);
   mlp::Params params = mlp::init_params(hp.seed, mlp::layer_sizes(data, hp.hidden));
   if (rank == 0)

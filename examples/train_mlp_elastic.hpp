@@ -100,11 +100,7 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
   const mlp::Dataset data = mlp::make_dataset(hp.seed, args.samples);
   Comm comm(cfg);
   const int formed_rank = comm.rank(), formed = comm.size();
-  if (hp.batch % formed != 0 || hp.batch / formed > data.size() / formed)
-    throw bad_args("--batch " + std::to_string(hp.batch) + " must be a multiple of the " +
-                   std::to_string(formed) + " worker processes and at most " +
-                   std::to_string(data.size() / formed * formed) + " (the data set has " +
-                   std::to_string(data.size()) + " samples, --samples)");
+  check_batch(hp, data, formed);
   const int steps = mlp::steps_per_epoch(data.size(), formed, hp.batch);
   if (args.die_at_step >= steps * hp.epochs)
     throw bad_args("--die-at-step " + std::to_string(args.die_at_step) + ": the run has only " +
