@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "cluster.hpp"
-#include "failover_cluster.hpp"
 #include "faulty_cluster.hpp"
 #include "server_access.hpp"
 
@@ -370,81 +369,6 @@ TEST_CASE("elastic: compressed (fp16, decoded by the servers) - a worker whose p
   CHECK(sums[1][1] == 1.5f);
 }
 
-TEST_CASE("elastic with failover: a worker vanishes mid-round, then the server of its round dies - "
-          "the replacement sums the 2 left, exact",
-          "[elastic][failover]") {
-  Config cfg = elastic_config(3, 2);
-  cfg.num_servers = 2;
-  cfg.failover_timeout = std::chrono::seconds(10);
-  const int owner = server_placement(cfg).server_for(tensor_key("w"), 0);
-  test::failover_cluster<transport::tcp> c(cfg, 1);
-  std::promise<void> in1, pushed0, gone, replaced;
-  std::shared_future<void> impostor_in = in1.get_future().share(),
-                           worker0_in = pushed0.get_future().share(),
-                           vanished = gone.get_future().share(),
-                           standby_took = replaced.get_future().share();
-  std::string lost_answer;
-  std::thread lost([&] {
-    c.guard_worker([&] {
-      hand_made_worker w(c.worker_config(2), 2, owner);
-      w.push("w", 0, 100.0f);
-      lost_answer = w.answer();
-      w.push("w", 1, 100.0f);
-      in1.set_value();
-      worker0_in.wait();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      w.vanish();
-      gone.set_value();
-    });
-  });
-  float sums[2][2] = {};
-  std::vector<std::thread> workers;
-  for (int m = 0; m < 2; ++m)
-    workers.emplace_back([&, m] {
-      c.guard_worker([&] {
-        const Config wc = c.worker_config(m);
-        test::failover_cluster<transport::tcp>::comm_type comm(
-            wc, test::transport_options<transport::tcp>(wc, nullptr));
-        std::vector<float> w(count, static_cast<float>(m + 1));
-        comm.push_pull("w", std::span(w)).wait();
-        sums[m][0] = w[0];
-        impostor_in.wait();
-        std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
-        if (m == 0) {
-          auto h = comm.push_pull("w", std::span(w));
-          pushed0.set_value();
-          h.wait();  // redone once, re-sent to the replacement
-        } else {
-          // After the removal reached the owner, and the owner was replaced (the replacement
-          // hears of the removal right after its welcome).
-          standby_took.wait();
-          BPS_EXPECT(c.applied_membership(owner, 1, std::chrono::seconds(10)),
-                     "the replacement of server {} did not apply membership epoch 1", owner);
-          comm.push_pull("w", std::span(w)).wait();
-        }
-        sums[m][1] = w[0];
-      });
-    });
-  vanished.wait();
-  REQUIRE(c.applied_membership(owner, 1, std::chrono::seconds(10)));
-  c.kill_server(owner);
-  for (int i = 0; i < 1000 && c.replacements() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  CHECK(c.replacements() == 1);
-  replaced.set_value();
-  lost.join();
-  for (auto& t : workers) t.join();
-  c.join();
-  if (auto e = c.worker_error()) std::rethrow_exception(e);
-  CHECK_FALSE(c.scheduler_error());
-  CHECK(lost_answer == "103");
-  for (int m = 0; m < 2; ++m) {
-    INFO("worker " << m);
-    CHECK(sums[m][0] == 103.0f);
-    CHECK(sums[m][1] == 3.0f);
-  }
-}
-
 namespace {
 
 Config elastic_async_config(std::int64_t staleness) {
@@ -552,4 +476,38 @@ TEST_CASE("elastic async: rank 0 vanishes before it seeds a tensor - the lowest 
     CHECK(params[m][0] == 20.0f);  // machine 1's round 0: the lowest member's
     CHECK(params[m][1] == 23.0f);
   }
+}
+
+TEST_CASE("elastic: a worker that leaves after a failure of its own still fails the job, naming "
+          "it, once the scheduler saw it was not removed",
+          "[elastic]") {
+  Config cfg = elastic_config(3, 2);
+  cfg.heartbeat_interval = std::chrono::milliseconds(100);
+  cfg.heartbeat_timeout = std::chrono::milliseconds(1000);
+  cluster c(cfg);
+  std::promise<void> left;
+  std::shared_future<void> gone = left.get_future().share();
+  std::string errors[2];
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 3; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> w(count, 1.0f);
+        comm.push_pull("w", std::span(w)).wait();
+        if (m == 2) {
+          comm.shutdown("its trainer threw: out of data");
+          left.set_value();
+          return;
+        }
+        gone.wait();
+        errors[m] = test::message_of<communicator_error>(
+            [&] { comm.push_pull("w", std::span(w)).wait(); });
+      });
+    });
+  for (auto& t : workers) t.join();
+  c.join();
+  for (const auto& e : errors)
+    CHECK_THAT(e, Contains("worker 2") && Contains("left after a failure") &&
+                      Contains("its trainer threw: out of data"));
 }

@@ -257,9 +257,16 @@ class scheduler {
       case wire::msg::bye:
         n.left = true;
         if (!payload.empty()) {  // it leaves after a failure: the job failed
-          // Elastic training: unless its machine was removed, which is why it failed.
-          if (cfg_.elastic() && n.r == role::worker && removed_.contains(n.rank)) return;
           const std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
+          // Elastic training: unless its machine is removed, which may be why it failed (a
+          // local rank whose sibling died can say so before the sibling's link close is seen).
+          if (cfg_.elastic() && n.r == role::worker) {
+            if (!removed_.contains(n.rank))
+              failures_to_judge_.push_back(
+                  {clock::now() + cfg_.heartbeat_timeout + cfg_.heartbeat_interval, n.rank,
+                   fmt::format("{} left after a failure: {}", describe(n), why)});
+            return;
+          }
           job_failed_locked(fmt::format("{} left after a failure: {}", describe(n), why));
           return;
         }
@@ -366,6 +373,12 @@ class scheduler {
       n.link->send(h, {}, {});
     }
     if (!shutting_down_) check_vacancies_locked(now);
+    std::erase_if(failures_to_judge_, [&](const left_after_failure& f) {
+      if (removed_.contains(f.machine)) return true;
+      if (now < f.deadline || shutting_down_) return false;
+      job_failed_locked(f.why);
+      return true;
+    });
   }
 
   void fail_locked(const std::string& why) {
@@ -401,7 +414,14 @@ class scheduler {
   int workers_ = 0;                  // worker processes, once formed (elastic: still in the job)
   std::uint64_t epoch_ = 0;          // elastic: membership changes so far
   std::set<int> removed_;            // elastic: worker machines removed from the job
-  rendezvous::membership membership_;  // elastic: the last notice, for a replacement server
+  // Elastic: failures a worker left with, each judged at its deadline (check_heartbeats): the
+  // job fails then unless the worker's machine was removed meanwhile.
+  struct left_after_failure {
+    clock::time_point deadline;
+    int machine;
+    std::string why;
+  };
+  std::vector<left_after_failure> failures_to_judge_;
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

@@ -34,7 +34,7 @@ class membership {
  public:
   /// `rank` and `size`: this process's place when the job formed; `local_rank` on its machine.
   membership(State& state, int rank, int size, int local_rank)
-      : state_(state), local_rank_(local_rank), rank_(rank), size_(size) {}
+      : state_(state), local_rank_(local_rank), place_(pack(rank, size)) {}
   membership(const membership&) = delete;
   membership& operator=(const membership&) = delete;
 
@@ -58,15 +58,14 @@ class membership {
     for (std::size_t i = 0; i < latest_.members.size() && latest_.members[i] < state_.machine; ++i)
       e.rank += latest_.local_sizes[i];
     e.size = latest_.processes;
-    rank_.store(e.rank, std::memory_order_relaxed);
-    size_.store(e.size, std::memory_order_relaxed);
+    place_.store(pack(e.rank, e.size));
     e.removed = std::exchange(removed_, {});
     e.why = latest_.why;
     return e;
   }
 
-  int rank() const noexcept { return rank_.load(std::memory_order_relaxed); }
-  int size() const noexcept { return size_.load(std::memory_order_relaxed); }
+  int rank() const noexcept { return static_cast<int>(place_.load() >> 32); }
+  int size() const noexcept { return static_cast<int>(place_.load() & 0xffffffffu); }
 
  private:
   // The scheduler's I/O thread.
@@ -101,8 +100,13 @@ class membership {
   rendezvous::membership latest_;  // under the worker's mutex
   std::vector<int> removed_;       // under the worker's mutex: since the last event
   std::uint64_t seen_ = 0;         // under the worker's mutex: the epoch last handed out
-  std::atomic<int> rank_;          // written at step_boundary, read anywhere
-  std::atomic<int> size_;
+  // rank() and size() in one word, so a reader never sees one new and the other old; written at
+  // step_boundary, read anywhere.
+  static std::uint64_t pack(int rank, int size) noexcept {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)) << 32) |
+           static_cast<std::uint32_t>(size);
+  }
+  std::atomic<std::uint64_t> place_;
 };
 
 }  // namespace bps::worker

@@ -24,7 +24,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   rendezvous::membership m;
   m.epoch = ++epoch_;
   m.removed = machine;
-  m.why = what;
+  m.why = what.substr(0, 4096);  // a notice's reason has at most 4096 bytes
   m.lost = lost;
   std::vector<int> local_sizes(static_cast<std::size_t>(cfg_.num_workers), 0);
   for (const auto& w : nodes_)
@@ -43,7 +43,6 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
                        what, remain, remain == 1 ? "" : "s", remain == 1 ? "s" : "",
                        cfg_.fewest_workers()));
   workers_ = m.processes;
-  membership_ = m;
   if (remain == 0) return;  // the last worker said bye: the job ends as it always does
   const auto line = fmt::format("{} {}: removed from the job; {} worker machines go on "
                                 "(membership epoch {})",

@@ -74,9 +74,6 @@ void scheduler<T>::place_replacements_locked() {
     table_.global_rank = 0;
     table_.servers[static_cast<std::size_t>(k)] = {pick->host, pick->port};
     send_locked(pick->link, wire::msg::welcome, rendezvous::encode(table_));
-    // Elastic training: the replacement sums over the workers still in the job, not over those
-    // the job formed with.
-    if (epoch_ > 0) send_locked(pick->link, wire::msg::membership, rendezvous::encode(membership_));
     const rendezvous::server_replaced notice{k, {pick->host, pick->port}};
     for (auto& w : nodes_)
       if (w.alive && !w.left && w.r == role::worker)
