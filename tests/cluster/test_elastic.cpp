@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cluster.hpp"
+#include "elastic_cluster.hpp"
 #include "faulty_cluster.hpp"
 #include "server_access.hpp"
 
@@ -14,76 +15,9 @@ using namespace bps;
 using bps::test::cluster;
 using bps::test::comm_t;
 using Catch::Contains;
+using namespace bps::test::elastic;
 
 namespace {
-
-constexpr std::size_t count = 1000;  // one partition on one server
-
-Config elastic_config(int workers, int min_workers) {
-  Config c = test::base_config(workers, 1);
-  c.min_workers = min_workers;
-  c.fusion_bytes = 0;  // the hand-made worker reads its answers one frame at a time
-  c.op_timeout = std::chrono::seconds(15);
-  c.heartbeat_timeout = std::chrono::seconds(5);
-  return c;
-}
-
-// A worker made by hand on machine `machine`: it joins like any other, pushes what `push` says
-// for round 0, 1, ... of tensor `name` when told, and vanishes without a word when told (as a
-// crash looks: every link closes at once).
-class hand_made_worker {
- public:
-  // It talks to server `server` only.
-  hand_made_worker(const Config& cfg, int machine, int server = 0)
-      : cfg_(cfg),
-        net_(cfg_),
-        control_(net_, cfg_),
-        welcome_(control_.join(rendezvous::hello::from(cfg_, role::worker))) {
-    const auto& at = welcome_.servers[static_cast<std::size_t>(server)];
-    link_ = net_.connect(at.host, at.port, cfg_.connect_timeout);
-    rendezvous::say_peer_hello(*link_, answers_, machine, 0, cfg_.job_token, cfg_.hello_timeout,
-                               fmt::format("server {}", server));
-    machine_ = machine;
-  }
-
-  // Pushes `count` floats of `value` as round `round` of `name`.
-  void push(const std::string& name, std::uint64_t round, float value) {
-    auto body = std::make_shared<std::vector<float>>(count, value);
-    wire::header h;
-    h.type = wire::msg::push;
-    h.sender = static_cast<std::uint32_t>(machine_);
-    h.key = tensor_key(name);
-    h.part = 0;
-    h.dtype = static_cast<std::uint32_t>(dtype::float32);
-    h.round = round;
-    h.tensor_bytes = count * sizeof(float);
-    h.offset = 0;
-    link_->send(h, std::as_bytes(std::span(*body)), [body] {});
-  }
-
-  // The answer to its push (the sum's first element), or the server's error text.
-  std::string answer() {
-    std::string why;
-    auto f = answers_->take({wire::msg::pull_response, wire::msg::error},
-                            std::chrono::steady_clock::now() + std::chrono::seconds(10), why);
-    if (!f) return "no answer: " + why;
-    if (f->header.type == wire::msg::error) return "error: " + f->text();
-    float first = 0;
-    std::memcpy(&first, f->payload.data(), sizeof first);
-    return fmt::format("{}", first);
-  }
-
-  void vanish() { net_.stop(); }
-
- private:
-  Config cfg_;
-  transport::tcp net_;
-  rendezvous::client<transport::tcp> control_;
-  rendezvous::welcome welcome_;
-  std::shared_ptr<transport::tcp::link> link_;
-  std::shared_ptr<rendezvous::inbox> answers_ = std::make_shared<rendezvous::inbox>();
-  int machine_ = 0;
-};
 
 // Polls step_boundary() until the membership change shows (the scheduler's notice may come a
 // moment after the sums that it caused).
@@ -367,115 +301,6 @@ TEST_CASE("elastic: compressed (fp16, decoded by the servers) - a worker whose p
   for (int m = 0; m < 3; ++m) CHECK(sums[m][0] == 2.0f);  // (1 + 2 + 3) / 3
   CHECK(sums[0][1] == 1.5f);  // (1 + 2) / 2: nothing of worker 2's push
   CHECK(sums[1][1] == 1.5f);
-}
-
-namespace {
-
-Config elastic_async_config(std::int64_t staleness) {
-  Config c = elastic_config(3, 2);
-  c.enable_async = true;
-  c.async_staleness = staleness;
-  return c;
-}
-
-using async_cluster = test::basic_cluster<server::async_sum>;
-
-}  // namespace
-
-TEST_CASE("elastic async, staleness 0: the workers a vanished worker held back are answered once "
-          "it is removed",
-          "[elastic][async]") {
-  async_cluster c(elastic_async_config(0));
-  std::promise<void> in[2];
-  std::shared_future<void> pushed[2] = {in[0].get_future().share(), in[1].get_future().share()};
-  std::string seed_seen;
-  // Every round 0 is answered before any delta is pushed: a round 0 that came after one would
-  // be answered with the parameters holding it (as it should).
-  std::latch seeded(3);
-  std::thread lost([&] {
-    c.guard_worker([&] {
-      hand_made_worker w(c.worker_config(2), 2);
-      w.push("p", 0, 999.0f);  // round 0: not the seed (rank 0's is), answered with it
-      seed_seen = w.answer();
-      seeded.count_down();
-      for (auto& p : pushed) p.wait();
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      w.vanish();  // it never pushes round 1: with staleness 0 it holds the others back
-    });
-  });
-  float params[2][2] = {};
-  std::vector<std::thread> workers;
-  for (int m = 0; m < 2; ++m)
-    workers.emplace_back([&, m] {
-      c.guard_worker([&] {
-        comm_t comm(c.worker_config(m));
-        std::vector<float> p(count, m == 0 ? 10.0f : 20.0f);
-        comm.push_pull("p", std::span(p)).wait();  // the seed: rank 0's 10
-        params[m][0] = p[0];
-        seeded.arrive_and_wait();
-        std::fill(p.begin(), p.end(), static_cast<float>(m + 1));  // deltas 1 and 2
-        auto h = comm.push_pull("p", std::span(p));
-        in[m].set_value();
-        h.wait();
-        params[m][1] = p[count - 1];
-      });
-    });
-  lost.join();
-  for (auto& t : workers) t.join();
-  c.join();
-  CHECK_FALSE(c.node_error());
-  CHECK(seed_seen == "10");
-  for (int m = 0; m < 2; ++m) {
-    INFO("worker " << m);
-    CHECK(params[m][0] == 10.0f);
-    CHECK(params[m][1] == 13.0f);  // held until both deltas were in, then answered
-  }
-}
-
-TEST_CASE("elastic async: rank 0 vanishes before it seeds a tensor - the lowest worker left "
-          "seeds it",
-          "[elastic][async]") {
-  async_cluster c(elastic_async_config(-1));
-  std::promise<void> in[2];
-  std::shared_future<void> pushed[2] = {in[0].get_future().share(), in[1].get_future().share()};
-  std::thread lost([&] {
-    c.guard_worker([&] {
-      hand_made_worker w(c.worker_config(0), 0);
-      for (auto& p : pushed) p.wait();
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      w.vanish();  // it never pushed its round 0, which would have been the seed
-    });
-  });
-  float params[2][2] = {};
-  std::latch seeded(2);  // both round 0s answered before a delta (see the test above)
-  std::vector<std::thread> workers;
-  for (int m = 1; m <= 2; ++m)
-    workers.emplace_back([&, m] {
-      c.guard_worker([&] {
-        comm_t comm(c.worker_config(m));
-        std::vector<float> p(count, 10.0f * static_cast<float>(m + 1));  // 20 and 30
-        auto h = comm.push_pull("p", std::span(p));
-        in[m - 1].set_value();
-        h.wait();
-        params[m - 1][0] = p[0];
-        seeded.arrive_and_wait();
-        std::fill(p.begin(), p.end(), static_cast<float>(m));  // deltas 1 and 2
-        comm.push_pull("p", std::span(p)).wait();
-        comm.barrier();  // every delta is in
-        std::fill(p.begin(), p.end(), 0.0f);
-        comm.push_pull("p", std::span(p)).wait();
-        params[m - 1][1] = p[count / 2];
-      });
-    });
-  lost.join();
-  for (auto& t : workers) t.join();
-  c.join();
-  CHECK_FALSE(c.node_error());
-  for (int m = 0; m < 2; ++m) {
-    INFO("worker " << m + 1);
-    CHECK(params[m][0] == 20.0f);  // machine 1's round 0: the lowest member's
-    CHECK(params[m][1] == 23.0f);
-  }
 }
 
 TEST_CASE("elastic: a worker that leaves after a failure of its own still fails the job, naming "

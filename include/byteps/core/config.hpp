@@ -205,8 +205,6 @@ struct Config {
   bool elastic() const noexcept { return min_workers > 0 || max_workers > 0; }
   /// The fewest worker machines an elastic job goes on with (`min_workers`, or 1 when unset).
   int fewest_workers() const noexcept { return min_workers > 0 ? min_workers : 1; }
-  /// The most worker machines an elastic job may have (`max_workers`, or `num_workers`).
-  int most_workers() const noexcept { return max_workers > 0 ? max_workers : num_workers; }
 
   /// The largest partition the auto rule makes (BytePS's default partition size).
   static constexpr std::size_t auto_partition_cap = 4096000;

@@ -360,90 +360,14 @@ class node {
                          });
   }
 
-  // Elastic training, the scheduler's I/O thread: the worker machines from now on. Each engine
-  // starts its rounds in flight over without the removed machine and asks the members whose
-  // pushes it discarded to push again; the removed machine's links close.
-  void on_membership(const rendezvous::frame& f) {
-    rendezvous::membership m;
-    try {
-      m = rendezvous::decode_membership(f.payload);
-    } catch (const wire::decode_error& e) {
-      return fail(fmt::format("a malformed membership notice from the scheduler: {}", e.what()));
-    }
-    std::vector<bool> members(static_cast<std::size_t>(cfg_.num_workers), false);
-    for (auto machine : m.members)
-      if (machine < cfg_.num_workers) members[static_cast<std::size_t>(machine)] = true;
-    {
-      std::lock_guard lock(mu_);
-      if (m.epoch <= epoch_) return;  // notices come in order; an old one changes nothing
-      epoch_ = m.epoch;
-      members_ = members;
-    }
-    const auto line = fmt::format("worker {} removed from the job ({}): {} worker machines go on "
-                                  "(membership epoch {}); rounds in flight start over without it",
-                                  m.removed, m.why, m.members.size(), m.epoch);
-    if (m.lost)
-      log_.warn("{}", line);
-    else
-      log_.info("{}", line);
-    for (auto& e : engines_)
-      e->post([this, ep = e.get(), members, processes = m.processes] {
-        restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
-      });
-    for (auto& w : places_.holders())
-      if (w->worker >= 0 && w->worker < cfg_.num_workers &&
-          !members[static_cast<std::size_t>(w->worker)])
-        w->send_removal(fmt::format("worker {} was removed from the job (membership epoch {}): {}",
-                                    w->worker, m.epoch, m.why));
-  }
-
+  // Elastic training (server/impl/node_elastic.hpp). The scheduler's I/O thread: the worker
+  // machines from now on; each engine restarts its rounds in flight without the removed one.
+  void on_membership(const rendezvous::frame& f);
   // Holding e.mu, on the engine thread: `members` take part from now on.
-  void restart_rounds(engine& e, const std::vector<bool>& members, std::uint32_t processes) {
-    e.contributors = processes;
-    if constexpr (server::restarts_rounds<H>) {
-      std::size_t asked = 0;
-      const auto redo = e.handler.restart_rounds(members);
-      for (const auto& r : redo) {
-        auto& room = e.waiting.at(key_id{r.key, r.part});
-        wire::header about;
-        about.key = r.key;
-        about.part = r.part;
-        about.round = r.round;
-        // The workers asked to push again leave the room (their re-push joins it again), and
-        // so do removed ones; others may wait on (an asynchronous key's held workers).
-        std::erase_if(room.workers, [&](const session_ptr& w) {
-          const bool member = w->worker >= 0 && w->worker < cfg_.num_workers &&
-                              members[static_cast<std::size_t>(w->worker)];
-          if (!member) return true;
-          if (std::find(r.workers.begin(), r.workers.end(), w->worker) == r.workers.end())
-            return false;
-          w->send_redo(about);
-          ++asked;
-          return true;
-        });
-      }
-      if (!redo.empty())
-        log_.info("{} round(s) in flight started over; {} push(es) asked for again", redo.size(),
-                  asked);
-    }
-  }
-
-  // Elastic training: fails the job with `why` unless the scheduler removes `machine` within a
-  // heartbeat timeout (and interval).
-  void fail_unless_removed(int machine, std::string why) {
-    const auto by =
-        detail::timer_thread::clock::now() + cfg_.heartbeat_timeout + cfg_.heartbeat_interval;
-    lost_worker_.post_at(by, [this, machine, why = std::move(why)](bool cancelled) {
-      if (!cancelled && is_member(machine)) fail(why);
-    });
-  }
-
-  bool is_member(int machine) {
-    std::lock_guard lock(mu_);
-    return members_.empty() ||
-           (machine >= 0 && static_cast<std::size_t>(machine) < members_.size() &&
-            members_[static_cast<std::size_t>(machine)]);
-  }
+  void restart_rounds(engine& e, const std::vector<bool>& members, std::uint32_t processes);
+  // Fails the job with `why` unless the scheduler removes `machine` within a heartbeat timeout.
+  void fail_unless_removed(int machine, std::string why);
+  bool is_member(int machine);
 
   // A worker's bye carried the failure it leaves after (it lost a server, its trainer threw):
   // the job failed for that reason, which the other workers hear from here at once, naming
@@ -536,4 +460,5 @@ class node {
 
 }  // namespace bps
 
+#include "byteps/server/impl/node_elastic.hpp"
 #include "byteps/server/impl/node_push.hpp"

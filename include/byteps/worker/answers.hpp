@@ -229,14 +229,10 @@ class answers {
         p->receiving || p->op->failure)
       return;  // answered or failed meanwhile: nothing to push again
     repush_locked(state_, state_.ops().at(h.key), h.key, h.part, *p, *slot.link);
-    ++redone_;
     state_.log.debug("{} partition {} round {}: pushed again at server {}'s request (a worker "
                      "was removed)",
                      p->op->what, h.part, h.round, server);
   }
-
-  // Pushes sent again at a server's request (`redo`) so far. Under the worker's mutex.
-  std::uint64_t redone_locked() const noexcept { return redone_; }
 
   // I/O thread: the answer to a table call's request (worker/row_calls.hpp), whole in `payload`.
   void rows_answered(int server, std::uint64_t generation, const wire::header& h,
@@ -298,7 +294,6 @@ class answers {
  private:
   State& state_;
   answer_keeper* keeper_ = nullptr;  // failover, when it is on
-  std::uint64_t redone_ = 0;         // under the worker's mutex
   registered_memory registered_;
 };
 
