@@ -16,7 +16,7 @@ TEST_CASE("rendezvous membership round-trips and refuses bad payloads",
   const bps::rendezvous::membership m{7, {0, 2, 5}, {1, 2, 1}, 4, 1, "disconnected (end of file)",
                                       true};
   const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 8 + 4 + 3 * 4 + 3 * 4 + 4 + 4 + 4 + m.why.size() + 1);
+  CHECK(bytes.size() == 8 + 4 + 3 * 4 + 3 * 4 + 4 + 4 + 4 + m.why.size() + 1 + 4 + 8);
   CHECK(bps::rendezvous::decode_membership(bytes) == m);
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     CAPTURE(n);
@@ -51,6 +51,17 @@ TEST_CASE("rendezvous membership round-trips and refuses bad payloads",
   bad.lost = false;  // it left
   CHECK(bps::rendezvous::decode_membership(bps::rendezvous::encode(bad)) == bad);
   auto flag = bytes;
-  flag.back() = std::byte{2};
+  flag[flag.size() - 13] = std::byte{2};  // the lost flag, before joined and boundary
   CHECK_THROWS_AS(bps::rendezvous::decode_membership(flag), bps::wire::decode_error);
+  // A join: the machine that joined is a member, and the boundary every member waits at.
+  bad = m;
+  bad.removed = -1;
+  bad.lost = false;
+  bad.joined = 5;
+  bad.boundary = 41;
+  CHECK(bps::rendezvous::decode_membership(bps::rendezvous::encode(bad)) == bad);
+  bad.joined = 3;  // not among the members
+  refused(bad);
+  bad.joined = -2;
+  refused(bad);
 }

@@ -80,6 +80,7 @@ bps::rendezvous::welcome sample_welcome() {
   m.slices = 4;
   m.job_id = 0xFEEDFACECAFEBEEFull;
   m.servers = {{"10.0.0.1", 9000}, {"", 1}, {"host-with-a-longer-name.example.org", 65535}};
+  m.epoch = 0x0102030405060708ull;  // a worker that joined a running elastic job
   return m;
 }
 
@@ -255,13 +256,13 @@ TEST_CASE("rendezvous hello of another protocol decodes only its protocol", "[wi
 TEST_CASE("rendezvous welcome round-trips", "[wire][rendezvous]") {
   const auto m = sample_welcome();
   const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 36 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2));
+  CHECK(bytes.size() == 36 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2) + 8);
   CHECK(bps::rendezvous::decode_welcome(bytes) == m);
 
   bps::rendezvous::welcome empty;
   empty.rank = -1;
   const auto eb = bps::rendezvous::encode(empty);
-  CHECK(eb.size() == 36);
+  CHECK(eb.size() == 36 + 8);
   CHECK(bps::rendezvous::decode_welcome(eb) == empty);
 }
 

@@ -13,6 +13,7 @@
 /// `from_env()` is in core/impl/config_from_env.hpp and `validate()` in core/impl/config.hpp,
 /// included at the end of this file in header-only mode (core/linkage.hpp).
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -144,7 +145,8 @@ struct Config {
   /// BYTEPS_MIN_NUM_WORKER and BYTEPS_MAX_NUM_WORKER: elastic training (docs/reliability.md,
   /// "Elastic training"), on when either is set (0: unset). Counted in machines, as
   /// DMLC_NUM_WORKER. The job forms with DMLC_NUM_WORKER machines; a worker machine lost after
-  /// that is removed and the others go on, until fewer than `min_workers` remain.
+  /// that is removed and the others go on, until fewer than `min_workers` remain; a worker that
+  /// starts later joins between steps while fewer than `worker_slots()` machines take part.
   int min_workers = 0;
   int max_workers = 0;
 
@@ -205,6 +207,9 @@ struct Config {
   bool elastic() const noexcept { return min_workers > 0 || max_workers > 0; }
   /// The fewest worker machines an elastic job goes on with (`min_workers`, or 1 when unset).
   int fewest_workers() const noexcept { return min_workers > 0 ? min_workers : 1; }
+  /// The worker machine numbers (DMLC_WORKER_ID) a job can have, 0 .. this - 1: with elastic
+  /// training up to `max_workers` (workers that join take free ones), else `num_workers`.
+  int worker_slots() const noexcept { return std::max(num_workers, max_workers); }
 
   /// The largest partition the auto rule makes (BytePS's default partition size).
   static constexpr std::size_t auto_partition_cap = 4096000;

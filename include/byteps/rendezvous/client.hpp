@@ -86,6 +86,28 @@ class client {
   /// this one gets its rank, or the job ends: then it returns nullopt.
   std::optional<welcome> stand_by(const hello& h) { return join_until(h, clock::time_point::max()); }
 
+  /// Sends the scheduler a frame of `type` (a worker's or server's part in an elastic join).
+  void tell(wire::msg type, std::uint64_t round, std::vector<std::byte> payload = {}) {
+    auto body = std::make_shared<std::vector<std::byte>>(std::move(payload));
+    wire::header h;
+    h.type = type;
+    h.round = round;
+    link_->send(h, *body, [body] {});
+  }
+
+  /// The scheduler's next frame of `type`, waiting until `deadline`. Throws
+  /// `communicator_error` naming `what` when none comes, or the cluster failed first.
+  frame expect(wire::msg type, clock::time_point deadline, const std::string& what) {
+    std::string why;
+    auto f = inbox_->take({type, wire::msg::node_failed}, deadline, why);
+    if (!f)
+      throw communicator_error(
+          fmt::format("{} did not come from the scheduler {}: {}", what, link_->peer(), why));
+    if (f->header.type == wire::msg::node_failed)
+      throw communicator_error("the cluster failed while joining: " + f->text());
+    return std::move(*f);
+  }
+
   /// Blocks until every worker entered barrier number `n`, or the deadline.
   void barrier(std::uint64_t n, std::chrono::milliseconds timeout) {
     wire::header head;

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -33,8 +34,10 @@ namespace bps::rendezvous {
 // no token digest in the hello), `peer_hello` carries its local rank and proof, `bye` its reason;
 // 10: async training with failover (answers and offers flagged `applied` end with each worker's
 // count of applied deltas, server/async_key.hpp); 11: elastic training (hello's `min_workers`
-// and `max_workers`, the `membership` notice, the server's `redo`)
-inline constexpr std::uint32_t protocol_version = 11;
+// and `max_workers`, the `membership` notice, the server's `redo`); 12: joining a running
+// elastic job (`membership`'s `joined` and `boundary`, `welcome`'s `epoch`, the frames
+// `step_query` .. `membership_ack`)
+inline constexpr std::uint32_t protocol_version = 12;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -76,6 +79,9 @@ struct welcome {
   std::int32_t slices = 1;       ///< the largest local size: slices per tensor, cluster-wide
   std::uint64_t job_id = 0;      ///< random per job: names shared-memory segments
   std::vector<address> servers;  ///< by server rank
+  /// Elastic training: the membership epoch a worker joined a running job at (its
+  /// `join_state` follows); 0 for a node that formed the job.
+  std::uint64_t epoch = 0;
   friend bool operator==(const welcome&, const welcome&) = default;
 };
 
@@ -126,8 +132,8 @@ BYTEPS_DECL std::vector<std::byte> encode(const server_replaced& m);
 BYTEPS_DECL server_replaced decode_server_replaced(std::span<const std::byte> in);
 
 /// Elastic training (scheduler -> every worker and server): the worker machines in the job from
-/// membership epoch `epoch` on. Sent when a worker machine is removed (epoch 1 is the first
-/// change; the job formed at epoch 0 with every machine).
+/// membership epoch `epoch` on. Sent when a worker machine is removed or joins (epoch 1 is the
+/// first change; the job formed at epoch 0 with every machine).
 struct membership {
   std::uint64_t epoch = 0;
   std::vector<std::int32_t> members;  ///< worker machines taking part, ascending
@@ -136,6 +142,10 @@ struct membership {
   std::int32_t removed = -1;          ///< the machine this change removed (-1: none)
   std::string why;                    ///< what happened to it ("disconnected (...)", "left")
   bool lost = true;                   ///< it was lost (a failure), rather than it left
+  std::int32_t joined = -1;           ///< the machine this change added (-1: none)
+  /// A join: the step boundary every member waits at for it (the workers' `step_boundary()`
+  /// calls, counted from 1); 0 for a removal, seen at whichever boundary comes next.
+  std::uint64_t boundary = 0;
   friend bool operator==(const membership&, const membership&) = default;
 };
 

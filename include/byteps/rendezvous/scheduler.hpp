@@ -17,16 +17,20 @@
 /// With elastic training (`Config::elastic()`) a worker machine lost after the cluster formed,
 /// or one that says bye mid-job, is removed instead: the scheduler bumps the membership epoch
 /// and tells every server and remaining worker which machines go on (`membership`); barriers
-/// count the members only. Fewer than BYTEPS_MIN_NUM_WORKER left fails the job naming why.
+/// count the members only. Fewer than BYTEPS_MIN_NUM_WORKER left fails the job naming why. A
+/// worker that says hello to a running elastic job joins it at a step boundary all members
+/// agree on, with the job's state from one of them.
 ///
 /// Joining is in rendezvous/impl/scheduler_join.hpp, failover in
 /// rendezvous/impl/scheduler_failover.hpp, elastic training in
-/// rendezvous/impl/scheduler_elastic.hpp; all are included at the end of this file.
+/// rendezvous/impl/scheduler_elastic.hpp and, for joins to a running job,
+/// rendezvous/impl/scheduler_join_running.hpp; all are included at the end of this file.
 
 #include <fmt/core.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -143,6 +147,7 @@ class scheduler {
     bool left = false;  // said bye
     bool alive = true;
     bool standby = false;  // a server waiting for a dead server's rank (failover)
+    bool joining = false;  // elastic: a worker waiting to join the running job
   };
 
   class session final : public transport::receiver, public transport::peer_admission {
@@ -157,9 +162,12 @@ class scheduler {
         owner_->gate_.refused(*ticket, reason);
         return {};
       }
-      if (h.payload_bytes > 65536) {
-        reason = fmt::format("a {} frame of {} bytes (a control frame has at most 65536)",
-                             wire::msg_name(h.type), h.payload_bytes);
+      // A worker's `at_boundary` may carry the job's state for a joining worker.
+      const std::uint64_t limit =
+          h.type == wire::msg::at_boundary && node_index >= 0 ? wire::max_state_payload : 65536;
+      if (h.payload_bytes > limit) {
+        reason = fmt::format("a {} frame of {} bytes (a control frame has at most {})",
+                             wire::msg_name(h.type), h.payload_bytes, limit);
         return {};
       }
       scratch_.resize(h.payload_bytes);
@@ -247,6 +255,10 @@ class scheduler {
     }
     node& n = nodes_[static_cast<std::size_t>(s.node_index)];
     switch (h.type) {
+      case wire::msg::step_report:
+      case wire::msg::at_boundary:
+      case wire::msg::membership_ack:
+        return join_frame_locked(s.node_index, h, payload);
       case wire::msg::barrier: {
         if (n.r != role::worker)
           throw wire::decode_error("it entered a barrier, which only workers do");
@@ -256,6 +268,7 @@ class scheduler {
       }
       case wire::msg::bye:
         n.left = true;
+        if (n.joining) return joiner_lost_locked(n, "said bye before it joined");
         if (!payload.empty()) {  // it leaves after a failure: the job failed
           const std::string why(reinterpret_cast<const char*>(payload.data()), payload.size());
           // Elastic training: unless its machine is removed, which may be why it failed (a
@@ -302,7 +315,7 @@ class scheduler {
         continue;
       }
       for (auto& w : nodes_)
-        if (w.alive && w.r == role::worker)
+        if (w.alive && w.r == role::worker && !w.joining)
           send_locked(w.link, wire::msg::barrier_release, {}, it->first);
       it = barriers_.erase(it);
     }
@@ -315,6 +328,24 @@ class scheduler {
       if (x.alive && x.r == role::worker && x.rank == machine && !x.left) return false;
     return true;
   }
+  // The worker machines in the job (and `joining`, a machine joining it; -1 for none), with
+  // their local sizes and process count.
+  rendezvous::membership members_locked(int joining) const;
+  // A worker process of a machine in the job, still there.
+  bool member_locked(const node& n) const {
+    return n.alive && !n.left && n.r == role::worker && !n.joining && n.rank >= 0 &&
+           !removed_.contains(n.rank);
+  }
+
+  // Elastic training, joins to the running job (rendezvous/impl/scheduler_join_running.hpp).
+  std::optional<std::string> join_refusal_locked(const rendezvous::hello& theirs) const;
+  void join_running_locked(session& s, const rendezvous::hello& theirs);
+  void next_join_locked();
+  void join_frame_locked(int from, const wire::header& h, std::span<std::byte> payload);
+  void advance_join_locked();
+  void finish_join_locked();
+  void abort_join_locked(const std::string& why);
+  void joiner_lost_locked(node& n, const std::string& what);
 
   // Failover (rendezvous/impl/scheduler_failover.hpp).
   std::optional<std::string> late_server_refusal_locked(const rendezvous::hello& theirs) const;
@@ -373,6 +404,11 @@ class scheduler {
       n.link->send(h, {}, {});
     }
     if (!shutting_down_) check_vacancies_locked(now);
+    if (join_ && join_->epoch == 0 && now >= join_->deadline)
+      abort_join_locked(fmt::format(
+          "the workers did not all reach an agreed step boundary within {} ms "
+          "(BYTEPS_OP_TIMEOUT_MS); each must call step_boundary() between its steps",
+          cfg_.op_timeout.count()));
     std::erase_if(failures_to_judge_, [&](const left_after_failure& f) {
       if (removed_.contains(f.machine)) return true;
       if (now < f.deadline || shutting_down_) return false;
@@ -422,6 +458,21 @@ class scheduler {
     std::string why;
   };
   std::vector<left_after_failure> failures_to_judge_;
+  // Elastic: the worker joining the running job now (one at a time), and those waiting.
+  struct running_join {
+    int node = -1;                          // the joining worker, in nodes_
+    std::uint64_t boundary = 0;             // the agreed step boundary, once decided
+    int donor = -1;                         // the member (in nodes_) that sends the state
+    std::map<int, std::uint64_t> reports;   // member -> step boundaries it passed
+    std::set<int> waiting;                  // members waiting at the boundary
+    std::optional<std::vector<std::byte>> state;  // the job's state, from the donor
+    std::uint64_t epoch = 0;                // the servers were told of it in this epoch
+    std::set<int> acked;                    // servers that applied it
+    std::string lost;                       // the joiner was lost after the servers were told
+    clock::time_point deadline;
+  };
+  std::optional<running_join> join_;
+  std::deque<int> joins_waiting_;  // joining workers (in nodes_), first come first
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };
@@ -433,3 +484,4 @@ class scheduler {
 #include "byteps/rendezvous/impl/scheduler_elastic.hpp"
 #include "byteps/rendezvous/impl/scheduler_failover.hpp"
 #include "byteps/rendezvous/impl/scheduler_join.hpp"
+#include "byteps/rendezvous/impl/scheduler_join_running.hpp"

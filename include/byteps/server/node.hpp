@@ -179,9 +179,11 @@ class node {
     // After the engines: fail() runs on the control link's thread and walks them, and taking
     // the failure's lock here orders their creation before it (ThreadSanitizer saw it racing).
     control_.on_failure([this](const std::string& why) { fail(why); });
-    if (cfg_.elastic())
+    if (cfg_.elastic()) {
+      start_members();
       control_.on_notice(wire::msg::membership,
                          [this](const rendezvous::frame& f) { on_membership(f); });
+    }
     const std::string host = cfg_.listen_host(control_.local_host());
     // Every link is challenged at once; its first frame must be a peer_hello proving the token.
     port_ = transport_.listen(host, cfg_.server_port, [this](link_ptr l) {
@@ -333,7 +335,7 @@ class node {
   // The periodic INFO line (BYTEPS_SERVER_LOG_INTERVAL_MS), and a last one at shutdown for the
   // rest of the last interval. An idle interval with nobody behind says nothing.
   void report_throughput(bool last) {
-    server::report_throughput(engines_, cfg_.num_workers, stats_, log_, last);
+    server::report_throughput(engines_, cfg_.worker_slots(), stats_, log_, last);
   }
 
   // A worker's link closed without a bye: the job failed. One that closed in the middle of a
@@ -363,6 +365,9 @@ class node {
   // Elastic training (server/impl/node_elastic.hpp). The scheduler's I/O thread: the worker
   // machines from now on; each engine restarts its rounds in flight without the removed one.
   void on_membership(const rendezvous::frame& f);
+  // Before any worker connects: the machines the job forms with are its members; machines up
+  // to BYTEPS_MAX_NUM_WORKER become members when they join.
+  void start_members();
   // Holding e.mu, on the engine thread: `members` take part from now on.
   void restart_rounds(engine& e, const std::vector<bool>& members, std::uint32_t processes);
   // Fails the job with `why` unless the scheduler removes `machine` within a heartbeat timeout.
@@ -442,7 +447,7 @@ class node {
   std::mutex mu_;                          // guards dead_, epoch_, members_
   std::string dead_;
   std::uint64_t epoch_ = 0;    // elastic: the membership epoch last applied
-  std::vector<bool> members_;  // elastic: by machine, after a change (empty: every machine)
+  std::vector<bool> members_;  // elastic: by machine (empty: every machine, without elastic)
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};
   bool released_ = false;  // a standby the job never needed

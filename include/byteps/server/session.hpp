@@ -398,9 +398,15 @@ class session final : public transport::receiver,
   void hello(const wire::header& h, std::span<const std::byte> payload) {
     const auto& cfg = owner_->config();
     std::string why;
-    if (h.sender >= static_cast<std::uint32_t>(cfg.num_workers))
-      why = fmt::format("a peer_hello for machine {}, but the job has {} (DMLC_NUM_WORKER)",
-                        h.sender, cfg.num_workers);
+    if (h.sender >= static_cast<std::uint32_t>(cfg.worker_slots()))
+      why = fmt::format("a peer_hello for machine {}, but the job has {} ({})", h.sender,
+                        cfg.worker_slots(),
+                        cfg.max_workers > cfg.num_workers ? "BYTEPS_MAX_NUM_WORKER"
+                                                          : "DMLC_NUM_WORKER");
+    else if (!owner_->is_member(static_cast<int>(h.sender)))
+      why = fmt::format("a peer_hello for machine {}, which is not in the job (elastic training: "
+                        "it was removed, or has not joined yet)",
+                        h.sender);
     else if (h.part >= 1024)
       why = fmt::format("a peer_hello for local rank {} (at most 1023)", h.part);
     else if (!rendezvous::verify_peer_hello(cfg.job_token, ticket_->challenge(), h.sender, h.part,

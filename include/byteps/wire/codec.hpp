@@ -62,6 +62,13 @@ class byte_reader {
     pos_ += n;
     return s;
   }
+  /// The next `n` bytes as they are.
+  std::span<const std::byte> get_span(std::size_t n) {
+    need(n);
+    auto s = in_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
   bool done() const noexcept { return pos_ == in_.size(); }
   std::size_t remaining() const noexcept { return in_.size() - pos_; }
 

@@ -56,8 +56,22 @@ enum class msg : std::uint16_t {
                         ///< (elastic training; payload: rendezvous::membership)
   redo = 23,            ///< server -> worker: push partition (key, part) of `round` again; its
                         ///< round started over without a removed worker (elastic training)
+  // Elastic training, a worker joining a running job (rendezvous/impl/scheduler_join_running.hpp):
+  step_query = 24,      ///< scheduler -> worker: a worker waits to join; say your step boundary
+  step_report = 25,     ///< worker -> scheduler: `round` = step boundaries passed so far
+  join_at = 26,         ///< scheduler -> worker: stop at step boundary `round` (0: the join is
+                        ///< off) for the join; `sender` = the machine whose rank 0 sends state
+  at_boundary = 27,     ///< worker -> scheduler: waiting at boundary `round` with nothing in
+                        ///< flight (payload: the job's state, from the worker that sends it)
+  join_state = 28,      ///< scheduler -> joining worker: its membership and the job's state
+  membership_ack = 29,  ///< server -> scheduler: membership epoch `round` applied
 };
-inline constexpr std::uint16_t max_msg = 23;
+inline constexpr std::uint16_t max_msg = 29;
+
+/// The most bytes of a job's state a worker joining an elastic job is sent (`join_state`, and
+/// the `at_boundary` that carries it to the scheduler): the registered tensors and the
+/// trainer's own bytes (worker/join_state.hpp). Other control frames are far smaller.
+inline constexpr std::uint64_t max_state_payload = std::uint64_t{1} << 30;
 
 /// Types 0x100 .. 0x1ff belong to transports (a decorator's own handshake, say), not to nodes.
 /// Their payload is at most `max_transport_payload` bytes. A transport whose receiver does not
@@ -96,6 +110,12 @@ constexpr std::string_view msg_name(msg m) noexcept {
     case msg::rows_answer: return "rows_answer";
     case msg::membership: return "membership";
     case msg::redo: return "redo";
+    case msg::step_query: return "step_query";
+    case msg::step_report: return "step_report";
+    case msg::join_at: return "join_at";
+    case msg::at_boundary: return "at_boundary";
+    case msg::join_state: return "join_state";
+    case msg::membership_ack: return "membership_ack";
   }
   return is_transport_msg(m) ? "transport" : "unknown";
 }

@@ -32,12 +32,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "byteps/core/config.hpp"
 #include "byteps/core/dtype.hpp"
@@ -103,12 +105,36 @@ class Communicator {
   /// This process among all worker processes (machine-major), and their number.
   int rank() const noexcept;
   int size() const noexcept;
-  /// Elastic training (`Config::elastic()`): call between steps, with no operation in flight.
-  /// Returns the change in the job's workers since the last call (a worker machine lost or
-  /// gone), from which on `rank()` and `size()` are the new ones; nullopt when nothing changed
-  /// (always, without elastic training). Sums never wait for it: each answer is averaged by the
-  /// processes it sums. See docs/reliability.md, "Elastic training".
+  /// Elastic training (`Config::elastic()`): call between steps, once per step on every worker,
+  /// with no operation in flight. Returns the change in the job's workers since the last call
+  /// (a worker machine lost or gone, or one that joined), from which on `rank()` and `size()`
+  /// are the new ones; nullopt when nothing changed (always, without elastic training). Sums
+  /// never wait for it: each answer is averaged by the processes it sums. While a worker joins
+  /// the running job, every worker holds at one agreed call until it joined (at most
+  /// BYTEPS_OP_TIMEOUT_MS): the join is seen there by all. On a worker that joined, the first
+  /// call loads the job's state (`register_state`, `on_state`) and returns an event naming its
+  /// own machine in `joined`. See docs/reliability.md, "Elastic training".
   std::optional<membership_event> step_boundary();
+
+  /// Elastic training: `data` is part of what a worker joining the running job is given. At
+  /// the boundary it joins at, one worker's registered tensors are copied, by name, into the
+  /// newcomer's (registered before its first `step_boundary()`). Every worker registers the
+  /// same names and sizes. Throws `usage_error` for a name registered twice.
+  template <element_type E>
+  void register_state(std::string name, std::span<E> data) {
+    static_assert(!std::is_const_v<E>, "register_state: the joining worker writes into it");
+    register_state_bytes(std::move(name), std::as_writable_bytes(data));
+  }
+  void register_state_bytes(std::string name, std::span<std::byte> data);
+  /// Elastic training: bytes of the trainer's own for a worker joining the running job (its
+  /// step, epoch, optimizer or RNG state): `save` runs on the worker that sends the state, on
+  /// its thread inside `step_boundary()`; `load` on the newcomer's, in its first
+  /// `step_boundary()`, after the registered tensors were copied.
+  void on_state(std::function<std::vector<std::byte>()> save,
+                std::function<void(std::span<const std::byte>)> load);
+  /// Elastic training: this worker joined a job that was already running (its first
+  /// `step_boundary()` loads the job's state).
+  bool joined_running_job() const;
 
   /// This machine (DMLC_WORKER_ID) and the number of machines (DMLC_NUM_WORKER).
   int machine() const noexcept;

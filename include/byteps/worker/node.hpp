@@ -53,6 +53,7 @@
 #include "byteps/worker/dispatcher.hpp"
 #include "byteps/worker/failover.hpp"
 #include "byteps/worker/fusion.hpp"
+#include "byteps/worker/join_state.hpp"
 #include "byteps/worker/local_stage.hpp"
 #include "byteps/worker/membership.hpp"
 #include "byteps/worker/op_table.hpp"
@@ -128,6 +129,14 @@ class node {
   bool async_mode() const noexcept { return cfg_.enable_async; }
   int rank() const noexcept { return membership_ ? membership_->rank() : global_rank_; }
   int size() const noexcept { return membership_ ? membership_->size() : state_.global_size; }
+  /// Elastic training: what a worker joining the running job is given (worker/join_state.hpp).
+  void register_state(std::string name, std::span<std::byte> bytes) {
+    registry_.add(std::move(name), bytes);
+  }
+  void on_state(state_registry::save_fn save, state_registry::load_fn load) {
+    registry_.callbacks(std::move(save), std::move(load));
+  }
+  bool joined_running_job() const { return membership_ && membership_->joined_running_job(); }
   std::optional<membership_event> step_boundary() {
     return membership_ ? membership_->step_boundary() : std::nullopt;
   }
@@ -230,6 +239,7 @@ class node {
   // Joins the job: the rendezvous, the machine's local ranks, a link to every server
   // (worker/impl/node_join.hpp).
   void join();
+  void take_job_state();
 
   // What the local stage asks of the network stage: its plan of a tensor, and its owned
   // partitions awaited in the operation's record and released one by one.
@@ -411,6 +421,7 @@ class node {
   deadline_timer deadlines_{cfg_.op_timeout};       // every operation's deadline; stops first
   local_stage_for<L> stage_;                        // after the members its callbacks use
   answers<state_type> answers_{state_};             // what the servers send
+  state_registry registry_;                         // the trainer's, for joining workers
   std::unique_ptr<membership<state_type>> membership_;  // elastic training only
   std::unique_ptr<failover<state_type>> failover_;  // null with failover off; last: stops first
 };

@@ -99,6 +99,7 @@ class op_table {
         throw;
       }
       t.name = std::move(name);
+      if (auto r = start_rounds_.find(key); r != start_rounds_.end()) t.round = r->second;
       t.type = op->type;
       t.bytes = bytes;
       t.parts = partitioner.split(bytes, dtype_size(op->type));
@@ -142,6 +143,9 @@ class op_table {
   BYTEPS_DECL static std::vector<std::byte> declaration_of(const std::string& what,
                                                            const std::string& name,
                                                            const compress::spec* codec);
+
+  /// A worker that joined a running job: tensor `key`, when first used, starts at `round`.
+  void start_at(std::uint64_t key, std::uint64_t round) { start_rounds_[key] = round; }
 
   tensor& at(std::uint64_t key) { return tensors_.at(key); }
   /// Calls `f(key, tensor&)` for every tensor used so far.
@@ -197,6 +201,7 @@ class op_table {
  private:
   std::unordered_map<std::uint64_t, tensor> tensors_;  // never erased: frames point at names
   std::unordered_map<key_id, pending_part, key_id_hash> pending_;
+  std::unordered_map<std::uint64_t, std::uint64_t> start_rounds_;  // see start_at
   /// The tensors each operation in flight runs on (several for a local stage's owned slices).
   std::unordered_map<const detail::op_state*, std::vector<std::uint64_t>> tensors_of_;
   std::uint64_t records_ = 0, part_records_ = 0;

@@ -12,8 +12,10 @@ void Config::validate() const {
   };
   if (num_workers < 1) fail("num_workers (DMLC_NUM_WORKER)", num_workers, ">= 1");
   if (num_servers < 1) fail("num_servers (DMLC_NUM_SERVER)", num_servers, ">= 1");
-  if (worker_id < -1 || worker_id >= num_workers)
-    fail("worker_id (DMLC_WORKER_ID)", worker_id, "-1 (assigned) or 0 .. num_workers-1");
+  if (worker_id < -1 || worker_id >= worker_slots())
+    fail("worker_id (DMLC_WORKER_ID)", worker_id,
+         max_workers > num_workers ? "-1 (assigned) or 0 .. max_workers-1 (BYTEPS_MAX_NUM_WORKER)"
+                                   : "-1 (assigned) or 0 .. num_workers-1");
   if (partition_bytes != 0 && (partition_bytes < 4096 || partition_bytes > (std::size_t{1} << 31)))
     fail("partition_bytes (BYTEPS_PARTITION_BYTES)", partition_bytes, "0 (auto) or 4096 .. 2^31");
   if (scheduling_credit < 0)

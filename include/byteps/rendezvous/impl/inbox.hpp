@@ -23,8 +23,13 @@ void inbox::on_notice(wire::msg type, std::function<void(const frame&)> f) {
 }
 
 std::span<std::byte> inbox::payload_destination(const wire::header& h, std::string& reason) {
-  if (h.payload_bytes > max_payload) {
-    reason = "control frame too large";
+  // A joining worker's state is the one large frame (rendezvous/messages.hpp).
+  const std::uint64_t limit =
+      h.type == wire::msg::join_state ? wire::max_state_payload : max_payload;
+  if (h.payload_bytes > limit) {
+    reason = "a " + std::string(wire::msg_name(h.type)) + " frame of " +
+             std::to_string(h.payload_bytes) + " bytes is too large (at most " +
+             std::to_string(limit) + ")";
     return {};
   }
   scratch_.resize(h.payload_bytes);

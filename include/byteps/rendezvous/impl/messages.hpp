@@ -110,6 +110,7 @@ std::vector<std::byte> encode(const welcome& m) {
     w.put_string(a.host);
     w.put(a.port);
   }
+  w.put(m.epoch);
   return w.take();
 }
 
@@ -132,6 +133,7 @@ welcome decode_welcome(std::span<const std::byte> in) {
     a.port = r.get<std::uint16_t>();
     m.servers.push_back(std::move(a));
   }
+  m.epoch = r.get<std::uint64_t>();
   if (!r.done()) throw wire::decode_error("trailing bytes after welcome");
   return m;
 }
@@ -165,6 +167,8 @@ std::vector<std::byte> encode(const membership& m) {
   w.put(m.removed);
   w.put_string(m.why);
   w.put(static_cast<std::uint8_t>(m.lost ? 1 : 0));
+  w.put(m.joined);
+  w.put(m.boundary);
   return w.take();
 }
 
@@ -196,6 +200,11 @@ membership decode_membership(std::span<const std::byte> in) {
   const auto lost = r.get<std::uint8_t>();
   if (lost > 1) throw wire::decode_error("membership's lost flag is neither 0 nor 1");
   m.lost = lost == 1;
+  m.joined = r.get<std::int32_t>();
+  if (m.joined < -1) throw wire::decode_error("joined machine below -1 (none)");
+  if (m.joined >= 0 && !std::binary_search(m.members.begin(), m.members.end(), m.joined))
+    throw wire::decode_error("the joined machine is not among the members");
+  m.boundary = r.get<std::uint64_t>();
   if (!r.done()) throw wire::decode_error("trailing bytes after membership");
   return m;
 }

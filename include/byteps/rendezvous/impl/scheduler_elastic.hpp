@@ -21,21 +21,14 @@ template <class T>
 void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool lost) {
   const int machine = n.rank;
   if (machine < 0 || !removed_.insert(machine).second) return;
-  rendezvous::membership m;
+  // A worker joining whose membership the servers already have is one of the members.
+  rendezvous::membership m =
+      members_locked(join_ && join_->epoch != 0 ? nodes_[static_cast<std::size_t>(join_->node)].rank
+                                                : -1);
   m.epoch = ++epoch_;
   m.removed = machine;
   m.why = what.substr(0, 4096);  // a notice's reason has at most 4096 bytes
   m.lost = lost;
-  std::vector<int> local_sizes(static_cast<std::size_t>(cfg_.num_workers), 0);
-  for (const auto& w : nodes_)
-    if (w.r == role::worker && w.rank >= 0 && w.rank < cfg_.num_workers)
-      local_sizes[static_cast<std::size_t>(w.rank)] = w.local_size;
-  for (int k = 0; k < cfg_.num_workers; ++k)
-    if (!removed_.contains(k) && local_sizes[static_cast<std::size_t>(k)] > 0) {
-      m.members.push_back(k);
-      m.local_sizes.push_back(local_sizes[static_cast<std::size_t>(k)]);
-      m.processes += local_sizes[static_cast<std::size_t>(k)];
-    }
   const int remain = static_cast<int>(m.members.size());
   if (lost && remain < cfg_.fewest_workers())
     return node_failed_locked(
@@ -43,7 +36,11 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
                        what, remain, remain == 1 ? "" : "s", remain == 1 ? "s" : "",
                        cfg_.fewest_workers()));
   workers_ = m.processes;
-  if (remain == 0) return;  // the last worker said bye: the job ends as it always does
+  if (remain == 0) {  // the last worker said bye: the job ends as it always does
+    if (join_ || !joins_waiting_.empty())
+      abort_join_locked("every worker of the job left before this one could join");
+    return;
+  }
   const auto line = fmt::format("{} {}: removed from the job; {} worker machines go on "
                                 "(membership epoch {})",
                                 describe(n), what, remain, m.epoch);
@@ -54,7 +51,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   const auto notice = rendezvous::encode(m);
   for (auto& x : nodes_) {
     if (!x.alive || x.left || x.standby) continue;
-    if (x.r == role::server || (x.r == role::worker && !removed_.contains(x.rank)))
+    if (x.r == role::server || (x.r == role::worker && !x.joining && !removed_.contains(x.rank)))
       send_locked(x.link, wire::msg::membership, notice);
   }
   // Nodes of the removed machine still connected (its other local ranks, or a worker that only
@@ -70,6 +67,24 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
       return e.r == role::worker && removed_.contains(e.rank);
     });
   release_barriers_locked();
+  if (join_) advance_join_locked();  // a pending join waits for members only
+}
+
+template <class T>
+rendezvous::membership scheduler<T>::members_locked(int joining) const {
+  rendezvous::membership m;
+  std::vector<int> local_sizes(static_cast<std::size_t>(cfg_.worker_slots()), 0);
+  for (const auto& w : nodes_)
+    if (w.r == role::worker && w.rank >= 0 && w.rank < cfg_.worker_slots() &&
+        (!w.joining || w.rank == joining))
+      local_sizes[static_cast<std::size_t>(w.rank)] = w.local_size;
+  for (int k = 0; k < cfg_.worker_slots(); ++k)
+    if ((k == joining || !removed_.contains(k)) && local_sizes[static_cast<std::size_t>(k)] > 0) {
+      m.members.push_back(k);
+      m.local_sizes.push_back(local_sizes[static_cast<std::size_t>(k)]);
+      m.processes += local_sizes[static_cast<std::size_t>(k)];
+    }
+  return m;
 }
 
 }  // namespace bps::rendezvous

@@ -24,7 +24,8 @@ void scheduler<T>::lost_locked(node& n, const std::string& what) {
   }
   if (cfg_.failover() && formed_ && n.r == role::server && n.rank >= 0)
     return server_lost_locked(n, what);
-  if (cfg_.elastic() && formed_ && n.r == role::worker) return worker_removed_locked(n, what, true);
+  if (cfg_.elastic() && formed_ && n.r == role::worker)
+    return n.joining ? joiner_lost_locked(n, what) : worker_removed_locked(n, what, true);
   node_failed_locked(n, what);
 }
 

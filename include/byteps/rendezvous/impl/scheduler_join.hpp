@@ -74,6 +74,10 @@ std::optional<std::string> scheduler<T>::refusal_locked(const rendezvous::hello&
                            theirs.requested_rank, n.peer);
     return std::nullopt;
   }
+  if (theirs.requested_rank >= cfg_.num_workers)
+    return fmt::format("DMLC_WORKER_ID={} is past the machines the job forms with (0 .. {}, "
+                       "DMLC_NUM_WORKER={}); a worker of a higher machine joins once the job runs",
+                       theirs.requested_rank, cfg_.num_workers - 1, cfg_.num_workers);
   if (theirs.requested_rank < 0 && theirs.local_size > 1)
     return fmt::format("a worker with BYTEPS_LOCAL_SIZE={} must set DMLC_WORKER_ID (its "
                        "machine's index)",
@@ -133,6 +137,8 @@ void scheduler<T>::hello_locked(session& s, std::span<std::byte> payload) {
     return refuse_locked(s, *diff);
   if (theirs.node_role == role::scheduler)
     return refuse_locked(s, "a second scheduler tried to join; start one scheduler per job");
+  if (formed_ && cfg_.elastic() && theirs.node_role == role::worker)
+    return join_running_locked(s, theirs);
   if (formed_ && !(cfg_.failover() && theirs.node_role == role::server))
     return refuse_locked(s, theirs.node_role == role::server
                                 ? "the cluster has already formed; a server can join later only "

@@ -8,6 +8,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,8 +24,23 @@ inline bool takes_part(const std::vector<bool>& members, int machine) {
          members[static_cast<std::size_t>(machine)];
 }
 
-// Each engine starts its rounds in flight over without the removed machine and asks the
-// members whose pushes it discarded to push again; the removed machine's links close.
+template <class T, class H>
+void node<T, H>::start_members() {
+  std::vector<bool> members(static_cast<std::size_t>(cfg_.worker_slots()), false);
+  std::fill_n(members.begin(), cfg_.num_workers, true);
+  {
+    std::lock_guard lock(mu_);
+    members_ = members;
+  }
+  if constexpr (server::restarts_rounds<H>)
+    for (auto& e : engines_)
+      e->post([ep = e.get(), members] { (void)ep->handler.restart_rounds(members); });
+}
+
+// Each engine starts its rounds in flight over without a removed machine and asks the members
+// whose pushes it discarded to push again; the removed machine's links close. A machine that
+// joins comes between steps, with no round in flight: the engines take it as a member, and the
+// scheduler hears when all did (it lets the workers go on only then).
 template <class T, class H>
 void node<T, H>::on_membership(const rendezvous::frame& f) {
   rendezvous::membership m;
@@ -32,25 +49,35 @@ void node<T, H>::on_membership(const rendezvous::frame& f) {
   } catch (const wire::decode_error& e) {
     return fail(fmt::format("a malformed membership notice from the scheduler: {}", e.what()));
   }
-  std::vector<bool> members(static_cast<std::size_t>(cfg_.num_workers), false);
+  std::vector<bool> members(static_cast<std::size_t>(cfg_.worker_slots()), false);
   for (auto machine : m.members)
-    if (machine < cfg_.num_workers) members[static_cast<std::size_t>(machine)] = true;
+    if (machine < cfg_.worker_slots()) members[static_cast<std::size_t>(machine)] = true;
   {
     std::lock_guard lock(mu_);
     if (m.epoch <= epoch_) return;  // notices come in order; an old one changes nothing
     epoch_ = m.epoch;
     members_ = members;
   }
-  const auto line = fmt::format("worker {} removed from the job ({}): {} worker machines go on "
-                                "(membership epoch {}); rounds in flight start over without it",
-                                m.removed, m.why, m.members.size(), m.epoch);
-  if (m.lost)
-    log_.warn("{}", line);
-  else
-    log_.info("{}", line);
+  if (m.joined >= 0) {
+    log_.info("worker {} joined the job: {} worker machines (membership epoch {})", m.joined,
+              m.members.size(), m.epoch);
+  } else {
+    const auto line = fmt::format("worker {} removed from the job ({}): {} worker machines go "
+                                  "on (membership epoch {}); rounds in flight start over "
+                                  "without it",
+                                  m.removed, m.why, m.members.size(), m.epoch);
+    if (m.lost)
+      log_.warn("{}", line);
+    else
+      log_.info("{}", line);
+  }
+  // The last engine to apply it tells the scheduler, for a join.
+  auto left = std::make_shared<std::atomic<std::size_t>>(engines_.size());
   for (auto& e : engines_)
-    e->post([this, ep = e.get(), members, processes = m.processes] {
+    e->post([this, ep = e.get(), members, processes = m.processes, left, epoch = m.epoch,
+             joined = m.joined >= 0] {
       restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
+      if (left->fetch_sub(1) == 1 && joined) control_.tell(wire::msg::membership_ack, epoch);
     });
   for (auto& w : places_.holders())
     if (!takes_part(members, w->worker))

@@ -61,7 +61,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
     codec = names_.codec(h.key);
   }
   server::outcome o = e.handler.handle(server::request{
-      h, std::move(push), s->worker, cfg_.num_workers, cfg_.failover(), name, codec.get()});
+      h, std::move(push), s->worker, cfg_.worker_slots(), cfg_.failover(), name, codec.get()});
   o.answer.contributors = e.contributors;
   using kind = server::outcome::kind;
   const key_id id{h.key, h.part};
@@ -89,7 +89,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
   auto& room =
       h.type == wire::msg::push && first ? e.waiting.join(id, s, h.round) : e.waiting.at(id);
   if (traced && h.type == wire::msg::push)
-    server::trace_push(trace_, names_, room, h, s->worker, cfg_.num_workers, received, sum_ns);
+    server::trace_push(trace_, names_, room, h, s->worker, cfg_.worker_slots(), received, sum_ns);
   if (o.what == kind::wait) return;
   if (o.what == kind::wait_and_release) return answer_released();
   if (o.what == kind::piece) {

@@ -104,6 +104,19 @@ std::optional<membership_event> Communicator<T, L, P, S>::step_boundary() {
   return node_->step_boundary();
 }
 template <class T, class L, class P, class S>
+void Communicator<T, L, P, S>::register_state_bytes(std::string name, std::span<std::byte> data) {
+  node_->register_state(std::move(name), data);
+}
+template <class T, class L, class P, class S>
+void Communicator<T, L, P, S>::on_state(std::function<std::vector<std::byte>()> save,
+                                        std::function<void(std::span<const std::byte>)> load) {
+  node_->on_state(std::move(save), std::move(load));
+}
+template <class T, class L, class P, class S>
+bool Communicator<T, L, P, S>::joined_running_job() const {
+  return node_->joined_running_job();
+}
+template <class T, class L, class P, class S>
 int Communicator<T, L, P, S>::machine() const noexcept {
   return node_->machine();
 }

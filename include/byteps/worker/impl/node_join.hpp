@@ -16,6 +16,36 @@
 
 namespace bps::worker {
 
+// A worker that joined a running elastic job: the scheduler sends its membership and the state
+// of the member chosen to send it right after the welcome. Its tensors start at the rounds the
+// servers are at.
+template <class T, class L, class P, class S>
+void node<T, L, P, S>::take_job_state() {
+  const auto f = control_.expect(wire::msg::join_state, clock::now() + cfg_.op_timeout,
+                                 "the job's state for this joining worker");
+  rendezvous::membership m;
+  job_state s;
+  try {
+    wire::byte_reader r(f.payload);
+    const auto bytes = r.get<std::uint32_t>();
+    m = rendezvous::decode_membership(r.get_span(bytes));
+    s = decode_job_state(r.get_span(r.remaining()));
+  } catch (const wire::decode_error& e) {
+    throw communicator_error(
+        fmt::format("a malformed job state from the scheduler {}: {}", control_.scheduler(),
+                    e.what()));
+  }
+  log_.info("joined the running job at step boundary {} (membership epoch {}): {} tensors, {} "
+            "registered state tensor(s), {} bytes of the trainer's own",
+            s.boundaries, m.epoch, s.rounds.size(), s.tensors.size(), s.extra.size());
+  {
+    std::lock_guard lock(state_.mu);
+    for (const auto& [key, round] : s.rounds) state_.ops().start_at(key, round);
+    barriers_ = s.barriers;
+  }
+  membership_->joined(std::move(m), std::move(s));
+}
+
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::join() {
   cfg_.validate();
@@ -100,8 +130,15 @@ void node<T, L, P, S>::join() {
   ops().stats().servers(state_.links.size());
   if (failover_) failover_->listen(control_);
   if (cfg_.elastic()) {
-    membership_ = std::make_unique<membership<state_type>>(state_, global_rank_,
-                                                           state_.global_size, cfg_.local_rank);
+    membership_ = std::make_unique<membership<state_type>>(
+        state_, cfg_, global_rank_, state_.global_size, cfg_.local_rank, registry_, [this] {
+          job_state s;  // under the worker's mutex
+          s.barriers = barriers_;
+          state_.ops().for_each_tensor(
+              [&](std::uint64_t key, const tensor& t) { s.rounds.emplace_back(key, t.round); });
+          return s;
+        });
+    if (welcome.epoch != 0) take_job_state();
     membership_->listen(control_);
   }
   if constexpr (!L::is_identity) stage_.start(machine);

@@ -1,0 +1,298 @@
+#pragma once
+/// @file
+/// The scheduler's side of a worker joining a running elastic job (see rendezvous/scheduler.hpp
+/// and docs/reliability.md, "Elastic training"). One join at a time:
+///
+/// 1. The newcomer's hello is held. Every member worker is asked how many step boundaries it
+///    passed (`step_query`); each answers at once (`step_report`) and promises not to pass the
+///    next one without a word. The boundary T is one past the highest answer: no member passed
+///    it, since in a synchronous job none is a whole step ahead of another.
+/// 2. Members are told T and which of them sends the job's state (`join_at`). Each stops at T
+///    with nothing in flight and says so (`at_boundary`); the sender's report carries the state.
+/// 3. The servers take the newcomer as a member (`membership`) and say when every engine did
+///    (`membership_ack`): no round is in flight, so none starts over.
+/// 4. Members hear the new membership (it names T, where they see it), and the newcomer gets
+///    its welcome and the state (`join_state`). It pushes from the step after T.
+///
+/// A join that does not reach step 3 within BYTEPS_OP_TIMEOUT_MS, or whose state sender is
+/// lost first, is called off: the newcomer is refused naming why and the members go on.
+/// Included at the end of rendezvous/scheduler.hpp.
+
+#include "byteps/rendezvous/scheduler.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+namespace bps::rendezvous {
+
+// Why worker `theirs` cannot join the running job, if it cannot.
+template <class T>
+std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::hello& theirs) const {
+  if (cfg_.enable_async)
+    return std::string("the job has already formed, and joining a running job is not "
+                       "supported in asynchronous mode (BYTEPS_ENABLE_ASYNC) yet");
+  if (theirs.local_size > 1)
+    return fmt::format("the job has already formed, and a machine of several local ranks "
+                       "(BYTEPS_LOCAL_SIZE={}) cannot join a running job yet",
+                       theirs.local_size);
+  const int slots = cfg_.worker_slots();
+  if (theirs.requested_rank >= slots)
+    return fmt::format("DMLC_WORKER_ID={} is past the job's worker machines 0 .. {} "
+                       "(BYTEPS_MAX_NUM_WORKER={})",
+                       theirs.requested_rank, slots - 1, cfg_.max_workers);
+  int taken = 0;
+  for (int k = 0; k < slots; ++k) {
+    bool used = false;
+    for (const auto& n : nodes_)
+      used = used || (n.r == role::worker && n.rank == k &&
+                      (member_locked(n) || (n.joining && n.alive)));
+    taken += used ? 1 : 0;
+    if (used && k == theirs.requested_rank)
+      return fmt::format("DMLC_WORKER_ID={} is taken by a worker machine in the job", k);
+  }
+  if (taken >= slots)
+    return fmt::format("the job already has {} worker machines, its most "
+                       "(BYTEPS_MAX_NUM_WORKER={}); a worker may join once one leaves",
+                       taken, cfg_.max_workers > 0 ? cfg_.max_workers : cfg_.num_workers);
+  return std::nullopt;
+}
+
+// Holds a worker's hello until it can join between steps; refuses it naming why it cannot.
+template <class T>
+void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& theirs) {
+  if (auto why = join_refusal_locked(theirs)) return refuse_locked(s, *why);
+  int machine = theirs.requested_rank;
+  for (int k = 0; machine < 0; ++k) {  // the lowest machine no one has (join_refusal checked one)
+    bool used = false;
+    for (const auto& n : nodes_)
+      used = used || (n.r == role::worker && n.rank == k &&
+                      (member_locked(n) || (n.joining && n.alive)));
+    if (!used) machine = k;
+  }
+  node n;
+  n.r = role::worker;
+  n.requested = machine;
+  n.rank = machine;
+  n.host = theirs.host;
+  n.port = theirs.port;
+  n.peer = s.link_->peer();
+  n.link = s.link_;
+  n.joining = true;
+  s.node_index = static_cast<int>(nodes_.size());
+  nodes_.push_back(std::move(n));
+  gate_.passed(*s.ticket);
+  s.link_->send(wire::header{.type = wire::msg::heartbeat}, {}, {});  // its hello was read
+  log_.info("worker at {} asks to join the running job as machine {}; it joins at a step "
+            "boundary the workers agree on",
+            nodes_.back().peer, machine);
+  joins_waiting_.push_back(s.node_index);
+  next_join_locked();
+}
+
+// Starts the next join when none is under way: asks every member how far it is.
+template <class T>
+void scheduler<T>::next_join_locked() {
+  while (!join_ && !joins_waiting_.empty()) {
+    const int i = joins_waiting_.front();
+    joins_waiting_.pop_front();
+    if (!nodes_[static_cast<std::size_t>(i)].alive) continue;
+    join_.emplace();
+    join_->node = i;
+    join_->deadline = clock::now() + cfg_.op_timeout;
+    for (auto& m : nodes_)
+      if (member_locked(m)) send_locked(m.link, wire::msg::step_query, {});
+    advance_join_locked();
+  }
+}
+
+template <class T>
+void scheduler<T>::join_frame_locked(int from, const wire::header& h, std::span<std::byte> payload) {
+  node& n = nodes_[static_cast<std::size_t>(from)];
+  const bool worker = member_locked(n), server = n.r == role::server && !n.standby;
+  if ((h.type == wire::msg::membership_ack && !server) ||
+      (h.type != wire::msg::membership_ack && !worker))
+    throw wire::decode_error(
+        fmt::format("it sent a {}, which only {} send", wire::msg_name(h.type),
+                    h.type == wire::msg::membership_ack ? "servers" : "workers in the job"));
+  if (!join_) return;  // about a join called off meanwhile
+  if (h.type == wire::msg::step_report) {
+    if (join_->boundary == 0) join_->reports[from] = h.round;
+  } else if (h.type == wire::msg::at_boundary) {
+    if (join_->boundary == 0 || h.round != join_->boundary) return;  // of a join called off
+    join_->waiting.insert(from);
+    if (from == join_->donor) join_->state.emplace(payload.begin(), payload.end());
+  } else if (join_->epoch != 0 && h.round >= join_->epoch) {
+    join_->acked.insert(from);
+  }
+  advance_join_locked();
+}
+
+// Moves the join under way as far as what members and servers said allows.
+template <class T>
+void scheduler<T>::advance_join_locked() {
+  if (!join_) return;
+  auto& j = *join_;
+  std::vector<int> members;
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (member_locked(nodes_[i])) members.push_back(static_cast<int>(i));
+  if (members.empty()) return abort_join_locked("no worker of the job is left to join");
+  if (j.boundary == 0) {
+    std::uint64_t furthest = 0;
+    for (int m : members) {
+      const auto r = j.reports.find(m);
+      if (r == j.reports.end()) return;  // not everyone said yet
+      furthest = std::max(furthest, r->second);
+    }
+    j.boundary = furthest + 1;
+    // The state comes from the first process of the lowest machine in the job.
+    for (int m : members) {
+      const node& x = nodes_[static_cast<std::size_t>(m)];
+      const node* best = j.donor < 0 ? nullptr : &nodes_[static_cast<std::size_t>(j.donor)];
+      if (!best || x.rank < best->rank || (x.rank == best->rank && x.local_rank < best->local_rank))
+        j.donor = m;
+    }
+    const node& donor = nodes_[static_cast<std::size_t>(j.donor)];
+    log_.info("worker machine {} joins at step boundary {}; {} sends it the job's state",
+              nodes_[static_cast<std::size_t>(j.node)].rank, j.boundary, describe(donor));
+    for (int m : members) {
+      wire::header h;
+      h.type = wire::msg::join_at;
+      h.round = j.boundary;
+      h.sender = static_cast<std::uint32_t>(donor.rank);
+      auto& link = nodes_[static_cast<std::size_t>(m)].link;
+      ++sends_in_flight_;
+      link->send(h, {}, [this, link] {
+        std::lock_guard lock(mu_);
+        --sends_in_flight_;
+        cv_.notify_all();
+      });
+    }
+  }
+  if (j.epoch == 0) {
+    if (!j.state && !member_locked(nodes_[static_cast<std::size_t>(j.donor)]))
+      return abort_join_locked(fmt::format("{}, which was to send it the job's state, left the "
+                                           "job first",
+                                           describe(nodes_[static_cast<std::size_t>(j.donor)])));
+    for (int m : members)
+      if (!j.waiting.contains(m)) return;
+    if (!j.state) return;
+    // Every member waits at the boundary with nothing in flight: the servers take the newcomer.
+    auto notice = members_locked(nodes_[static_cast<std::size_t>(j.node)].rank);
+    notice.epoch = j.epoch = ++epoch_;
+    notice.joined = nodes_[static_cast<std::size_t>(j.node)].rank;
+    notice.boundary = j.boundary;
+    notice.lost = false;
+    notice.why = "joined";
+    const auto bytes = rendezvous::encode(notice);
+    for (auto& x : nodes_)
+      if (x.alive && x.r == role::server && !x.standby)
+        send_locked(x.link, wire::msg::membership, bytes);
+  }
+  for (const auto& x : nodes_)
+    if (x.alive && x.r == role::server && !x.standby &&
+        !j.acked.contains(static_cast<int>(&x - nodes_.data())))
+      return;
+  finish_join_locked();
+}
+
+// Every server took the newcomer: members see the new membership at the boundary, and the
+// newcomer gets its welcome and the state.
+template <class T>
+void scheduler<T>::finish_join_locked() {
+  auto j = std::move(*join_);
+  join_.reset();
+  node& n = nodes_[static_cast<std::size_t>(j.node)];
+  const int machine = n.rank;
+  n.joining = false;
+  removed_.erase(machine);
+  // A notice newer than any a member heard (a removal may have come while the servers took the
+  // newcomer): members act on the newest only.
+  auto notice = members_locked(-1);
+  notice.epoch = ++epoch_;
+  notice.joined = machine;
+  notice.boundary = j.boundary;
+  notice.lost = false;
+  notice.why = "joined";
+  workers_ = notice.processes;
+  const auto bytes = rendezvous::encode(notice);
+  for (auto& x : nodes_)
+    if (member_locked(x) && &x != &n) send_locked(x.link, wire::msg::membership, bytes);
+  for (auto& x : nodes_)
+    if (x.alive && x.r == role::server && !x.standby)
+      send_locked(x.link, wire::msg::membership, bytes);
+  log_.info("worker machine {} at {} joined the job at step boundary {}: {} worker machines "
+            "(membership epoch {})",
+            machine, n.peer, j.boundary, notice.members.size(), notice.epoch);
+  if (!j.lost.empty() || !n.alive) {
+    if (n.alive) n.alive = false;
+    worker_removed_locked(n, j.lost.empty() ? std::string("disconnected") : j.lost, true);
+  } else {
+    rendezvous::welcome w = table_;
+    w.rank = machine;
+    w.global_rank = 0;
+    for (std::size_t i = 0; i < notice.members.size() && notice.members[i] < machine; ++i)
+      w.global_rank += notice.local_sizes[i];
+    w.global_size = notice.processes;
+    w.epoch = notice.epoch;
+    send_locked(n.link, wire::msg::welcome, rendezvous::encode(w));
+    wire::byte_writer out;
+    out.put(static_cast<std::uint32_t>(bytes.size()));
+    out.bytes().insert(out.bytes().end(), bytes.begin(), bytes.end());
+    out.bytes().insert(out.bytes().end(), j.state->begin(), j.state->end());
+    send_locked(n.link, wire::msg::join_state, out.take());
+  }
+  next_join_locked();
+}
+
+// Calls the join under way off (before the servers were told): the newcomer is refused with
+// `why`, members go on. Workers still waiting to join are refused too when no member is left.
+template <class T>
+void scheduler<T>::abort_join_locked(const std::string& why) {
+  auto refuse = [&](node& n) {
+    if (!n.alive) return;
+    log_.warn("worker at {} cannot join the running job: {}", n.peer, why);
+    n.alive = false;
+    n.rank = -1;
+    send_locked(n.link, wire::msg::refuse, text("cannot join the running job: " + why), 0, true);
+  };
+  if (join_) {
+    if (join_->epoch != 0) return;  // the servers took it: it joins (and is removed if lost)
+    refuse(nodes_[static_cast<std::size_t>(join_->node)]);
+    for (auto& m : nodes_)
+      if (member_locked(m)) send_locked(m.link, wire::msg::join_at, {}, 0);  // round 0: off
+    join_.reset();
+  }
+  bool anyone = false;
+  for (const auto& m : nodes_) anyone = anyone || member_locked(m);
+  if (!anyone) {
+    for (int i : joins_waiting_) refuse(nodes_[static_cast<std::size_t>(i)]);
+    joins_waiting_.clear();
+  }
+  next_join_locked();
+}
+
+// A worker waiting to join is gone.
+template <class T>
+void scheduler<T>::joiner_lost_locked(node& n, const std::string& what) {
+  const int i = static_cast<int>(&n - nodes_.data());
+  log_.warn("worker at {}, which was joining the running job, {}", n.peer, what);
+  n.alive = false;
+  std::erase(joins_waiting_, i);
+  if (!join_ || join_->node != i) return;
+  if (join_->epoch != 0) {  // the servers took it: it joins, and is removed at once
+    join_->lost = what;
+    return;
+  }
+  n.rank = -1;
+  for (auto& m : nodes_)
+    if (member_locked(m)) send_locked(m.link, wire::msg::join_at, {}, 0);
+  join_.reset();
+  next_join_locked();
+}
+
+}  // namespace bps::rendezvous
