@@ -1,13 +1,15 @@
 // libFuzzer target: the rendezvous payloads and the reader under them.
 //
-// Every input is given to decode_hello, decode_welcome, decode_server_replaced and
-// decode_membership, and drives a byte_reader through
+// Every input is given to decode_hello, decode_welcome, decode_server_replaced,
+// decode_membership and decode_job_state (what a worker joining an elastic job is sent), and
+// drives a byte_reader through
 // a sequence of reads that the input itself chooses. Each must return or throw
 // wire::decode_error, nothing else (an escaping exception of any other type aborts, and
 // libFuzzer reports it). A payload that decodes must re-encode to the same bytes: the format
 // has one encoding per value, so a difference is a decoder bug.
 #include <byteps/rendezvous/messages.hpp>
 #include <byteps/wire/codec.hpp>
+#include <byteps/worker/join_state.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -66,6 +68,14 @@ void membership(std::span<const std::byte> in) {
   }
 }
 
+void job_state(std::span<const std::byte> in) {
+  try {
+    auto s = worker::decode_job_state(in);
+    if (!same(worker::encode(s), in)) broken("job_state: decode then encode changed the bytes");
+  } catch (const wire::decode_error&) {
+  }
+}
+
 // The first bytes are a program: each byte's low 3 bits pick a read, the rest of the input is
 // what is read.
 void reader(std::span<const std::byte> in) {
@@ -98,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   welcome(in);
   replaced(in);
   membership(in);
+  job_state(in);
   reader(in);
   return 0;
 }

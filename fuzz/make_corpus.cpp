@@ -5,6 +5,7 @@
 // inputs that libFuzzer found and someone kept survive a rerun.
 #include <byteps/core/dtype.hpp>
 #include <byteps/rendezvous/messages.hpp>
+#include <byteps/worker/join_state.hpp>
 #include <byteps/wire/batch.hpp>
 #include <byteps/wire/codec.hpp>
 #include <byteps/wire/declare.hpp>
@@ -248,6 +249,19 @@ void rendezvous_payloads(const std::filesystem::path& dir) {
   auto unordered = members;
   unordered.members = {1, 0};
   write(dir, "bad-membership-not-ascending", rendezvous::encode(unordered));
+  auto joined = members;
+  joined.removed = -1;
+  joined.lost = false;
+  joined.joined = 3;
+  joined.boundary = 41;
+  write(dir, "valid-membership-join", rendezvous::encode(joined));
+  worker::job_state state;
+  state.boundaries = 41;
+  state.barriers = 2;
+  state.rounds = {{0x1234, 40}, {0xFEED, 3}};
+  state.tensors = {{"params.0.weight", std::vector<std::byte>(12, std::byte{7})}};
+  state.extra = std::vector<std::byte>(5, std::byte{1});
+  write(dir, "valid-job-state", worker::encode(state));
 
   auto b = h;
   b.resize(b.size() - 1);
