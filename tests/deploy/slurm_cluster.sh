@@ -14,6 +14,9 @@
 #     every worker must print the main job's OK lines. Job B (sbatch -N2 --ntasks-per-node=1,
 #     colocated servers): worker 1's trainer is SIGKILLed mid-run; the job must fail, with
 #     byteps-slurm's message naming worker 1 and its Slurm task, and srun's.
+#   C. elastic training (BYTEPS_MIN_NUM_WORKER=1), 2 worker nodes and a server node: node1 is
+#     killed whole mid-run (slurmd and every process of the step there); the step must go on
+#     (srun --no-kill) and the job complete with the scheduler's status 0, worker 0 finishing.
 #   slurm_cluster.sh shell [NODES]
 #     Starts the cluster (default 2 compute nodes) and opens a shell on the head node with
 #     SLURM_CONF set (sinfo, sbatch, srun work there); the cluster is removed when it exits.
@@ -212,6 +215,8 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait=5
+# A node whose slurmd is gone is DOWN after 10 s (job C), not the default 300 s.
+SlurmdTimeout=10
 EOF
   for ((i = 0; i < num_nodes; i++)); do
     echo "NodeName=node$i NodeAddr=${addr_of[node$i]} CPUs=8 State=UNKNOWN"
@@ -363,4 +368,49 @@ grep -qE "^srun: error: node1: task $victim_task: Exited with exit code 137$" "$
   fail "srun did not report task $victim_task on node1 exiting with code 137"
 grep -qF "byteps-slurm: the job step failed with exit code 137" "$out_b" ||
   fail "byteps-slurm did not end with the failed task's exit code 137"
-echo "ok: a real Slurm of $num_nodes nodes ran the main job (every worker bit-identical to rank 0 and within 1e-05 of the single-process reference) and failed the step of a job whose worker was killed, naming it"
+
+# Job C: elastic training (BYTEPS_MIN_NUM_WORKER=1): node1, a worker node, is killed whole
+# mid-run: every process in its namespaces, slurmd and the step's processes included. The step
+# goes on (byteps-slurm runs srun --no-kill --kill-on-bad-exit=0; the allocation is sbatch
+# --no-kill, so Slurm keeps the job when it finds node1 DOWN), the scheduler removes worker 1,
+# and worker 0 finishes; the job's status is the scheduler's.
+cat >"$work/job-c.sh" <<EOF
+#!/bin/bash
+export BYTEPS_LOG_LEVEL=INFO BYTEPS_MIN_NUM_WORKER=1
+exec $(printf '%q' "$byteps_slurm") --server-bin $(printf '%q' "$server_bin") --server-nodes 1 \\
+  -- $(printf '%q ' "$train") --model small --epochs 40
+EOF
+t0=$SECONDS
+job_c=$(submit "$work/job-c.sh" -N 3 --ntasks-per-node=1 --no-kill -J byteps-elastic) || fail "sbatch refused job C"
+[[ $job_c =~ ^[0-9]+$ ]] || fail "sbatch printed no job id for job C: '$job_c'"
+out_c=$work/job-$job_c.out
+deadline=$((SECONDS + 120))
+until [[ -f $out_c ]] && grep -q '^\[worker 0\] epoch 3/' "$out_c"; do
+  ((SECONDS < deadline)) || fail "job C never reached epoch 3 (120 s)"
+  s=$(job_state "$job_c")
+  [[ ${s%% *} != RUNNING && ${s%% *} != PENDING && -n $s ]] && fail "job C ended before the kill: $s"
+  sleep 0.1
+done
+node1_ns=$(readlink "/proc/${holder_of[node1]}/ns/net") || fail "node1's namespace is gone"
+killed=0
+for p in /proc/[0-9]*; do
+  p=${p#/proc/}
+  [[ $p == "${holder_of[node1]}" ]] && continue
+  [[ $(readlink "/proc/$p/ns/net" 2>/dev/null) == "$node1_ns" ]] || continue
+  kill -KILL "$p" 2>/dev/null && killed=$((killed + 1))
+done
+((killed > 0)) || fail "job C: nothing ran on node1 to kill"
+wait_job "$job_c" 150 || fail "job C did not end within 150 s of killing node1 ($result)"
+echo "---- job C ($job_c): sbatch -N 3 --ntasks-per-node=1, byteps-slurm --server-nodes 1, BYTEPS_MIN_NUM_WORKER=1; node1 killed whole ($killed processes): $result after $((SECONDS - t0)) s"
+grep -E '^byteps-slurm: (the job step|all|worker)|^srun: error|removed from the job|\[worker 0\] (OK|FAILED|SKIPPED)' "$out_c" |
+  head -20 | sed 's/^/job C: /'
+[[ $result == "COMPLETED 0:0" ]] || fail "job C ended $result, expected COMPLETED 0:0 (the scheduler finished the job)"
+grep -qE "^byteps-slurm: the job step ended with exit code [0-9]+; elastic training is on, and the scheduler exited 0$" "$out_c" ||
+  fail "byteps-slurm did not take the scheduler's exit status 0 over the step's"
+grep -qE "\[scheduler\].*worker 1 .*removed from the job; 1 worker machines go on" "$out_c" ||
+  fail "the scheduler did not report removing worker 1"
+grep -qF "[worker 0] OK loss fell" "$out_c" || fail "worker 0 did not report 'OK loss fell'"
+grep -qF "[worker 0] OK parameters equal rank 0's bit for bit" "$out_c" ||
+  fail "worker 0 did not finish its checks"
+! grep -q 'FAILED' "$out_c" || fail "job C printed FAILED"
+echo "ok: a real Slurm of $num_nodes nodes ran the main job (every worker bit-identical to rank 0 and within 1e-05 of the single-process reference), failed the step of a job whose worker was killed, naming it, and, with elastic training, finished a job whose worker node was killed whole"
