@@ -106,6 +106,25 @@ class failover_cluster {
 
   std::exception_ptr scheduler_error() const { return scheduler_error_; }
 
+  /// Lets a test thread record a failure like the cluster's own threads do.
+  void guard_worker(const std::function<void()>& f) { guard(worker_error_, f); }
+  std::exception_ptr worker_error() const { return worker_error_; }
+
+  /// Elastic training: whether the server that holds rank `rank` now applied membership epoch
+  /// `epoch` on every engine within `timeout` (server_access::applied_membership).
+  bool applied_membership(int rank, std::uint64_t epoch, std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      server_type* s = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = live_.find(rank); it != live_.end()) s = it->second.server;
+      }
+      if (s != nullptr) return testing::server_access::applied_membership(*s, epoch, timeout);
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
  private:
   void start_server(bool standby, std::shared_ptr<transport::fault_plan> own_plan) {

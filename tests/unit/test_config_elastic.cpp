@@ -83,8 +83,15 @@ TEST_CASE("Config::validate refuses with elastic training what it does not cover
   bps::Config async = c;  // asynchronous training is covered
   async.enable_async = true;
   CHECK_NOTHROW(async.validate());
-  refused([](bps::Config& b) { b.failover_timeout = std::chrono::milliseconds(100); },
-          "failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) = 100");
+  bps::Config failover = c;  // server failover is covered: offers carry their contributor count
+  failover.failover_timeout = std::chrono::milliseconds(100);
+  CHECK_NOTHROW(failover.validate());
+  refused(
+      [](bps::Config& b) {
+        b.failover_timeout = std::chrono::milliseconds(100);
+        b.enable_async = true;
+      },
+      "failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS) = 100");
   bps::Config compressed = c;  // compression is covered: a redo re-sends the encoding
   compressed.compressor = "ef_onebit:scaling=1";
   CHECK_NOTHROW(compressed.validate());

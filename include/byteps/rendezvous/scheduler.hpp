@@ -450,6 +450,8 @@ class scheduler {
   int workers_ = 0;                  // worker processes, once formed (elastic: still in the job)
   std::uint64_t epoch_ = 0;          // elastic: membership changes so far
   std::set<int> removed_;            // elastic: worker machines removed from the job
+  std::vector<std::byte> last_server_notice_;  // elastic: the servers' newest membership, for
+                                               // a replacement server (failover)
   // Elastic: failures a worker left with, each judged at its deadline (check_heartbeats): the
   // job fails then unless the worker's machine was removed meanwhile.
   struct left_after_failure {

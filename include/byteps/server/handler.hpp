@@ -122,8 +122,8 @@ struct reply {
   /// failover; the pull_response is flagged `wire::flag_applied`).
   bool applied_counts = false;
   /// Elastic training: how many worker processes the sum holds, which the worker averages by
-  /// (the pull_response's `sender`). Set by the server, not the handler; 0: every worker
-  /// process of the job.
+  /// (the pull_response's `sender`). Set by the server (the processes in the job now) unless
+  /// the handler set it: a sum a worker offered holds the count it was released with.
   std::uint32_t contributors = 0;
 };
 

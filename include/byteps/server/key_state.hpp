@@ -113,7 +113,8 @@ class key_state : public key_shape {
   /// `next_round()`.
   template <class NameFn>
   std::string offer(const wire::header& h, detail::buffer_pool::buffer& received, int worker,
-                    int num_workers, bool& completes, NameFn&& tensor_name) {
+                    int num_workers, bool& completes, NameFn&& tensor_name,
+                    std::uint32_t contributors = 0) {
     completes = false;
     auto t = dtype_from_wire(h.dtype);
     if (auto bad = check_frame(h, received.size, t, worker, num_workers, tensor_name); !bad.empty())
@@ -122,6 +123,7 @@ class key_state : public key_shape {
       init_shape(h, *t, received.size, worker, num_workers);
       round = h.round + 1;
       keep(h.round, received);
+      offered_[h.round % 2] = contributors;
       previous_valid_ = true;
       return {};
     }
@@ -132,7 +134,10 @@ class key_state : public key_shape {
           worker, tensor_name(), h.part);
     if (h.round + 1 < round) return {};  // older than what we hold: nobody needs it
     if (h.round + 1 == round) {
-      if (!previous_valid_) keep(h.round, received);
+      if (!previous_valid_) {
+        keep(h.round, received);
+        offered_[h.round % 2] = contributors;
+      }
       previous_valid_ = true;
       return {};
     }
@@ -144,6 +149,7 @@ class key_state : public key_shape {
     // Some worker already has this round's sum: it is the round's result, whatever was re-pushed.
     whole_.next_round(members_);  // nothing more is added to it
     keep(round, received);
+    offered_[round % 2] = contributors;
     round_error.clear();
     completes = true;
     return {};
@@ -155,6 +161,10 @@ class key_state : public key_shape {
     if (!previous_valid_ || r + 1 != round) return std::nullopt;
     return out_[r % 2].span();
   }
+
+  /// Elastic training with failover: the worker processes round `r`'s sum holds when a worker
+  /// offered it (0 when the sum was made here, over the members of now).
+  std::uint32_t offered_contributors(std::uint64_t r) const noexcept { return offered_[r % 2]; }
 
   /// Workers whose push of the current round was accepted (a poisoned round's included).
   int pushed() const noexcept { return pushed_; }
@@ -243,6 +253,7 @@ class key_state : public key_shape {
   std::vector<bool> members_;
   int member_count_ = 0;                // count of members_
   detail::buffer_pool::buffer out_[2];  // the sums of even and odd rounds
+  std::uint32_t offered_[2] = {0, 0};  // by out_ buffer: an offered sum's contributor count
   bool previous_valid_ = false;  // failover: out_[(round - 1) % 2] holds the previous round's sum
   whole_round whole_;            // the round's pushes, when they come whole in pool buffers
   lent_round lent_;              // the round's pushes, when their links lend them

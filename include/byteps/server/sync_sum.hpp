@@ -53,7 +53,10 @@ class sync_sum {
   static constexpr bool reads_in_place = true;
 
   sync_sum(const Config& cfg, detail::buffer_pool& pool)
-      : pool_(&pool), chunk_(cfg.server_chunk_bytes), rank_order_(cfg.elastic()) {
+      : pool_(&pool),
+        chunk_(cfg.server_chunk_bytes),
+        rank_order_(cfg.elastic()),
+        offers_count_(cfg.elastic()) {
     check_config(cfg);
   }
 
@@ -89,6 +92,7 @@ class sync_sum {
   // Elastic training sums whole pushes in worker-rank order, as failover does, so that a run
   // that loses a worker at a known round can be replayed bit for bit.
   bool rank_order_ = false;
+  bool offers_count_ = false;  // elastic: a sum_offer ends with its contributor count
   std::unordered_map<key_id, key_state, key_id_hash> keys_;
   std::vector<bool> members_;  // elastic: who takes part (empty: every worker)
 };

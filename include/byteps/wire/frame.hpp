@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -176,6 +177,19 @@ inline T get_le(const std::byte* p) noexcept {
   return v;
 }
 }  // namespace detail
+
+/// Elastic training: a synchronous `sum_offer` ends with a u32 (little-endian), the worker
+/// processes its sum holds, so that a replacement server answers it with that divisor (an
+/// answer's `sender`) whatever workers were removed since.
+inline constexpr std::size_t contributors_tail_bytes = 4;
+inline void append_contributors(std::vector<std::byte>& payload, std::uint32_t contributors) {
+  std::byte b[contributors_tail_bytes];
+  detail::put_le<std::uint32_t>(b, contributors);
+  payload.insert(payload.end(), b, b + contributors_tail_bytes);
+}
+inline std::uint32_t read_contributors(std::span<const std::byte> tail) {
+  return detail::get_le<std::uint32_t>(tail.data());
+}
 
 inline void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
   using detail::put_le;

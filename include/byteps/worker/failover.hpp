@@ -74,6 +74,9 @@ struct kept_sum {
   /// wire::flag_applied: `bytes` end with the applied counts of async training, which an offer
   /// carries back
   std::uint32_t flags = 0;
+  /// Elastic training: the worker processes the sum holds (the answer's `sender`), which an
+  /// offer carries back at its end, so a replacement answers it with the right divisor
+  std::uint32_t contributors = 0;
 };
 
 /// What failover asks of the worker beyond its shared state.
@@ -160,6 +163,7 @@ class failover final : public answer_keeper {
     kept.bytes.swap(kept.incoming);
     kept.round = h.round;
     kept.flags = h.flags & wire::flag_applied;
+    kept.contributors = h.sender;
     kept.valid = true;
     if (auto* p = state_.ops().awaiting(id); p != nullptr && p->op == op) p->receiving = false;
     --op->receiving;
@@ -323,6 +327,8 @@ class failover final : public answer_keeper {
           h.offset = t.parts[i].offset;
           // A copy: the kept bytes may be overwritten by the next answer while this is queued.
           auto copy = std::make_shared<std::vector<std::byte>>(kept->second.bytes);
+          if (state_.cfg.elastic() && (h.flags & wire::flag_applied) == 0)
+            wire::append_contributors(*copy, kept->second.contributors);
           link->send(h, *copy, [copy] {});
           ++sums;
         }

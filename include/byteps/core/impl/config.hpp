@@ -132,10 +132,11 @@ void Config::validate() const {
                        "BYTEPS_MAX_NUM_WORKER set): {}",
                        why, "not supported yet (docs/reliability.md, \"Elastic training\")"));
     };
-    // A replacement server answers from sums the workers offer, which do not say how many
-    // workers they hold: after a removal it would average one by the wrong count.
-    if (failover())
-      not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(), "0");
+    // Asynchronous training's offers carry each worker's applied count, which a replacement
+    // would have to take over the members only: not designed yet.
+    if (failover() && enable_async)
+      not_yet("failover_timeout (BYTEPS_FAILOVER_TIMEOUT_MS)", failover_timeout.count(),
+              "0 in asynchronous mode (BYTEPS_ENABLE_ASYNC)");
     if (mixed_mode) not_yet("mixed_mode (BYTEPS_ENABLE_MIXED_MODE)", 1, "0");
   }
   if (trace_start_step < 0)

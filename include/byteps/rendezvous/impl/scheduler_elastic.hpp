@@ -49,6 +49,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   else
     log_.info("{}", line);
   const auto notice = rendezvous::encode(m);
+  last_server_notice_ = notice;
   for (auto& x : nodes_) {
     if (!x.alive || x.left || x.standby) continue;
     if (x.r == role::server || (x.r == role::worker && !x.joining && !removed_.contains(x.rank)))

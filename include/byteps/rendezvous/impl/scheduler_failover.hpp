@@ -75,9 +75,13 @@ void scheduler<T>::place_replacements_locked() {
     table_.global_rank = 0;
     table_.servers[static_cast<std::size_t>(k)] = {pick->host, pick->port};
     send_locked(pick->link, wire::msg::welcome, rendezvous::encode(table_));
+    // Elastic training: the replacement sums over the workers in the job now, not over those
+    // the job formed with.
+    if (!last_server_notice_.empty())
+      send_locked(pick->link, wire::msg::membership, last_server_notice_);
     const rendezvous::server_replaced notice{k, {pick->host, pick->port}};
     for (auto& w : nodes_)
-      if (w.alive && !w.left && w.r == role::worker)
+      if (w.alive && !w.left && w.r == role::worker && !w.joining)
         send_locked(w.link, wire::msg::server_replaced, rendezvous::encode(notice));
     log_.warn("server {} replaced by the {} server at {} (listening on {}:{}); the workers "
               "re-send the rounds in flight there",

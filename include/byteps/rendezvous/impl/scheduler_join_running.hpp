@@ -189,6 +189,7 @@ void scheduler<T>::advance_join_locked() {
     notice.lost = false;
     notice.why = "joined";
     const auto bytes = rendezvous::encode(notice);
+    last_server_notice_ = bytes;
     for (auto& x : nodes_)
       if (x.alive && x.r == role::server && !x.standby)
         send_locked(x.link, wire::msg::membership, bytes);
@@ -220,6 +221,7 @@ void scheduler<T>::finish_join_locked() {
   notice.why = "joined";
   workers_ = notice.processes;
   const auto bytes = rendezvous::encode(notice);
+  last_server_notice_ = bytes;
   for (auto& x : nodes_)
     if (member_locked(x) && &x != &n) send_locked(x.link, wire::msg::membership, bytes);
   for (auto& x : nodes_)

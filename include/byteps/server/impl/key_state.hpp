@@ -12,6 +12,7 @@ void key_state::next_round() {
   round_error.clear();
   whole_.next_round(members_);
   lent_.next_round();
+  offered_[(round + 1) % 2] = 0;  // the next round is summed here
   ++round;
 }
 

@@ -71,13 +71,13 @@ void node<T, H>::on_membership(const rendezvous::frame& f) {
     else
       log_.info("{}", line);
   }
-  // The last engine to apply it tells the scheduler, for a join.
+  // The last engine to apply it tells the scheduler (which waits for that in a join; a
+  // replacement server hears the newest notice, whatever it was).
   auto left = std::make_shared<std::atomic<std::size_t>>(engines_.size());
   for (auto& e : engines_)
-    e->post([this, ep = e.get(), members, processes = m.processes, left, epoch = m.epoch,
-             joined = m.joined >= 0] {
+    e->post([this, ep = e.get(), members, processes = m.processes, left, epoch = m.epoch] {
       restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
-      if (left->fetch_sub(1) == 1 && joined) control_.tell(wire::msg::membership_ack, epoch);
+      if (left->fetch_sub(1) == 1) control_.tell(wire::msg::membership_ack, epoch);
     });
   for (auto& w : places_.holders())
     if (!takes_part(members, w->worker))

@@ -62,7 +62,7 @@ void node<T, H>::on_push(engine& e, const session_ptr& s, const wire::header& h,
   }
   server::outcome o = e.handler.handle(server::request{
       h, std::move(push), s->worker, cfg_.worker_slots(), cfg_.failover(), name, codec.get()});
-  o.answer.contributors = e.contributors;
+  if (o.answer.contributors == 0) o.answer.contributors = e.contributors;
   using kind = server::outcome::kind;
   const key_id id{h.key, h.part};
   const auto answer_released = [&] {

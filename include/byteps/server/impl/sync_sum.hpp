@@ -19,8 +19,20 @@ outcome sync_sum::handle(const request& r) {
   if (fresh && !members_.empty()) k.restart_round(members_);
   if (r.push.buffer == nullptr) return lent(k, r);
   if (h.type == wire::msg::sum_offer) {
+    std::uint32_t contributors = 0;
+    if (offers_count_) {
+      auto& b = *r.push.buffer;
+      if (b.size < wire::contributors_tail_bytes)
+        return outcome::refuse(fmt::format("worker {}'s sum_offer of {} partition {} has no "
+                                           "contributor count (elastic training)",
+                                           r.worker, r.tensor_name(), h.part));
+      b.size -= wire::contributors_tail_bytes;
+      contributors = wire::read_contributors(
+          std::span<const std::byte>(b.data.get() + b.size, wire::contributors_tail_bytes));
+    }
     bool completes = false;
-    auto problem = k.offer(h, *r.push.buffer, r.worker, r.num_workers, completes, r.tensor_name);
+    auto problem = k.offer(h, *r.push.buffer, r.worker, r.num_workers, completes, r.tensor_name,
+                           contributors);
     if (!problem.empty()) return outcome::refuse(std::move(problem));
     if (!completes) return outcome::taken();
     return finish(k);
@@ -89,7 +101,9 @@ reply sync_sum::piece(const key_state& k, std::size_t from, std::size_t bytes) {
 }
 
 reply sync_sum::sum(const key_state& k, std::span<const std::byte> bytes, std::uint64_t round) {
-  return {bytes, round, k.type, k.offset, k.tensor_bytes, {}};
+  reply r{bytes, round, k.type, k.offset, k.tensor_bytes, {}};
+  r.contributors = k.offered_contributors(round);
+  return r;
 }
 
 outcome sync_sum::finish(key_state& k) {
