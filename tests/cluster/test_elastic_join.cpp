@@ -160,3 +160,80 @@ TEST_CASE("elastic join: while a worker never calls step_boundary the join is ca
     CHECK_FALSE(after[m].has_value());
   }
 }
+
+TEST_CASE("elastic join, async: a worker joins a running asynchronous job - its deltas count from "
+          "the round the job is at, and every delta is in the parameters once",
+          "[elastic][async]") {
+  Config cfg = elastic_config(2, 1);
+  cfg.max_workers = 3;
+  cfg.enable_async = true;
+  cfg.async_staleness = 2;
+  test::basic_cluster<server::async_sum> c(cfg);
+  constexpr int after_join = 4;  // steps each worker runs from the join on
+  std::latch going(2);
+  int deltas[3] = {};
+  float final_params[3] = {};
+  int join_step[3] = {-1, -1, -1};
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> step(1, 0.0f);
+        comm.register_state("step", std::span(step));
+        std::vector<float> p(count, 0.0f);
+        comm.push_pull("p", std::span(p)).wait();  // round 0: rank 0's zeros seed it
+        going.count_down();
+        for (int s = 1;; ++s) {
+          step[0] = static_cast<float>(s);
+          if (auto e = comm.step_boundary(); e && !e->joined.empty()) join_step[m] = s;
+          if (join_step[m] >= 0 && s == join_step[m] + after_join) break;
+          BPS_EXPECT(s < 3000, "no worker joined within 3000 steps");
+          std::fill(p.begin(), p.end(), 1.0f);  // a delta of 1
+          comm.push_pull("p", std::span(p)).wait();
+          ++deltas[m];
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        comm.barrier();  // every delta of every worker is in
+        std::fill(p.begin(), p.end(), 0.0f);
+        comm.push_pull("p", std::span(p)).wait();
+        final_params[m] = p[count - 1];
+      });
+    });
+  std::thread newcomer([&] {
+    c.guard_worker([&] {
+      going.wait();
+      comm_t comm(c.worker_config(-1));
+      std::vector<float> step(1, -1.0f);
+      comm.register_state("step", std::span(step));
+      const auto e = comm.step_boundary();
+      BPS_EXPECT(e && e->joined == std::vector<int>{2}, "the newcomer's first step_boundary() "
+                                                       "did not report its own join");
+      join_step[2] = static_cast<int>(step[0]);
+      std::vector<float> p(count);
+      for (int s = join_step[2]; s < join_step[2] + after_join; ++s) {
+        if (s > join_step[2]) (void)comm.step_boundary();
+        std::fill(p.begin(), p.end(), 1.0f);
+        comm.push_pull("p", std::span(p)).wait();
+        ++deltas[2];
+      }
+      comm.barrier();
+      std::fill(p.begin(), p.end(), 0.0f);
+      comm.push_pull("p", std::span(p)).wait();
+      final_params[2] = p[count - 1];
+    });
+  });
+  for (auto& t : workers) t.join();
+  newcomer.join();
+  c.join();
+  CHECK_FALSE(c.node_error());
+  REQUIRE(join_step[0] > 0);
+  CHECK(join_step[1] == join_step[0]);
+  CHECK(join_step[2] == join_step[0]);
+  CHECK(deltas[2] == after_join);
+  const float all = static_cast<float>(deltas[0] + deltas[1] + deltas[2]);
+  for (int m = 0; m < 3; ++m) {
+    INFO("machine " << m);
+    CHECK(final_params[m] == all);  // each delta once, the newcomer's too
+  }
+}

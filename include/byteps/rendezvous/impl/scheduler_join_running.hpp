@@ -33,9 +33,6 @@ namespace bps::rendezvous {
 // Why worker `theirs` cannot join the running job, if it cannot.
 template <class T>
 std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::hello& theirs) const {
-  if (cfg_.enable_async)
-    return std::string("the job has already formed, and joining a running job is not "
-                       "supported in asynchronous mode (BYTEPS_ENABLE_ASYNC) yet");
   if (theirs.local_size > 1)
     return fmt::format("the job has already formed, and a machine of several local ranks "
                        "(BYTEPS_LOCAL_SIZE={}) cannot join a running job yet",

@@ -79,6 +79,12 @@ std::string async_sum::check(key& k, const wire::header& h, const request& r) co
                               "here; a worker offers before it pushes",
                               r.worker, r.tensor_name(), h.part)
                         : std::string{};
+  // Elastic: a worker that joined the running job starts each key at the round the job is at
+  // (its first push of it, which is past 0).
+  if (elastic_ && !r.failover && !k.started[w] && h.round > 0) {
+    k.pushes[w] = h.round - 1;
+    return {};
+  }
   // A worker re-joining a replacement (failover) may push any round up to its next one:
   // the round in flight when the old server died, or the next after the answer it offered.
   if (r.failover && !k.started[w] && h.round > 0) {
@@ -142,6 +148,17 @@ outcome async_sum::settle(key& k, std::size_t w, std::uint64_t round, bool appli
 }
 
 std::vector<round_redo> async_sum::restart_rounds(const std::vector<bool>& members) {
+  // A removed machine's place starts over (a worker may take it again); a machine that joins
+  // starts level with the slowest member, and its first push of each key names its round.
+  for (auto& [id, k] : keys_) {
+    const std::uint64_t level = slowest(k);  // over the members before the change
+    for (std::size_t w = 0; w < k.pushes.size(); ++w) {
+      const bool was = member(w), is = w < members.size() && members[w];
+      if (was == is) continue;
+      k.started[w] = false;
+      if (is) k.pushes[w] = level;
+    }
+  }
   members_ = members;
   std::vector<round_redo> redo;
   for (auto& [id, k] : keys_)
