@@ -83,8 +83,8 @@ inline void elastic_step_gradient(const mlp::Params& p, const mlp::Dataset& d, c
 
 // The single-process replay of a run of `formed` worker processes, `local_size` per machine,
 // where the last machine is gone from global step `die_at` on (never, when die_at < 0), or a
-// new machine (the next number, one process) took part from global step `join_at` on (never,
-// when join_at < 0), every worker's batch then a shard of the new size.
+// new machine (the next number, `local_size` processes) took part from global step `join_at` on
+// (never, when join_at < 0), every worker's batch then a shard of the new size.
 inline mlp::Params train_elastic_reference(const mlp::Dataset& d, const mlp::Hyper& h, int formed,
                                            int local_size, int die_at, int join_at = -1) {
   mlp::Params p = mlp::init_params(h.seed, mlp::layer_sizes(d, h.hidden));
@@ -101,7 +101,7 @@ inline mlp::Params train_elastic_reference(const mlp::Dataset& d, const mlp::Hyp
       const int global = e * steps + step;
       const bool gone = die_at >= 0 && global >= die_at;
       const bool joined = join_at >= 0 && global >= join_at;
-      elastic_step_gradient(p, d, h, joined ? formed + 1 : formed, joined ? 1 : local_size,
+      elastic_step_gradient(p, d, h, joined ? formed + local_size : formed, local_size,
                             joined ? grown : gone ? survivors : all, step, sum, machine_sum,
                             scratch);
       mlp::sgd(p, sum, h.lr);
@@ -311,9 +311,9 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
   if (lost_unplanned)
     result.skip("parameters equal the elastic reference: a worker was lost at a step this run "
                 "does not know (killed from outside), so the replay cannot drop it there");
-  else if (!at.replayable || (at.join_at >= 0 && (local_size > 1 || args.die_at_step >= 0)))
-    result.report(false, "the elastic reference replays one loss, or one join of a machine of "
-                         "one process, and this run had more");
+  else if (!at.replayable || (at.join_at >= 0 && args.die_at_step >= 0))
+    result.report(false, "the elastic reference replays one loss or one join, and this run had "
+                         "more");
   else
     result.report(exact, exact ? "parameters equal the elastic reference bit for bit (the same "
                                  "workers summed at each step)"

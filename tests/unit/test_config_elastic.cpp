@@ -40,6 +40,24 @@ TEST_CASE("Config::from_env reads BYTEPS_MIN_NUM_WORKER and BYTEPS_MAX_NUM_WORKE
   CHECK(at_most.max_workers == 8);
 }
 
+TEST_CASE("Config::from_env takes a DMLC_WORKER_ID up to BYTEPS_MAX_NUM_WORKER-1, for a worker "
+          "that joins a running job",
+          "[config][elastic]") {
+  clean_env guard;
+  set_required();
+  set("DMLC_ROLE", "worker");
+  set("DMLC_NUM_WORKER", "3");
+  set("DMLC_WORKER_ID", "3");
+  CHECK(from_env_error() == "DMLC_WORKER_ID='3' is not valid: expected a whole number from 0 to 2");
+  set("BYTEPS_MAX_NUM_WORKER", "4");
+  const auto c = bps::Config::from_env();
+  CHECK(c.worker_id == 3);
+  CHECK(c.worker_slots() == 4);
+  CHECK_NOTHROW(c.validate());
+  set("DMLC_WORKER_ID", "4");
+  CHECK(from_env_error() == "DMLC_WORKER_ID='4' is not valid: expected a whole number from 0 to 3");
+}
+
 TEST_CASE("Config::from_env refuses bad elastic bounds, naming the variable and what it expects",
           "[config][elastic]") {
   clean_env guard;

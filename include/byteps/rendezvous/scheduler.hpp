@@ -339,6 +339,7 @@ class scheduler {
 
   // Elastic training, joins to the running job (rendezvous/impl/scheduler_join_running.hpp).
   std::optional<std::string> join_refusal_locked(const rendezvous::hello& theirs) const;
+  std::vector<int> joining_nodes_locked(int machine) const;
   void join_running_locked(session& s, const rendezvous::hello& theirs);
   void next_join_locked();
   void join_frame_locked(int from, const wire::header& h, std::span<std::byte> payload);
@@ -462,19 +463,20 @@ class scheduler {
   std::vector<left_after_failure> failures_to_judge_;
   // Elastic: the worker joining the running job now (one at a time), and those waiting.
   struct running_join {
-    int node = -1;                          // the joining worker, in nodes_
+    int machine = -1;                       // the joining machine
+    std::vector<int> nodes;                 // its processes, in nodes_, by local rank
     std::uint64_t boundary = 0;             // the agreed step boundary, once decided
-    int donor = -1;                         // the member (in nodes_) that sends the state
+    int donor = -1;                         // the member machine that sends the state
     std::map<int, std::uint64_t> reports;   // member -> step boundaries it passed
     std::set<int> waiting;                  // members waiting at the boundary
-    std::optional<std::vector<std::byte>> state;  // the job's state, from the donor
+    std::map<int, std::vector<std::byte>> states;  // the job's state, by the donor's local rank
     std::uint64_t epoch = 0;                // the servers were told of it in this epoch
     std::set<int> acked;                    // servers that applied it
     std::string lost;                       // the joiner was lost after the servers were told
     clock::time_point deadline;
   };
   std::optional<running_join> join_;
-  std::deque<int> joins_waiting_;  // joining workers (in nodes_), first come first
+  std::deque<int> joins_waiting_;  // joining machines with all their processes, first come first
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

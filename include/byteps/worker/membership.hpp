@@ -207,7 +207,8 @@ class membership {
         state_.log.info("the pending join was called off; going on");
       } else {
         boundary_ = h.round;
-        donor_ = static_cast<int>(h.sender) == state_.machine && local_rank_ == 0;
+        // Every process of that machine sends its own (its tensors' slices are its own).
+        donor_ = static_cast<int>(h.sender) == state_.machine;
       }
     }
     changed_.notify_all();

@@ -36,7 +36,11 @@ Config Config::from_env() {
   const int lowest_port = c.node_role == role::scheduler ? 0 : 1;
   c.scheduler_port =
       static_cast<std::uint16_t>(env_integer("DMLC_PS_ROOT_PORT", 0, lowest_port, 65535, true));
-  c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, c.num_workers - 1));
+  // Elastic training: a worker joining a running job may name a machine up to
+  // BYTEPS_MAX_NUM_WORKER - 1 (read again below, where it is checked).
+  const int slots = std::max(
+      c.num_workers, static_cast<int>(env_integer("BYTEPS_MAX_NUM_WORKER", 0, 1, 1 << 20)));
+  c.worker_id = static_cast<int>(env_integer("DMLC_WORKER_ID", -1, 0, slots - 1));
   c.server_id = static_cast<int>(env_integer("BYTEPS_SERVER_ID", -1, 0, c.num_servers - 1));
   if (const char* h = env_or_null("DMLC_NODE_HOST")) c.node_host = h;
   if (const char* t = env_or_null("BYTEPS_JOB_TOKEN")) c.job_token = t;

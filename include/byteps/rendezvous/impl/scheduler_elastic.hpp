@@ -23,8 +23,7 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
   if (machine < 0 || !removed_.insert(machine).second) return;
   // A worker joining whose membership the servers already have is one of the members.
   rendezvous::membership m =
-      members_locked(join_ && join_->epoch != 0 ? nodes_[static_cast<std::size_t>(join_->node)].rank
-                                                : -1);
+      members_locked(join_ && join_->epoch != 0 ? join_->machine : -1);
   m.epoch = ++epoch_;
   m.removed = machine;
   m.why = what.substr(0, 4096);  // a notice's reason has at most 4096 bytes

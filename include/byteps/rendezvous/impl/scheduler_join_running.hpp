@@ -3,12 +3,15 @@
 /// The scheduler's side of a worker joining a running elastic job (see rendezvous/scheduler.hpp
 /// and docs/reliability.md, "Elastic training"). One join at a time:
 ///
-/// 1. The newcomer's hello is held. Every member worker is asked how many step boundaries it
+/// 1. The newcomer's hello is held (a machine of several local ranks: until all its processes
+///    said hello; it joins whole). Every member worker is asked how many step boundaries it
 ///    passed (`step_query`); each answers at once (`step_report`) and promises not to pass the
 ///    next one without a word. The boundary T is one past the highest answer: no member passed
 ///    it, since in a synchronous job none is a whole step ahead of another.
-/// 2. Members are told T and which of them sends the job's state (`join_at`). Each stops at T
-///    with nothing in flight and says so (`at_boundary`); the sender's report carries the state.
+/// 2. Members are told T and which machine sends the job's state (`join_at`: the lowest member
+///    of the newcomer's local size). Each stops at T with nothing in flight and says so
+///    (`at_boundary`); the reports of that machine's processes carry the state, local rank l's
+///    for the newcomer's local rank l (they own the same slices of every tensor).
 /// 3. The servers take the newcomer as a member (`membership`) and say when every engine did
 ///    (`membership_ack`): no round is in flight, so none starts over.
 /// 4. Members hear the new membership (it names T, where they see it), and the newcomer gets
@@ -30,27 +33,63 @@
 
 namespace bps::rendezvous {
 
+// Indexes (in nodes_) of the processes of machine `machine` waiting to join, by local rank.
+template <class T>
+std::vector<int> scheduler<T>::joining_nodes_locked(int machine) const {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const node& n = nodes_[i];
+    if (n.joining && n.alive && n.rank == machine) out.push_back(static_cast<int>(i));
+  }
+  std::sort(out.begin(), out.end(), [&](int a, int b) {
+    return nodes_[static_cast<std::size_t>(a)].local_rank <
+           nodes_[static_cast<std::size_t>(b)].local_rank;
+  });
+  return out;
+}
+
 // Why worker `theirs` cannot join the running job, if it cannot.
 template <class T>
 std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::hello& theirs) const {
-  if (theirs.local_size > 1)
-    return fmt::format("the job has already formed, and a machine of several local ranks "
-                       "(BYTEPS_LOCAL_SIZE={}) cannot join a running job yet",
-                       theirs.local_size);
   const int slots = cfg_.worker_slots();
   if (theirs.requested_rank >= slots)
     return fmt::format("DMLC_WORKER_ID={} is past the job's worker machines 0 .. {} "
                        "(BYTEPS_MAX_NUM_WORKER={})",
                        theirs.requested_rank, slots - 1, cfg_.max_workers);
+  if (theirs.requested_rank < 0 && theirs.local_size > 1)
+    return fmt::format("a worker with BYTEPS_LOCAL_SIZE={} must set DMLC_WORKER_ID (its "
+                       "machine's index)",
+                       theirs.local_size);
+  bool donor = false;  // a machine in the job has this local size, to send the state
+  for (const auto& n : nodes_) donor = donor || (member_locked(n) && n.local_size == theirs.local_size);
+  if (!donor)
+    return fmt::format("no machine in the job runs BYTEPS_LOCAL_SIZE={} worker processes, so "
+                       "none can send this machine's processes the state of their slices",
+                       theirs.local_size);
   int taken = 0;
   for (int k = 0; k < slots; ++k) {
-    bool used = false;
-    for (const auto& n : nodes_)
-      used = used || (n.r == role::worker && n.rank == k &&
-                      (member_locked(n) || (n.joining && n.alive)));
-    taken += used ? 1 : 0;
-    if (used && k == theirs.requested_rank)
-      return fmt::format("DMLC_WORKER_ID={} is taken by a worker machine in the job", k);
+    bool member = false, pending = false;
+    for (const auto& n : nodes_) {
+      if (n.r != role::worker || n.rank != k) continue;
+      member = member || member_locked(n);
+      pending = pending || (n.joining && n.alive);
+    }
+    taken += member || pending ? 1 : 0;
+    if (k != theirs.requested_rank) continue;
+    if (member) return fmt::format("DMLC_WORKER_ID={} is taken by a worker machine in the job", k);
+    if (pending)  // another process of the machine waiting to join: it must fit with it
+      for (const auto& n : nodes_) {
+        if (!n.joining || !n.alive || n.rank != k) continue;
+        if (n.local_size != theirs.local_size)
+          return fmt::format("BYTEPS_LOCAL_SIZE differs on machine {} (DMLC_WORKER_ID): this "
+                             "worker says {}, the worker at {} says {}",
+                             k, theirs.local_size, n.peer, n.local_size);
+        if (n.local_rank == theirs.local_rank)
+          return fmt::format("DMLC_WORKER_ID={} BYTEPS_LOCAL_RANK={} is already taken by the "
+                             "worker at {}",
+                             k, theirs.local_rank, n.peer);
+        return std::nullopt;
+      }
   }
   if (taken >= slots)
     return fmt::format("the job already has {} worker machines, its most "
@@ -59,7 +98,8 @@ std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::h
   return std::nullopt;
 }
 
-// Holds a worker's hello until it can join between steps; refuses it naming why it cannot.
+// Holds a worker's hello until its machine can join between steps; refuses it naming why it
+// cannot.
 template <class T>
 void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& theirs) {
   if (auto why = join_refusal_locked(theirs)) return refuse_locked(s, *why);
@@ -75,6 +115,8 @@ void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& thei
   n.r = role::worker;
   n.requested = machine;
   n.rank = machine;
+  n.local_rank = theirs.local_rank;
+  n.local_size = theirs.local_size;
   n.host = theirs.host;
   n.port = theirs.port;
   n.peer = s.link_->peer();
@@ -84,10 +126,14 @@ void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& thei
   nodes_.push_back(std::move(n));
   gate_.passed(*s.ticket);
   s.link_->send(wire::header{.type = wire::msg::heartbeat}, {}, {});  // its hello was read
-  log_.info("worker at {} asks to join the running job as machine {}; it joins at a step "
-            "boundary the workers agree on",
-            nodes_.back().peer, machine);
-  joins_waiting_.push_back(s.node_index);
+  const auto waiting = joining_nodes_locked(machine);
+  log_.info("{} asks to join the running job as machine {}{}; it joins at a step boundary the "
+            "workers agree on",
+            describe(nodes_.back()), machine,
+            theirs.local_size > 1 ? fmt::format(" ({} of its {} processes are here)",
+                                                waiting.size(), theirs.local_size)
+                                  : std::string());
+  if (static_cast<int>(waiting.size()) == theirs.local_size) joins_waiting_.push_back(machine);
   next_join_locked();
 }
 
@@ -95,11 +141,15 @@ void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& thei
 template <class T>
 void scheduler<T>::next_join_locked() {
   while (!join_ && !joins_waiting_.empty()) {
-    const int i = joins_waiting_.front();
+    const int machine = joins_waiting_.front();
     joins_waiting_.pop_front();
-    if (!nodes_[static_cast<std::size_t>(i)].alive) continue;
+    auto nodes = joining_nodes_locked(machine);
+    if (nodes.empty() ||
+        static_cast<int>(nodes.size()) != nodes_[static_cast<std::size_t>(nodes[0])].local_size)
+      continue;  // one of its processes is gone (and was refused with the others)
     join_.emplace();
-    join_->node = i;
+    join_->machine = machine;
+    join_->nodes = std::move(nodes);
     join_->deadline = clock::now() + cfg_.op_timeout;
     for (auto& m : nodes_)
       if (member_locked(m)) send_locked(m.link, wire::msg::step_query, {});
@@ -122,7 +172,8 @@ void scheduler<T>::join_frame_locked(int from, const wire::header& h, std::span<
   } else if (h.type == wire::msg::at_boundary) {
     if (join_->boundary == 0 || h.round != join_->boundary) return;  // of a join called off
     join_->waiting.insert(from);
-    if (from == join_->donor) join_->state.emplace(payload.begin(), payload.end());
+    if (n.rank == join_->donor)
+      join_->states[n.local_rank] = std::vector<std::byte>(payload.begin(), payload.end());
   } else if (join_->epoch != 0 && h.round >= join_->epoch) {
     join_->acked.insert(from);
   }
@@ -134,6 +185,7 @@ template <class T>
 void scheduler<T>::advance_join_locked() {
   if (!join_) return;
   auto& j = *join_;
+  const int local_size = nodes_[static_cast<std::size_t>(j.nodes[0])].local_size;
   std::vector<int> members;
   for (std::size_t i = 0; i < nodes_.size(); ++i)
     if (member_locked(nodes_[i])) members.push_back(static_cast<int>(i));
@@ -145,22 +197,25 @@ void scheduler<T>::advance_join_locked() {
       if (r == j.reports.end()) return;  // not everyone said yet
       furthest = std::max(furthest, r->second);
     }
-    j.boundary = furthest + 1;
-    // The state comes from the first process of the lowest machine in the job.
+    // The state comes from the lowest machine in the job with the newcomer's local size: its
+    // local rank l owns the slices the newcomer's local rank l will.
     for (int m : members) {
       const node& x = nodes_[static_cast<std::size_t>(m)];
-      const node* best = j.donor < 0 ? nullptr : &nodes_[static_cast<std::size_t>(j.donor)];
-      if (!best || x.rank < best->rank || (x.rank == best->rank && x.local_rank < best->local_rank))
-        j.donor = m;
+      if (x.local_size == local_size && (j.donor < 0 || x.rank < j.donor)) j.donor = x.rank;
     }
-    const node& donor = nodes_[static_cast<std::size_t>(j.donor)];
-    log_.info("worker machine {} joins at step boundary {}; {} sends it the job's state",
-              nodes_[static_cast<std::size_t>(j.node)].rank, j.boundary, describe(donor));
+    if (j.donor < 0)
+      return abort_join_locked(fmt::format("no machine in the job runs BYTEPS_LOCAL_SIZE={} "
+                                           "worker processes any more, to send the state",
+                                           local_size));
+    j.boundary = furthest + 1;
+    log_.info("worker machine {} joins at step boundary {}; worker machine {} sends it the "
+              "job's state",
+              j.machine, j.boundary, j.donor);
     for (int m : members) {
       wire::header h;
       h.type = wire::msg::join_at;
       h.round = j.boundary;
-      h.sender = static_cast<std::uint32_t>(donor.rank);
+      h.sender = static_cast<std::uint32_t>(j.donor);
       auto& link = nodes_[static_cast<std::size_t>(m)].link;
       ++sends_in_flight_;
       link->send(h, {}, [this, link] {
@@ -171,17 +226,17 @@ void scheduler<T>::advance_join_locked() {
     }
   }
   if (j.epoch == 0) {
-    if (!j.state && !member_locked(nodes_[static_cast<std::size_t>(j.donor)]))
-      return abort_join_locked(fmt::format("{}, which was to send it the job's state, left the "
-                                           "job first",
-                                           describe(nodes_[static_cast<std::size_t>(j.donor)])));
+    if (static_cast<int>(j.states.size()) < local_size && removed_.contains(j.donor))
+      return abort_join_locked(fmt::format("worker machine {}, which was to send it the job's "
+                                           "state, left the job first",
+                                           j.donor));
     for (int m : members)
       if (!j.waiting.contains(m)) return;
-    if (!j.state) return;
+    if (static_cast<int>(j.states.size()) < local_size) return;
     // Every member waits at the boundary with nothing in flight: the servers take the newcomer.
-    auto notice = members_locked(nodes_[static_cast<std::size_t>(j.node)].rank);
+    auto notice = members_locked(j.machine);
     notice.epoch = j.epoch = ++epoch_;
-    notice.joined = nodes_[static_cast<std::size_t>(j.node)].rank;
+    notice.joined = j.machine;
     notice.boundary = j.boundary;
     notice.lost = false;
     notice.why = "joined";
@@ -199,20 +254,18 @@ void scheduler<T>::advance_join_locked() {
 }
 
 // Every server took the newcomer: members see the new membership at the boundary, and the
-// newcomer gets its welcome and the state.
+// newcomer's processes get their welcome and the state.
 template <class T>
 void scheduler<T>::finish_join_locked() {
   auto j = std::move(*join_);
   join_.reset();
-  node& n = nodes_[static_cast<std::size_t>(j.node)];
-  const int machine = n.rank;
-  n.joining = false;
-  removed_.erase(machine);
+  for (int i : j.nodes) nodes_[static_cast<std::size_t>(i)].joining = false;
+  removed_.erase(j.machine);
   // A notice newer than any a member heard (a removal may have come while the servers took the
   // newcomer): members act on the newest only.
   auto notice = members_locked(-1);
   notice.epoch = ++epoch_;
-  notice.joined = machine;
+  notice.joined = j.machine;
   notice.boundary = j.boundary;
   notice.lost = false;
   notice.why = "joined";
@@ -220,30 +273,38 @@ void scheduler<T>::finish_join_locked() {
   const auto bytes = rendezvous::encode(notice);
   last_server_notice_ = bytes;
   for (auto& x : nodes_)
-    if (member_locked(x) && &x != &n) send_locked(x.link, wire::msg::membership, bytes);
+    if (member_locked(x) && x.rank != j.machine) send_locked(x.link, wire::msg::membership, bytes);
   for (auto& x : nodes_)
     if (x.alive && x.r == role::server && !x.standby)
       send_locked(x.link, wire::msg::membership, bytes);
+  node& first = nodes_[static_cast<std::size_t>(j.nodes[0])];
   log_.info("worker machine {} at {} joined the job at step boundary {}: {} worker machines "
             "(membership epoch {})",
-            machine, n.peer, j.boundary, notice.members.size(), notice.epoch);
-  if (!j.lost.empty() || !n.alive) {
-    if (n.alive) n.alive = false;
-    worker_removed_locked(n, j.lost.empty() ? std::string("disconnected") : j.lost, true);
+            j.machine, first.peer, j.boundary, notice.members.size(), notice.epoch);
+  bool gone = !j.lost.empty();
+  for (int i : j.nodes) gone = gone || !nodes_[static_cast<std::size_t>(i)].alive;
+  if (gone) {  // lost after the servers took it: it joined, and leaves at once
+    for (int i : j.nodes) nodes_[static_cast<std::size_t>(i)].alive = false;
+    worker_removed_locked(first, j.lost.empty() ? std::string("disconnected") : j.lost, true);
   } else {
-    rendezvous::welcome w = table_;
-    w.rank = machine;
-    w.global_rank = 0;
-    for (std::size_t i = 0; i < notice.members.size() && notice.members[i] < machine; ++i)
-      w.global_rank += notice.local_sizes[i];
-    w.global_size = notice.processes;
-    w.epoch = notice.epoch;
-    send_locked(n.link, wire::msg::welcome, rendezvous::encode(w));
-    wire::byte_writer out;
-    out.put(static_cast<std::uint32_t>(bytes.size()));
-    out.bytes().insert(out.bytes().end(), bytes.begin(), bytes.end());
-    out.bytes().insert(out.bytes().end(), j.state->begin(), j.state->end());
-    send_locked(n.link, wire::msg::join_state, out.take());
+    int first_rank = 0;
+    for (std::size_t i = 0; i < notice.members.size() && notice.members[i] < j.machine; ++i)
+      first_rank += notice.local_sizes[i];
+    for (int i : j.nodes) {
+      node& n = nodes_[static_cast<std::size_t>(i)];
+      rendezvous::welcome w = table_;
+      w.rank = j.machine;
+      w.global_rank = first_rank + n.local_rank;
+      w.global_size = notice.processes;
+      w.epoch = notice.epoch;
+      send_locked(n.link, wire::msg::welcome, rendezvous::encode(w));
+      const auto& state = j.states[n.local_rank];
+      wire::byte_writer out;
+      out.put(static_cast<std::uint32_t>(bytes.size()));
+      out.bytes().insert(out.bytes().end(), bytes.begin(), bytes.end());
+      out.bytes().insert(out.bytes().end(), state.begin(), state.end());
+      send_locked(n.link, wire::msg::join_state, out.take());
+    }
   }
   next_join_locked();
 }
@@ -254,14 +315,14 @@ template <class T>
 void scheduler<T>::abort_join_locked(const std::string& why) {
   auto refuse = [&](node& n) {
     if (!n.alive) return;
-    log_.warn("worker at {} cannot join the running job: {}", n.peer, why);
+    log_.warn("{} cannot join the running job: {}", describe(n), why);
     n.alive = false;
     n.rank = -1;
     send_locked(n.link, wire::msg::refuse, text("cannot join the running job: " + why), 0, true);
   };
   if (join_) {
     if (join_->epoch != 0) return;  // the servers took it: it joins (and is removed if lost)
-    refuse(nodes_[static_cast<std::size_t>(join_->node)]);
+    for (int i : join_->nodes) refuse(nodes_[static_cast<std::size_t>(i)]);
     for (auto& m : nodes_)
       if (member_locked(m)) send_locked(m.link, wire::msg::join_at, {}, 0);  // round 0: off
     join_.reset();
@@ -269,25 +330,35 @@ void scheduler<T>::abort_join_locked(const std::string& why) {
   bool anyone = false;
   for (const auto& m : nodes_) anyone = anyone || member_locked(m);
   if (!anyone) {
-    for (int i : joins_waiting_) refuse(nodes_[static_cast<std::size_t>(i)]);
+    for (auto& n : nodes_)
+      if (n.joining) refuse(n);
     joins_waiting_.clear();
   }
   next_join_locked();
 }
 
-// A worker waiting to join is gone.
+// A worker waiting to join is gone: its machine cannot join (its other processes are refused).
 template <class T>
 void scheduler<T>::joiner_lost_locked(node& n, const std::string& what) {
-  const int i = static_cast<int>(&n - nodes_.data());
-  log_.warn("worker at {}, which was joining the running job, {}", n.peer, what);
+  log_.warn("{}, which was joining the running job, {}", describe(n), what);
   n.alive = false;
-  std::erase(joins_waiting_, i);
-  if (!join_ || join_->node != i) return;
-  if (join_->epoch != 0) {  // the servers took it: it joins, and is removed at once
-    join_->lost = what;
+  const int machine = n.rank;
+  if (join_ && join_->machine == machine && join_->epoch != 0) {
+    join_->lost = what;  // the servers took it: it joins, and is removed at once
     return;
   }
+  const bool current = join_ && join_->machine == machine;
+  for (int i : joining_nodes_locked(machine)) {
+    node& other = nodes_[static_cast<std::size_t>(i)];
+    other.alive = false;
+    send_locked(other.link, wire::msg::refuse,
+                text(fmt::format("cannot join the running job: {} of its machine {}",
+                                 describe(n), what)),
+                0, true);
+  }
   n.rank = -1;
+  std::erase(joins_waiting_, machine);
+  if (!current) return;
   for (auto& m : nodes_)
     if (member_locked(m)) send_locked(m.link, wire::msg::join_at, {}, 0);
   join_.reset();
