@@ -3,6 +3,7 @@
 // small cluster's Config, and a worker made by hand that pushes chosen rounds and vanishes.
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,6 +86,14 @@ class hand_made_worker {
   }
 
   void vanish() { net_.stop(); }
+
+  // Says bye to the scheduler, as a worker that leaves (waits up to 5 s for it to go out).
+  void leave() {
+    auto sent = std::make_shared<std::promise<void>>();
+    auto done = sent->get_future();
+    control_.bye([sent] { sent->set_value(); });
+    done.wait_for(std::chrono::seconds(5));
+  }
 
  private:
   Config cfg_;

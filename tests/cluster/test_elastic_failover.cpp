@@ -121,6 +121,7 @@ TEST_CASE("elastic with failover: a sum offered to the replacement keeps the cou
       w.push("w", 1, 2.0f);
       next = w.answer();  // round 1, summed by the replacement over the 2 in the job
       next_count = w.contributors();
+      w.leave();  // as a worker that is done (vanishing last would leave no worker: a failure)
     });
   });
   float averages[2] = {};
