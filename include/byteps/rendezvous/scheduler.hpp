@@ -188,6 +188,20 @@ class scheduler {
     std::vector<std::byte> scratch_;
   };
 
+  // The record of a node that said `h` on link `l`.
+  static node node_of(const rendezvous::hello& h, const link_ptr& l) {
+    node n;
+    n.r = h.node_role;
+    n.requested = h.requested_rank;
+    n.local_rank = h.local_rank;
+    n.local_size = h.local_size;
+    n.host = h.host;
+    n.port = h.port;
+    n.peer = l->peer();
+    n.link = l;
+    return n;
+  }
+
   // Joining (rendezvous/impl/scheduler_join.hpp).
   int count_locked(role r) const;
   int machines_locked(bool full_only) const;

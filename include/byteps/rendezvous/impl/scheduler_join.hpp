@@ -147,15 +147,7 @@ void scheduler<T>::hello_locked(session& s, std::span<std::byte> payload) {
                                   "together");
   if (auto why = formed_ ? late_server_refusal_locked(theirs) : refusal_locked(theirs))
     return refuse_locked(s, *why);
-  node n;
-  n.r = theirs.node_role;
-  n.requested = theirs.requested_rank;
-  n.local_rank = theirs.local_rank;
-  n.local_size = theirs.local_size;
-  n.host = theirs.host;
-  n.port = theirs.port;
-  n.peer = s.link_->peer();
-  n.link = s.link_;
+  node n = node_of(theirs, s.link_);
   // After formation a server with no BYTEPS_SERVER_ID waits like a standby.
   n.standby = theirs.standby || (formed_ && theirs.requested_rank < 0);
   s.node_index = static_cast<int>(nodes_.size());

@@ -111,16 +111,9 @@ void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& thei
                       (member_locked(n) || (n.joining && n.alive)));
     if (!used) machine = k;
   }
-  node n;
-  n.r = role::worker;
+  node n = node_of(theirs, s.link_);
   n.requested = machine;
   n.rank = machine;
-  n.local_rank = theirs.local_rank;
-  n.local_size = theirs.local_size;
-  n.host = theirs.host;
-  n.port = theirs.port;
-  n.peer = s.link_->peer();
-  n.link = s.link_;
   n.joining = true;
   s.node_index = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(n));
