@@ -48,6 +48,14 @@ std::vector<int> scheduler<T>::joining_nodes_locked(int machine) const {
   return out;
 }
 
+template <class T>
+bool scheduler<T>::machine_in_use_locked(int k) const {
+  for (const auto& n : nodes_)
+    if (n.r == role::worker && n.rank == k && (member_locked(n) || (n.joining && n.alive)))
+      return true;
+  return false;
+}
+
 // Why worker `theirs` cannot join the running job, if it cannot.
 template <class T>
 std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::hello& theirs) const {
@@ -67,29 +75,24 @@ std::optional<std::string> scheduler<T>::join_refusal_locked(const rendezvous::h
                        "none can send this machine's processes the state of their slices",
                        theirs.local_size);
   int taken = 0;
-  for (int k = 0; k < slots; ++k) {
-    bool member = false, pending = false;
+  for (int k = 0; k < slots; ++k) taken += machine_in_use_locked(k) ? 1 : 0;
+  if (const int k = theirs.requested_rank; k >= 0 && machine_in_use_locked(k)) {
+    for (const auto& n : nodes_)
+      if (member_locked(n) && n.rank == k)
+        return fmt::format("DMLC_WORKER_ID={} is taken by a worker machine in the job", k);
+    // Processes of the machine wait to join: this one must fit with them.
     for (const auto& n : nodes_) {
-      if (n.r != role::worker || n.rank != k) continue;
-      member = member || member_locked(n);
-      pending = pending || (n.joining && n.alive);
+      if (!n.joining || !n.alive || n.rank != k) continue;
+      if (n.local_size != theirs.local_size)
+        return fmt::format("BYTEPS_LOCAL_SIZE differs on machine {} (DMLC_WORKER_ID): this "
+                           "worker says {}, the worker at {} says {}",
+                           k, theirs.local_size, n.peer, n.local_size);
+      if (n.local_rank == theirs.local_rank)
+        return fmt::format("DMLC_WORKER_ID={} BYTEPS_LOCAL_RANK={} is already taken by the "
+                           "worker at {}",
+                           k, theirs.local_rank, n.peer);
     }
-    taken += member || pending ? 1 : 0;
-    if (k != theirs.requested_rank) continue;
-    if (member) return fmt::format("DMLC_WORKER_ID={} is taken by a worker machine in the job", k);
-    if (pending)  // another process of the machine waiting to join: it must fit with it
-      for (const auto& n : nodes_) {
-        if (!n.joining || !n.alive || n.rank != k) continue;
-        if (n.local_size != theirs.local_size)
-          return fmt::format("BYTEPS_LOCAL_SIZE differs on machine {} (DMLC_WORKER_ID): this "
-                             "worker says {}, the worker at {} says {}",
-                             k, theirs.local_size, n.peer, n.local_size);
-        if (n.local_rank == theirs.local_rank)
-          return fmt::format("DMLC_WORKER_ID={} BYTEPS_LOCAL_RANK={} is already taken by the "
-                             "worker at {}",
-                             k, theirs.local_rank, n.peer);
-        return std::nullopt;
-      }
+    return std::nullopt;  // its machine is counted already
   }
   if (taken >= slots)
     return fmt::format("the job already has {} worker machines, its most "
@@ -104,13 +107,8 @@ template <class T>
 void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& theirs) {
   if (auto why = join_refusal_locked(theirs)) return refuse_locked(s, *why);
   int machine = theirs.requested_rank;
-  for (int k = 0; machine < 0; ++k) {  // the lowest machine no one has (join_refusal checked one)
-    bool used = false;
-    for (const auto& n : nodes_)
-      used = used || (n.r == role::worker && n.rank == k &&
-                      (member_locked(n) || (n.joining && n.alive)));
-    if (!used) machine = k;
-  }
+  for (int k = 0; machine < 0; ++k)  // the lowest machine no one has (join_refusal checked one)
+    if (!machine_in_use_locked(k)) machine = k;
   node n = node_of(theirs, s.link_);
   n.requested = machine;
   n.rank = machine;
