@@ -108,6 +108,73 @@ TEST_CASE("elastic: a worker of 3 vanishes mid-round, the 2 left redo it, every 
   }
 }
 
+TEST_CASE("elastic: a broadcast whose root vanishes mid-round fails by name on the others - "
+          "not zeros - and the next broadcast from a live root is exact",
+          "[elastic]") {
+  std::atomic<cluster::server_type*> server{nullptr};
+  cluster c(elastic_config(3, 2), [&](cluster::server_type& s) { server = &s; });
+  std::promise<void> round0_done, round1_pushed, gone;
+  std::shared_future<void> round0_all = round0_done.get_future().share();
+  std::shared_future<void> pushed = round1_pushed.get_future().share();
+  std::shared_future<void> vanished = gone.get_future().share();
+  std::string root_answer;
+  std::thread root([&] {
+    c.guard_worker([&] {
+      hand_made_worker w(c.worker_config(2), 2);  // rank 2, the root of "b"
+      w.push("broadcast:b", 0, 7.0f);
+      root_answer = w.answer();
+      round0_done.set_value();
+      w.push("broadcast:b", 1, 8.0f);  // its data of round 1, then gone before it completes
+      round1_pushed.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      w.vanish();
+      gone.set_value();
+    });
+  });
+  float got[2][2] = {};
+  std::string failed[2];
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> b(count, static_cast<float>(m + 1));
+        comm.broadcast("b", std::span(b), 2).wait();
+        got[m][0] = b[count - 1];
+        round0_all.wait();
+        if (m == 0) pushed.wait();  // its push joins the root's in round 1
+        if (m == 1) {               // its push comes after the round started over without it
+          vanished.wait();
+          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
+                                                                std::chrono::seconds(10)),
+                     "server 0 did not apply membership epoch 1 within 10 s");
+        }
+        std::fill(b.begin(), b.end(), static_cast<float>(m + 1));
+        try {
+          comm.broadcast("b", std::span(b), 2).wait();
+        } catch (const usage_error& e) {
+          failed[m] = e.what();
+        }
+        REQUIRE(next_change(comm).has_value());
+        std::fill(b.begin(), b.end(), static_cast<float>(10 * (m + 1)));
+        comm.broadcast("b", std::span(b), 0).wait();
+        got[m][1] = b[count / 2];
+      });
+    });
+  root.join();
+  for (auto& t : workers) t.join();
+  c.join();
+  CHECK_FALSE(c.node_error());  // the scheduler and the server went on
+  CHECK(root_answer == "7");
+  for (int m = 0; m < 2; ++m) {
+    INFO("worker " << m);
+    CHECK(got[m][0] == 7.0f);
+    CHECK_THAT(failed[m], Contains("broadcast of 'b' from rank 2") &&
+                              Contains("its root's machine was removed from the job"));
+    CHECK(got[m][1] == 10.0f);  // rank 0's data, exact
+  }
+}
+
 TEST_CASE("elastic: below BYTEPS_MIN_NUM_WORKER the job fails naming the worker and the minimum",
           "[elastic]") {
   cluster c(elastic_config(3, 3));

@@ -271,3 +271,43 @@ TEST_CASE("elastic round: a cut-through round restarts after a piece went out, a
   REQUIRE(k.complete());
   CHECK(as_floats(k.sum_buffer().first(bytes)) == std::vector<float>{11.0f, 22.0f, 33.0f, 44.0f});
 }
+
+TEST_CASE("elastic round: a broadcast round none of whose pushes holds data fails by name - "
+          "with the root's push in it is summed",
+          "[server][key_state][elastic]") {
+  buffer_pool pool;
+  state k(pool, false);
+  auto push_zeros = [&](int worker, std::uint64_t round) {
+    auto b = pooled_floats(pool, {-0.0f});
+    auto h = grad_frame(bps::wire::msg::push, round, sizeof(float));
+    h.flags |= bps::wire::flag_no_data;
+    auto msg = k.accept(h, b, worker, 3, contains_nothing);
+    pool.give_back(std::move(b));
+    return msg;
+  };
+  // Round 0: the root (worker 2) pushes its data, the others zeros.
+  REQUIRE(push_zeros(0, 0).empty());
+  REQUIRE(push(k, pool, 2, 0, {5.0f}, 3).empty());
+  REQUIRE(push_zeros(1, 0).empty());
+  REQUIRE(k.complete());
+  CHECK(k.round_error.empty());
+  CHECK(as_floats(k.finish_round()) == std::vector<float>{5.0f});
+  k.next_round();
+  // Round 1: the root's push is in, then its machine is removed; the re-pushes are zeros.
+  REQUIRE(push_zeros(0, 1).empty());
+  REQUIRE(push(k, pool, 2, 1, {6.0f}, 3).empty());
+  CHECK(k.restart_round({true, true, false}) == std::vector<int>{0});
+  REQUIRE(push_zeros(1, 1).empty());
+  CHECK(k.round_error.empty());  // not every member pushed yet
+  REQUIRE(push_zeros(0, 1).empty());
+  REQUIRE(k.complete());
+  CHECK(k.round_error.find("holds the broadcast's data") != std::string::npos);
+  CHECK(k.round_error.find("its root's machine was removed") != std::string::npos);
+  k.next_round();
+  // Round 2, from a live root: summed.
+  REQUIRE(push(k, pool, 1, 2, {7.0f}, 3).empty());
+  REQUIRE(push_zeros(0, 2).empty());
+  REQUIRE(k.complete());
+  CHECK(k.round_error.empty());
+  CHECK(as_floats(k.finish_round()) == std::vector<float>{7.0f});
+}

@@ -53,6 +53,9 @@ struct op_state {
   dtype type = dtype::float32;
   bool average = false;
   bool compressed = false;  ///< its partitions pass through its tensor's compressors
+  /// A broadcast on a machine without its root: the pushes hold only zeros, and say so
+  /// (`wire::flag_no_data`), so that a round whose root's data never came fails by name.
+  bool holds_no_data = false;
   std::uint64_t key = 0;
   clock::time_point deadline;
   /// Called by the worker's deadline timer (worker/deadline_timer.hpp) once `deadline` passed

@@ -110,6 +110,9 @@ struct work {
   push_pull_options opts;
   /// False for a broadcast's non-roots: their data counts as zeros (-0.0), whatever it holds.
   bool contributes = true;
+  /// False for a broadcast on a machine without its root: every push of it holds only zeros
+  /// (the network stage flags them, `detail::op_state::holds_no_data`).
+  bool machine_contributes = true;
   std::uint64_t round = 0;  ///< operations on this tensor before this one
   std::chrono::steady_clock::time_point deadline;  ///< BYTEPS_OP_TIMEOUT_MS after the call
   /// Every partition of the whole tensor, slice by slice (the engine's plan, fixed at the

@@ -36,8 +36,9 @@ namespace bps::rendezvous {
 // count of applied deltas, server/async_key.hpp); 11: elastic training (hello's `min_workers`
 // and `max_workers`, the `membership` notice, the server's `redo`); 12: joining a running
 // elastic job (`membership`'s `joined` and `boundary`, `welcome`'s `epoch`, the frames
-// `step_query` .. `membership_ack`)
-inline constexpr std::uint32_t protocol_version = 12;
+// `step_query` .. `membership_ack`); 13: a push flagged `no_data` (a broadcast's from a machine
+// without its root), whose rounds fail when no push holds data
+inline constexpr std::uint32_t protocol_version = 13;
 
 struct hello {
   std::uint32_t protocol = protocol_version;

@@ -88,6 +88,13 @@ class key_state : public key_shape {
                          tensor_name(), h.part, round);
     pushed_by_[w] = true;
     ++pushed_;
+    if (h.flags & wire::flag_no_data) ++pushed_without_data_;
+    if (pushed_ == member_count_ && pushed_without_data_ == pushed_ && round_error.empty())
+      round_error = fmt::format(
+          "no push of round {} of {} partition {} holds the broadcast's data: its root's "
+          "machine was removed from the job (elastic training) before its push reached this "
+          "server; broadcast again from a rank step_boundary() reports",
+          round, tensor_name(), h.part);
     return {};
   }
 
@@ -248,6 +255,7 @@ class key_state : public key_shape {
   bool failover_ = false;
   std::vector<bool> pushed_by_;
   int pushed_ = 0;                      // count of pushed_by_
+  int pushed_without_data_ = 0;         // of those, flagged wire::flag_no_data
   // By worker: takes part (all, unless elastic mode removed some). The one copy: whole_ and
   // lent_ are handed it.
   std::vector<bool> members_;

@@ -148,6 +148,11 @@ inline constexpr std::uint32_t flag_applied = 64;
 constexpr std::uint64_t applied_counts_bytes(int num_workers) noexcept {
   return 8 * static_cast<std::uint64_t>(num_workers < 0 ? 0 : num_workers);
 }
+/// Flag of a `push`: it holds none of the sum's data, only zeros that keep the round whole: a
+/// broadcast's push from a machine without its root. A server fails a round that none of its
+/// pushes' data reached (elastic training: the root's machine was removed while the broadcast
+/// was in flight), instead of answering the zeros (server/key_state.hpp).
+inline constexpr std::uint32_t flag_no_data = 128;
 
 struct header {
   msg type = msg::hello;

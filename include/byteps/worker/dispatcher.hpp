@@ -46,6 +46,7 @@ inline wire::header push_frame(const tensor& t, std::uint64_t key, std::uint32_t
   h.offset = p.offset;
   if (p.op->trace) h.flags = wire::flag_traced;  // timeline: the server traces it too
   if (t.server_decoded) h.flags |= wire::flag_compressed;
+  if (p.op->holds_no_data) h.flags |= wire::flag_no_data;
   return h;
 }
 

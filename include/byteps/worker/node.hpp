@@ -147,9 +147,10 @@ class node {
   int local_size() const noexcept { return local_.local_size(); }
 
   /// A push_pull or broadcast: through the local stage when the policy has one, else straight
-  /// to the dispatcher. A broadcast's non-roots do not `contribute`.
+  /// to the dispatcher. A broadcast's non-roots do not `contribute`, nor, on a machine without
+  /// its root, does the machine (`machine_contributes`).
   handle submit(std::string name, std::string what, void* data, std::size_t count, dtype type,
-                push_pull_options opts, bool contributes) {
+                push_pull_options opts, bool contributes, bool machine_contributes) {
     check_request(what, data, count, type, opts);
     if (cfg_.enable_async && opts.average)
       throw usage_error(fmt::format(
@@ -173,13 +174,15 @@ class node {
       w.type = type;
       w.opts = opts;
       w.contributes = contributes;
+      w.machine_contributes = machine_contributes;
       w.deadline = deadline;
       return stage_.submit(std::move(w));
     } else {
       // Non-contributors push zeros, so the servers' sum is the root's data bit for bit: -0.0
       // for floating dtypes, since x + (-0.0) is x for every x, -0.0 and NaN included.
       if (!contributes && data != nullptr) reduce::fill_negative_zero(data, count, type);
-      return start(std::move(name), std::move(what), data, count, type, opts, deadline);
+      return start(std::move(name), std::move(what), data, count, type, opts, deadline,
+                   machine_contributes);
     }
   }
 
@@ -256,6 +259,7 @@ class node {
       state_.life.throw_if_gone({});
       op->data = {w.owned, (owned.back().last - owned.front().first) * esize};
       op->average = w.opts.average && state_.global_size > 1;
+      op->holds_no_data = !w.machine_contributes;
       state_.dispatcher.open(op, w.name, owned, first, state_.links.size(), w.opts);
     };
     port.release = [this](const local::work& w, std::size_t i) {
@@ -341,13 +345,14 @@ class node {
   // The push and pull of `data` (the caller's buffer, or the local stage's slice in host
   // memory), bounded by `deadline`.
   handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
-               push_pull_options opts, clock::time_point deadline) {
+               push_pull_options opts, clock::time_point deadline, bool holds_data = true) {
     check_request(what, data, count, type, opts);
     auto op = std::make_shared<detail::op_state>();
     op->what = std::move(what);
     op->data = {static_cast<std::byte*>(data), count * dtype_size(type)};
     op->type = type;
     op->average = opts.average && state_.global_size > 1;
+    op->holds_no_data = !holds_data;
     op->key = tensor_key(name);
     op->deadline = deadline;
     op->wait_poll = cfg_.wait_poll;

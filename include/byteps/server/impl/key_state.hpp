@@ -7,6 +7,7 @@ namespace bps::server {
 
 void key_state::next_round() {
   pushed_ = 0;
+  pushed_without_data_ = 0;
   std::fill(pushed_by_.begin(), pushed_by_.end(), false);
   previous_valid_ = round_error.empty() && shaped;
   round_error.clear();
@@ -24,6 +25,7 @@ std::vector<int> key_state::restart_round(const std::vector<bool>& members) {
   for (std::size_t w = 0; w < pushed_by_.size(); ++w)
     if (pushed_by_[w] && members_[w]) redo.push_back(static_cast<int>(w));
   pushed_ = 0;
+  pushed_without_data_ = 0;
   std::fill(pushed_by_.begin(), pushed_by_.end(), false);
   round_error.clear();
   whole_.next_round(members_);

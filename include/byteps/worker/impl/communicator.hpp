@@ -142,7 +142,7 @@ handle Communicator<T, L, P, S>::push_pull(std::string_view name, void* data, st
                                            dtype type, push_pull_options opts) {
   worker::check_name("push_pull", name);
   return node_->submit(std::string(name), fmt::format("push_pull of '{}'", name), data, count,
-                       type, std::move(opts), true);
+                       type, std::move(opts), true, true);
 }
 
 template <class T, class L, class P, class S>
@@ -159,9 +159,12 @@ handle Communicator<T, L, P, S>::broadcast(std::string_view name, void* data, st
         "add every push into the parameters; the first push_pull of a tensor already gives "
         "every worker rank 0's values",
         name));
+  // Ranks are machine-major: this machine's are the local_size() from rank() - local_rank().
+  const int first_here = rank() - local_rank();
+  const bool root_here = root >= first_here && root < first_here + local_size();
   return node_->submit("broadcast:" + std::string(name),
                        fmt::format("broadcast of '{}' from rank {}", name, root), data, count,
-                       type, {.compressor = compress::none()}, rank() == root);
+                       type, {.compressor = compress::none()}, rank() == root, root_here);
 }
 
 template <class T, class L, class P, class S>
