@@ -175,6 +175,81 @@ TEST_CASE("elastic: a broadcast whose root vanishes mid-round fails by name on t
   }
 }
 
+TEST_CASE("elastic: every worker sees a removal at the same step boundary, however early its "
+          "notice reached each",
+          "[elastic]") {
+  std::atomic<cluster::server_type*> server{nullptr};
+  cluster c(elastic_config(3, 2), [&](cluster::server_type& s) { server = &s; });
+  std::promise<void> round0_done, worker1_passed, gone;
+  std::shared_future<void> round0_all = round0_done.get_future().share();
+  std::shared_future<void> passed = worker1_passed.get_future().share();
+  std::shared_future<void> vanished = gone.get_future().share();
+  std::thread lost([&] {
+    c.guard_worker([&] {
+      hand_made_worker w(c.worker_config(2), 2);
+      w.push("w", 0, 100.0f);
+      (void)w.answer();
+      round0_done.set_value();
+      passed.wait();  // worker 1 passed boundary 1 before anyone heard of the removal
+      w.vanish();
+      gone.set_value();
+    });
+  });
+  int seen_at[2] = {-1, -1};
+  std::optional<membership_event> seen[2];
+  float sums[2] = {};
+  std::vector<std::thread> workers;
+  for (int m = 0; m < 2; ++m)
+    workers.emplace_back([&, m] {
+      c.guard_worker([&] {
+        comm_t comm(c.worker_config(m));
+        std::vector<float> w(count, static_cast<float>(m + 1));
+        comm.push_pull("w", std::span(w)).wait();
+        round0_all.wait();
+        if (m == 1) {
+          BPS_EXPECT(!comm.step_boundary(), "worker 1 saw a change at boundary 1");
+          worker1_passed.set_value();
+        } else {
+          // Worker 0 reaches boundary 1 long after its notice came: shown at once, it would
+          // see the removal a step before worker 1.
+          vanished.wait();
+          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
+                                                                std::chrono::seconds(10)),
+                     "server 0 did not apply membership epoch 1 within 10 s");
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          if (auto e = comm.step_boundary()) {
+            seen_at[m] = 1;
+            seen[m] = e;
+          }
+        }
+        for (int boundary = 2; boundary <= 4 && !seen[m]; ++boundary) {
+          std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
+          comm.push_pull("w", std::span(w)).wait();
+          sums[m] = w[0];
+          if (auto e = comm.step_boundary()) {
+            seen_at[m] = boundary;
+            seen[m] = e;
+          }
+        }
+      });
+    });
+  lost.join();
+  for (auto& t : workers) t.join();
+  c.join();
+  CHECK_FALSE(c.node_error());
+  CHECK(seen_at[0] == 2);  // the boundary after worker 1's report of 1
+  CHECK(seen_at[1] == 2);
+  for (int m = 0; m < 2; ++m) {
+    INFO("worker " << m);
+    CHECK(sums[m] == 3.0f);
+    REQUIRE(seen[m].has_value());
+    CHECK(seen[m]->epoch == 1);
+    CHECK(seen[m]->old_size == 3);
+    CHECK(seen[m]->size == 2);
+    CHECK(seen[m]->removed == std::vector<int>{2});
+  }
+}
+
 TEST_CASE("elastic: below BYTEPS_MIN_NUM_WORKER the job fails naming the worker and the minimum",
           "[elastic]") {
   cluster c(elastic_config(3, 3));

@@ -37,7 +37,8 @@ namespace bps::rendezvous {
 // and `max_workers`, the `membership` notice, the server's `redo`); 12: joining a running
 // elastic job (`membership`'s `joined` and `boundary`, `welcome`'s `epoch`, the frames
 // `step_query` .. `membership_ack`); 13: a push flagged `no_data` (a broadcast's from a machine
-// without its root), whose rounds fail when no push holds data
+// without its root), whose rounds fail when no push holds data; `join_at` from `boundary_only`
+// (a removal seen at an agreed step boundary)
 inline constexpr std::uint32_t protocol_version = 13;
 
 struct hello {

@@ -308,6 +308,9 @@ class scheduler {
   void advance_join_locked();
   void finish_join_locked();
   void abort_join_locked(const std::string& why);
+  void removal_boundary_locked(const std::vector<int>& members, std::uint64_t boundary);
+  void send_join_at_locked(const link_ptr& l, std::uint64_t boundary, std::uint32_t sender,
+                           std::uint64_t epoch);
   void joiner_lost_locked(node& n, const std::string& what);
 
   // Failover (rendezvous/impl/scheduler_failover.hpp).
@@ -393,9 +396,10 @@ class scheduler {
     std::string why;
   };
   std::vector<left_after_failure> failures_to_judge_;
-  // Elastic: the worker joining the running job now (one at a time), and those waiting.
+  // Elastic: the worker joining the running job now (one at a time), and those waiting. With
+  // no machine (-1) it is a removal's agreement: its boundary is only where the workers see it.
   struct running_join {
-    int machine = -1;                       // the joining machine
+    int machine = -1;                       // the joining machine (-1: none)
     std::vector<int> nodes;                 // its processes, in nodes_, by local rank
     std::uint64_t boundary = 0;             // the agreed step boundary, once decided
     int donor = -1;                         // the member machine that sends the state
@@ -409,6 +413,7 @@ class scheduler {
   };
   std::optional<running_join> join_;
   std::deque<int> joins_waiting_;  // joining machines with all their processes, first come first
+  bool removals_unseen_ = false;   // a removal waits for a boundary where the workers see it
   detail::periodic_thread monitor_;  // last: stops first
   std::uint16_t port_ = 0;
 };

@@ -61,13 +61,17 @@ enum class msg : std::uint16_t {
   step_query = 24,      ///< scheduler -> worker: a worker waits to join; say your step boundary
   step_report = 25,     ///< worker -> scheduler: `round` = step boundaries passed so far
   join_at = 26,         ///< scheduler -> worker: stop at step boundary `round` (0: the join is
-                        ///< off) for the join; `sender` = the machine whose rank 0 sends state
+                        ///< off) for the join; `sender` = the machine whose rank 0 sends state,
+                        ///< or `boundary_only`: no join, membership epoch `key` (a removal) is
+                        ///< seen at boundary `round` (0: at the next)
   at_boundary = 27,     ///< worker -> scheduler: waiting at boundary `round` with nothing in
                         ///< flight (payload: the job's state, from the worker that sends it)
   join_state = 28,      ///< scheduler -> joining worker: its membership and the job's state
   membership_ack = 29,  ///< server -> scheduler: membership epoch `round` applied
 };
 inline constexpr std::uint16_t max_msg = 29;
+/// `join_at`'s `sender` when no worker joins: the agreed boundary only makes a removal visible.
+inline constexpr std::uint32_t boundary_only = 0xffffffffu;
 
 /// The most bytes of a job's state a worker joining an elastic job is sent (`join_state`, and
 /// the `at_boundary` that carries it to the scheduler): the registered tensors and the

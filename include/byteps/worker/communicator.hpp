@@ -109,9 +109,11 @@ class Communicator {
   /// with no operation in flight. Returns the change in the job's workers since the last call
   /// (a worker machine lost or gone, or one that joined), from which on `rank()` and `size()`
   /// are the new ones; nullopt when nothing changed (always, without elastic training). Sums
-  /// never wait for it: each answer is averaged by the processes it sums. While a worker joins
-  /// the running job, every worker holds at one agreed call until it joined (at most
-  /// BYTEPS_OP_TIMEOUT_MS): the join is seen there by all. On a worker that joined, the first
+  /// never wait for it: each answer is averaged by the processes it sums. Every worker sees a
+  /// change at the same call (the workers agree on it through the scheduler), so a trainer that
+  /// rescales its learning rate or batch there does so at the same step on all. While a worker
+  /// joins the running job, every worker holds at that call until it joined (at most
+  /// BYTEPS_OP_TIMEOUT_MS). On a worker that joined, the first
   /// call loads the job's state (`register_state`, `on_state`) and returns an event naming its
   /// own machine in `joined`. See docs/reliability.md, "Elastic training".
   std::optional<membership_event> step_boundary();

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -66,6 +67,7 @@ class membership {
   void joined(rendezvous::membership m, job_state s) {
     std::lock_guard lock(state_.mu);
     steps_ = s.boundaries - 1;  // its first call is the boundary the members stop at
+    unseen_.push_back(m);
     latest_ = std::move(m);
     arrived_ = std::move(s);
   }
@@ -101,34 +103,54 @@ class membership {
       lock.unlock();
       registry_.load(s);
       lock.lock();
-      auto e = event_locked(-1, 0);
+      auto e = event_locked(-1, 0, latest_.epoch);
       e.joined = {state_.machine};
       return e;
     }
     hold_for_join(lock);
-    if (latest_.epoch == seen_) return std::nullopt;
-    return event_locked(rank(), size());
+    const auto upto = visible_epoch_locked();
+    if (upto <= seen_) return std::nullopt;
+    return event_locked(rank(), size(), upto);
   }
 
   int rank() const noexcept { return static_cast<int>(place_.load() >> 32); }
   int size() const noexcept { return static_cast<int>(place_.load() & 0xffffffffu); }
 
  private:
-  // The newest membership as an event for the trainer; rank() and size() move to it.
-  membership_event event_locked(int old_rank, int old_size) {
+  // The newest membership this worker may show at this boundary: a join's at the boundary it
+  // names, a removal's at the boundary the members agreed on (`told`).
+  std::uint64_t visible_epoch_locked() {
+    std::uint64_t upto = seen_;
+    for (const auto& n : unseen_)
+      if (n.boundary != 0 && n.boundary <= steps_) upto = std::max(upto, n.epoch);
+    std::erase_if(agreed_, [&](const agreed_boundary& a) {
+      if (a.boundary > steps_) return false;
+      upto = std::max(upto, a.epoch);
+      return true;
+    });
+    return upto;
+  }
+
+  // The notices up to epoch `upto` as one event for the trainer; rank() and size() move to it.
+  membership_event event_locked(int old_rank, int old_size, std::uint64_t upto) {
     membership_event e;
-    e.epoch = seen_ = latest_.epoch;
+    while (!unseen_.empty() && unseen_.front().epoch <= upto) {
+      auto& n = unseen_.front();
+      if (n.removed >= 0) e.removed.push_back(n.removed);
+      if (n.joined >= 0) e.joined.push_back(n.joined);
+      shown_ = std::move(n);
+      unseen_.pop_front();
+    }
+    e.epoch = seen_ = shown_.epoch;
     e.old_rank = old_rank;
     e.old_size = old_size;
     // Ranks are machine-major over the machines in the job.
     e.rank = local_rank_;
-    for (std::size_t i = 0; i < latest_.members.size() && latest_.members[i] < state_.machine; ++i)
-      e.rank += latest_.local_sizes[i];
-    e.size = latest_.processes;
+    for (std::size_t i = 0; i < shown_.members.size() && shown_.members[i] < state_.machine; ++i)
+      e.rank += shown_.local_sizes[i];
+    e.size = shown_.processes;
     place_.store(pack(e.rank, e.size));
-    e.removed = std::exchange(removed_, {});
-    e.joined = std::exchange(joined_, {});
-    e.why = latest_.why;
+    e.why = shown_.why;
     return e;
   }
 
@@ -198,11 +220,14 @@ class membership {
   }
 
   // The scheduler's I/O thread: the boundary to stop at (0: the join is off), and whether this
-  // worker sends the state.
+  // worker sends the state; or, for a removal, the boundary where it is seen.
   void told(const wire::header& h) {
     {
       std::lock_guard lock(state_.mu);
-      if (h.round == 0) {
+      if (h.sender == wire::boundary_only) {
+        asked_ = false;  // nobody joins: nothing to stop for
+        agreed_.push_back({h.round, h.key});
+      } else if (h.round == 0) {
         asked_ = false;
         state_.log.info("the pending join was called off; going on");
       } else {
@@ -230,8 +255,6 @@ class membership {
         return state_.die_locked(fmt::format(
             "this worker's machine {} was removed from the job (membership epoch {}): {}",
             state_.machine, m.epoch, m.removed == state_.machine ? m.why : "not listed"));
-      if (m.removed >= 0) removed_.push_back(m.removed);
-      if (m.joined >= 0) joined_.push_back(m.joined);
       if (m.boundary != 0) asked_ = false;  // the join this worker held for is done
       const auto line =
           m.joined >= 0
@@ -239,13 +262,14 @@ class membership {
                             "(membership epoch {})",
                             m.joined, m.boundary, m.processes, m.epoch)
               : fmt::format("worker {} removed from the job ({}): {} worker processes go on "
-                            "(membership epoch {}); this worker sees it at its next "
-                            "step_boundary()",
+                            "(membership epoch {}); the workers see it at a step boundary they "
+                            "agree on",
                             m.removed, m.why, m.processes, m.epoch);
       if (m.lost && m.joined < 0)
         state_.log.warn("{}", line);
       else
         state_.log.info("{}", line);
+      unseen_.push_back(m);
       latest_ = std::move(m);
     }
     changed_.notify_all();
@@ -259,8 +283,15 @@ class membership {
   std::function<void(wire::msg, std::uint64_t, std::vector<std::byte>)> tell_;
   std::condition_variable changed_;  // with the worker's mutex: a join's word came
   // Under the worker's mutex:
-  rendezvous::membership latest_;
-  std::vector<int> removed_, joined_;  // since the last event
+  rendezvous::membership latest_;      // the newest notice
+  rendezvous::membership shown_;       // the newest handed out
+  std::deque<rendezvous::membership> unseen_;  // notices not handed out yet, oldest first
+  // A removal's agreed boundary (`told`): epochs up to `epoch` are seen from `boundary` on.
+  struct agreed_boundary {
+    std::uint64_t boundary;
+    std::uint64_t epoch;
+  };
+  std::vector<agreed_boundary> agreed_;
   std::uint64_t seen_ = 0;             // the epoch last handed out
   std::uint64_t steps_ = 0;            // step_boundary() calls so far
   bool asked_ = false;                 // a worker waits to join

@@ -68,6 +68,9 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
     });
   release_barriers_locked();
   if (join_) advance_join_locked();  // a pending join waits for members only
+  // The workers see the removal at one step boundary they agree on, as a join.
+  removals_unseen_ = true;
+  next_join_locked();
 }
 
 template <class T>

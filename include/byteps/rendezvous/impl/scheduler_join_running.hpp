@@ -19,6 +19,11 @@
 ///
 /// A join that does not reach step 3 within BYTEPS_OP_TIMEOUT_MS, or whose state sender is
 /// lost first, is called off: the newcomer is refused naming why and the members go on.
+///
+/// A removal is agreed on the same way, without a newcomer (`running_join::machine` -1): step 1,
+/// then `join_at` names the boundary where every member sees the membership so far
+/// (`wire::boundary_only`), and nobody stops there. So every worker sees a removal at the same
+/// step, and a trainer that rescales its learning rate there does it at the same step on all.
 /// Included at the end of rendezvous/scheduler.hpp.
 
 #include "byteps/rendezvous/scheduler.hpp"
@@ -128,9 +133,18 @@ void scheduler<T>::join_running_locked(session& s, const rendezvous::hello& thei
   next_join_locked();
 }
 
-// Starts the next join when none is under way: asks every member how far it is.
+// Starts the next agreement when none is under way (a removal's first, then a join): asks
+// every member how far it is.
 template <class T>
 void scheduler<T>::next_join_locked() {
+  while (!join_ && removals_unseen_) {
+    removals_unseen_ = false;
+    join_.emplace();
+    join_->deadline = clock::now() + cfg_.op_timeout;
+    for (auto& m : nodes_)
+      if (member_locked(m)) send_locked(m.link, wire::msg::step_query, {});
+    advance_join_locked();
+  }
   while (!join_ && !joins_waiting_.empty()) {
     const int machine = joins_waiting_.front();
     joins_waiting_.pop_front();
@@ -176,7 +190,8 @@ template <class T>
 void scheduler<T>::advance_join_locked() {
   if (!join_) return;
   auto& j = *join_;
-  const int local_size = nodes_[static_cast<std::size_t>(j.nodes[0])].local_size;
+  const int local_size =
+      j.nodes.empty() ? 0 : nodes_[static_cast<std::size_t>(j.nodes[0])].local_size;
   std::vector<int> members;
   for (std::size_t i = 0; i < nodes_.size(); ++i)
     if (member_locked(nodes_[i])) members.push_back(static_cast<int>(i));
@@ -188,6 +203,7 @@ void scheduler<T>::advance_join_locked() {
       if (r == j.reports.end()) return;  // not everyone said yet
       furthest = std::max(furthest, r->second);
     }
+    if (j.machine < 0) return removal_boundary_locked(members, furthest + 1);
     // The state comes from the lowest machine in the job with the newcomer's local size: its
     // local rank l owns the slices the newcomer's local rank l will.
     for (int m : members) {
@@ -202,19 +218,9 @@ void scheduler<T>::advance_join_locked() {
     log_.info("worker machine {} joins at step boundary {}; worker machine {} sends it the "
               "job's state",
               j.machine, j.boundary, j.donor);
-    for (int m : members) {
-      wire::header h;
-      h.type = wire::msg::join_at;
-      h.round = j.boundary;
-      h.sender = static_cast<std::uint32_t>(j.donor);
-      auto& link = nodes_[static_cast<std::size_t>(m)].link;
-      ++sends_in_flight_;
-      link->send(h, {}, [this, link] {
-        std::lock_guard lock(mu_);
-        --sends_in_flight_;
-        cv_.notify_all();
-      });
-    }
+    for (int m : members)
+      send_join_at_locked(nodes_[static_cast<std::size_t>(m)].link, j.boundary,
+                          static_cast<std::uint32_t>(j.donor), 0);
   }
   if (j.epoch == 0) {
     if (static_cast<int>(j.states.size()) < local_size && removed_.contains(j.donor))
@@ -244,12 +250,43 @@ void scheduler<T>::advance_join_locked() {
   finish_join_locked();
 }
 
+// Every member said how far it is, and none was asked for a join: each sees the membership
+// so far (the removals that started this agreement, and any since) at `boundary`.
+template <class T>
+void scheduler<T>::removal_boundary_locked(const std::vector<int>& members,
+                                          std::uint64_t boundary) {
+  log_.info("the workers see membership epoch {} at step boundary {}", epoch_, boundary);
+  for (int m : members)
+    send_join_at_locked(nodes_[static_cast<std::size_t>(m)].link, boundary, wire::boundary_only,
+                        epoch_);
+  removals_unseen_ = false;
+  join_.reset();
+  next_join_locked();
+}
+
+template <class T>
+void scheduler<T>::send_join_at_locked(const link_ptr& l, std::uint64_t boundary,
+                                       std::uint32_t sender, std::uint64_t epoch) {
+  wire::header h;
+  h.type = wire::msg::join_at;
+  h.round = boundary;
+  h.sender = sender;
+  h.key = epoch;
+  ++sends_in_flight_;
+  l->send(h, {}, [this, l] {
+    std::lock_guard lock(mu_);
+    --sends_in_flight_;
+    cv_.notify_all();
+  });
+}
+
 // Every server took the newcomer: members see the new membership at the boundary, and the
 // newcomer's processes get their welcome and the state.
 template <class T>
 void scheduler<T>::finish_join_locked() {
   auto j = std::move(*join_);
   join_.reset();
+  removals_unseen_ = false;  // its notice is the newest: members see every removal with it
   for (int i : j.nodes) nodes_[static_cast<std::size_t>(i)].joining = false;
   removed_.erase(j.machine);
   // A notice newer than any a member heard (a removal may have come while the servers took the
@@ -311,7 +348,14 @@ void scheduler<T>::abort_join_locked(const std::string& why) {
     n.rank = -1;
     send_locked(n.link, wire::msg::refuse, text("cannot join the running job: " + why), 0, true);
   };
-  if (join_) {
+  if (join_ && join_->machine < 0) {  // a removal's agreement: each sees it where it can
+    log_.warn("the workers did not agree on a step boundary to see membership epoch {} at: {}; "
+              "each sees it at its next step_boundary()",
+              epoch_, why);
+    for (auto& m : nodes_)
+      if (member_locked(m)) send_join_at_locked(m.link, 0, wire::boundary_only, epoch_);
+    join_.reset();
+  } else if (join_) {
     if (join_->epoch != 0) return;  // the servers took it: it joins (and is removed if lost)
     for (int i : join_->nodes) refuse(nodes_[static_cast<std::size_t>(i)]);
     for (auto& m : nodes_)
