@@ -204,6 +204,7 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
   bool seen_own_join = joiner;
   bool joined_agree = true;  // at the step of each join
   bool lost_unplanned = false;  // a worker was lost that --die-at-step did not end
+  int removal_seen_at = -1;     // the step at whose boundary this worker saw the first removal
   for (int global = at.global; global < steps * hp.epochs; ++global) {
     const int epoch = global / steps + 1, step = global % steps;
     if (step == 0) at.loss_sum = 0;
@@ -218,6 +219,7 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
       // A worker that joined saw its join above, at this step's boundary.
     } else if (const auto change = comm.step_boundary()) {
       lost_unplanned = lost_unplanned || (!change->removed.empty() && args.die_at_step < 0);
+      if (!change->removed.empty() && removal_seen_at < 0) removal_seen_at = global;
       if (!change->joined.empty()) {
         // Every worker sees a join at this same step: the batch is split anew.
         if (at.join_at >= 0) at.replayable = 0;
@@ -295,6 +297,11 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
     exact = exact &&
             same_bits(reference[static_cast<std::size_t>(l)], params[static_cast<std::size_t>(l)]);
   }
+  // Every worker saw the removal at the same step (the boundary the scheduler had them agree
+  // on): the sum of each one's step + 1 is then the job's size times its own.
+  std::vector<float> seen_at{static_cast<float>(removal_seen_at + 1)};
+  comm.push_pull("removal_seen_at", std::span<float>(seen_at)).wait();
+  const bool seen_together = seen_at[0] == static_cast<float>(comm.size() * (removal_seen_at + 1));
   comm.barrier();
   if (comm.rank() == 0)
     std::printf("final parameters: digest %016llx\n",
@@ -308,6 +315,11 @@ int run_elastic(const bps::Config& cfg, const Args& args) {
                   joined_agree ? "parameters equal rank 0's bit for bit after the step a worker "
                                  "joined at (step " + std::to_string(at.join_at) + ")"
                                : "parameters differ from rank 0's after a worker joined");
+  if (removal_seen_at >= 0 || !seen_together)
+    result.report(seen_together,
+                  seen_together ? "every worker saw the removal at the same step (step " +
+                                      std::to_string(removal_seen_at) + ")"
+                                : "the workers saw the removal at different steps");
   if (lost_unplanned)
     result.skip("parameters equal the elastic reference: a worker was lost at a step this run "
                 "does not know (killed from outside), so the replay cannot drop it there");

@@ -4,8 +4,9 @@
 #   1. BYTEPS_MIN_NUM_WORKER=2: the last process (of machine 2) ends itself with SIGKILL at the
 #      start of step DIE_AT (train_mlp --die-at-step). The job must exit 0 with 2 machines, the
 #      scheduler must say it removed machine 2 (with its other local ranks), and train_mlp's
-#      checks must pass on every process left: the loss fell, they agree bit for bit, and they
-#      equal the single-process replay that drops machine 2 from that step on.
+#      checks must pass on every process left: the loss fell, they agree bit for bit, they saw
+#      the removal at the same step, and they equal the single-process replay that drops machine
+#      2 from that step on.
 #   2. BYTEPS_MIN_NUM_WORKER=3: the same death fails the job, naming the worker and the minimum.
 #   elastic_main_job.sh BYTEPS_LAUNCH TRAIN_MLP [EPOCHS [DIE_AT [BATCH [LOCAL_SIZE]]]]
 set -uo pipefail
@@ -42,7 +43,8 @@ for m in 0 1; do
 done
 for w in "${survivors[@]}"; do
   for check in "OK loss fell" "OK parameters equal rank 0's bit for bit" \
-    "OK parameters equal the elastic reference bit for bit"; do
+    "OK parameters equal the elastic reference bit for bit" \
+    "OK every worker saw the removal at the same step"; do
     grep -q "\[worker $w\] $check" "$work/survived.log" || fail "worker $w did not report: $check"
   done
 done

@@ -36,6 +36,8 @@ void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool 
                        cfg_.fewest_workers()));
   workers_ = m.processes;
   if (remain == 0) {  // the last worker said bye: the job ends as it always does
+    removals_unseen_ = false;  // nobody is left to see them
+    if (join_ && join_->machine < 0) join_.reset();
     if (join_ || !joins_waiting_.empty())
       abort_join_locked("every worker of the job left before this one could join");
     return;
