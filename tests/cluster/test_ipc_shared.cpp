@@ -278,3 +278,27 @@ TEST_CASE("ipc: local::host's owned slices reach the colocated servers by refere
   CHECK(workers->through_shm * static_cast<std::uint64_t>(rounds - 1) <= workers->by_reference);
   CHECK(servers->by_reference == 0);  // answers are copied: the servers share nothing
 }
+
+TEST_CASE("ipc transport: pool buffers go into shared memory only once a peer on the host "
+          "connected - a server on a host of its own keeps them on the heap",
+          "[ipc]") {
+  detail::buffer_pool pool;
+  int slabs = 0;
+  bool peer_here = false;
+  pool.share_from(
+      4096, [&](const std::string&, std::span<std::byte>) { ++slabs; }, [&] { return peer_here; });
+  auto alone = pool.take(8192);
+  CHECK_FALSE(alone.shared());
+  CHECK(slabs == 0);
+  peer_here = true;
+  auto colocated = pool.take(16384);
+  CHECK(colocated.shared());
+  CHECK(slabs == 1);
+  // What share_pool asks a server's ipc transport: true on the end that accepted a peer on its
+  // host, from its hello on; never on the end that connected.
+  test::ring_pair pair;
+  CHECK(pair.server_net.peer_on_host());
+  CHECK_FALSE(pair.client_net.peer_on_host());
+  test::ipc_tcp lone{test::base_config(1, 1)};
+  CHECK_FALSE(lone.peer_on_host());
+}

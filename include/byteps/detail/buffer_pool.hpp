@@ -68,18 +68,20 @@ class buffer_pool {
         return b;
       }
     }
-    if (share_ && size >= share_min_)
+    if (share_ && size >= share_min_ && (!share_wanted_ || share_wanted_()))
       if (std::byte* p = carve_shared(size)) return buffer{{p, release{false}}, size};
     buffer b{std::unique_ptr<std::byte[], release>(new std::byte[size]), size};
     if (on_new_) on_new_(b.span());
     return b;
   }
 
-  /// Makes buffers of at least `min_bytes` in shared memory from now on and passes each to
-  /// `f` (see the file comment). Call before the pool is shared with other threads.
-  void share_from(std::size_t min_bytes, share_function f) {
+  /// Makes buffers of at least `min_bytes` in shared memory from now on, while `wanted` says so
+  /// (always, without one), and passes each slab to `f` (see the file comment). Call before
+  /// the pool is shared with other threads.
+  void share_from(std::size_t min_bytes, share_function f, std::function<bool()> wanted = {}) {
     share_min_ = min_bytes;
     share_ = std::move(f);
+    share_wanted_ = std::move(wanted);
   }
 
   /// Calls `f` with each buffer allocated from now on, and keeps every buffer given back. Call
@@ -133,6 +135,7 @@ class buffer_pool {
   static constexpr std::size_t max_free_per_size = 64;
   std::function<void(std::span<std::byte>)> on_new_;
   share_function share_;
+  std::function<bool()> share_wanted_;  // asked at each new buffer: share this one?
   std::size_t share_min_ = 0;
   std::mutex mu_;
   std::unordered_map<std::size_t, std::vector<buffer>> free_;

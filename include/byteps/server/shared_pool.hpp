@@ -9,7 +9,9 @@
 /// stays put until round + 2 begins (`key_state::finish_round`), and a round begins only after
 /// every worker pushed the one before, which each does after it read the answer of the one
 /// before that (a worker runs one operation on a tensor at a time). Every other reply with
-/// bytes owns them on the heap (`reply::keep`). Other transports leave the pool as it is.
+/// bytes owns them on the heap (`reply::keep`). Other transports leave the pool as it is, and
+/// so does a server no worker on its host connected to before a buffer is made: its answers
+/// go by TCP, where shared memory buys nothing.
 
 #include <cstddef>
 #include <span>
@@ -34,7 +36,7 @@ void share_pool(detail::buffer_pool& pool, T& transport, logger& log) {
         return;
       }
       transport.share_memory(path, memory);
-    });
+    }, [&transport] { return transport.peer_on_host(); });
   }
 }
 

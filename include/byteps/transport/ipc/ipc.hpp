@@ -142,6 +142,9 @@ class ipc {
   }
   /// Whether `share_memory` would be used: the shortcut is on.
   bool shares_memory() const noexcept { return enabled_; }
+  /// Whether a peer on this host connected to this end (and was admitted) so far: one that
+  /// could read what is shared. A server on a host of its own has none.
+  bool peer_on_host() const noexcept { return peer_on_host_.load(std::memory_order_relaxed); }
   /// Payloads this transport has sent by reference into shared memory so far (for tests).
   std::uint64_t payloads_by_reference() const noexcept { return by_reference_.load(); }
 
@@ -152,6 +155,7 @@ class ipc {
   std::atomic<std::uint64_t> through_shm_{0};
   std::atomic<std::uint64_t> in_place_{0};
   std::atomic<std::uint64_t> by_reference_{0};
+  std::atomic<bool> peer_on_host_{false};
   ipc_detail::shared_regions shared_;
   detail::task_thread copier_;  // last: joins first, while everything above still lives
 };

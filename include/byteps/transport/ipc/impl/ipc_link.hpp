@@ -284,7 +284,9 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
   bool same_host() const { return ipc_detail::same_host(inner_->peer(), inner_->local_host()); }
 
   void announce() {
-    if (!connecting_ && owner_->enabled_ && same_host()) send_control(ipc_detail::ipc_able, {});
+    if (connecting_ || !owner_->enabled_ || !same_host()) return;
+    owner_->peer_on_host_.store(true, std::memory_order_relaxed);
+    send_control(ipc_detail::ipc_able, {});
   }
 
   // A control frame with its typed payload (transport/ipc/ipc_messages.hpp), or none.
