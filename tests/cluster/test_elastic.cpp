@@ -29,6 +29,13 @@ std::optional<membership_event> next_change(comm_t& comm) {
   return std::nullopt;
 }
 
+// Waits until server 0 (as the cluster handed it over) applied membership epoch 1.
+void expect_epoch_1_applied(const std::atomic<cluster::server_type*>& server) {
+  BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
+                                                        std::chrono::seconds(10)),
+             "server 0 did not apply membership epoch 1 within 10 s");
+}
+
 }  // namespace
 
 TEST_CASE("elastic: a worker of 3 vanishes mid-round, the 2 left redo it, every sum exact",
@@ -73,9 +80,7 @@ TEST_CASE("elastic: a worker of 3 vanishes mid-round, the 2 left redo it, every 
           // would complete round 1 with worker 2's push in it, as it should (the round was
           // not over when it died, but it was whole).
           vanished.wait();
-          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
-                                                                std::chrono::seconds(10)),
-                     "server 0 did not apply membership epoch 1 within 10 s");
+          expect_epoch_1_applied(server);
         }
         std::fill(w.begin(), w.end(), static_cast<float>(m + 1));
         comm.push_pull("w", std::span(w)).wait();
@@ -145,9 +150,7 @@ TEST_CASE("elastic: a broadcast whose root vanishes mid-round fails by name on t
         if (m == 0) pushed.wait();  // its push joins the root's in round 1
         if (m == 1) {               // its push comes after the round started over without it
           vanished.wait();
-          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
-                                                                std::chrono::seconds(10)),
-                     "server 0 did not apply membership epoch 1 within 10 s");
+          expect_epoch_1_applied(server);
         }
         std::fill(b.begin(), b.end(), static_cast<float>(m + 1));
         try {
@@ -214,9 +217,7 @@ TEST_CASE("elastic: every worker sees a removal at the same step boundary, howev
           // Worker 0 reaches boundary 1 long after its notice came: shown at once, it would
           // see the removal a step before worker 1.
           vanished.wait();
-          BPS_EXPECT(testing::server_access::applied_membership(*server.load(), 1,
-                                                                std::chrono::seconds(10)),
-                     "server 0 did not apply membership epoch 1 within 10 s");
+          expect_epoch_1_applied(server);
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
           if (auto e = comm.step_boundary()) {
             seen_at[m] = 1;
