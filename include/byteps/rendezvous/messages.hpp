@@ -146,7 +146,8 @@ struct membership {
   bool lost = true;                   ///< it was lost (a failure), rather than it left
   std::int32_t joined = -1;           ///< the machine this change added (-1: none)
   /// A join: the step boundary every member waits at for it (the workers' `step_boundary()`
-  /// calls, counted from 1); 0 for a removal, seen at whichever boundary comes next.
+  /// calls, counted from 1); 0 for a removal, whose boundary the scheduler names after it
+  /// (`join_at` from `wire::boundary_only`).
   std::uint64_t boundary = 0;
   friend bool operator==(const membership&, const membership&) = default;
 };
