@@ -67,8 +67,8 @@ class membership {
   void joined(rendezvous::membership m, job_state s) {
     std::lock_guard lock(state_.mu);
     steps_ = s.boundaries - 1;  // its first call is the boundary the members stop at
-    unseen_.push_back(m);
-    latest_ = std::move(m);
+    newest_epoch_ = m.epoch;
+    unseen_.push_back(std::move(m));
     arrived_ = std::move(s);
   }
   bool joined_running_job() const {
@@ -103,7 +103,7 @@ class membership {
       lock.unlock();
       registry_.load(s);
       lock.lock();
-      auto e = event_locked(-1, 0, latest_.epoch);
+      auto e = event_locked(-1, 0, newest_epoch_);
       e.joined = {state_.machine};
       return e;
     }
@@ -250,7 +250,7 @@ class membership {
         return state_.die_locked(
             fmt::format("malformed membership notice from the scheduler: {}", e.what()));
       }
-      if (m.epoch <= latest_.epoch) return;
+      if (m.epoch <= newest_epoch_) return;
       if (!std::binary_search(m.members.begin(), m.members.end(), state_.machine))
         return state_.die_locked(fmt::format(
             "this worker's machine {} was removed from the job (membership epoch {}): {}",
@@ -269,8 +269,8 @@ class membership {
         state_.log.warn("{}", line);
       else
         state_.log.info("{}", line);
-      unseen_.push_back(m);
-      latest_ = std::move(m);
+      newest_epoch_ = m.epoch;
+      unseen_.push_back(std::move(m));
     }
     changed_.notify_all();
   }
@@ -283,7 +283,7 @@ class membership {
   std::function<void(wire::msg, std::uint64_t, std::vector<std::byte>)> tell_;
   std::condition_variable changed_;  // with the worker's mutex: a join's word came
   // Under the worker's mutex:
-  rendezvous::membership latest_;      // the newest notice
+  std::uint64_t newest_epoch_ = 0;     // of the newest notice
   rendezvous::membership shown_;       // the newest handed out
   std::deque<rendezvous::membership> unseen_;  // notices not handed out yet, oldest first
   // A removal's agreed boundary (`told`): epochs up to `epoch` are seen from `boundary` on.

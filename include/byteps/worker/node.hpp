@@ -343,9 +343,9 @@ class node {
   }
 
   // The push and pull of `data` (the caller's buffer, or the local stage's slice in host
-  // memory), bounded by `deadline`.
+  // memory), bounded by `deadline`; `holds_data` false: a broadcast's zeros (wire::flag_no_data).
   handle start(std::string name, std::string what, void* data, std::size_t count, dtype type,
-               push_pull_options opts, clock::time_point deadline, bool holds_data = true) {
+               push_pull_options opts, clock::time_point deadline, bool holds_data) {
     check_request(what, data, count, type, opts);
     auto op = std::make_shared<detail::op_state>();
     op->what = std::move(what);
