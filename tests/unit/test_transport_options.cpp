@@ -1,3 +1,4 @@
+#include <byteps/rendezvous/scheduler_node.hpp>
 #include <byteps/transport/faulty/faulty_options.hpp>
 #include <byteps/transport/ipc/ipc_options.hpp>
 #include <byteps/transport/tcp/tcp_options.hpp>
@@ -49,6 +50,23 @@ TEST_CASE("transport options from a Config carry its recorded values, through de
   CHECK(faulty.plan == nullptr);  // the environment names no faults
   CHECK_FALSE(faulty.inner.enabled);
   CHECK(faulty.inner.inner.io_threads == 3);
+}
+
+TEST_CASE("a scheduler's transport sleeps at once whatever BYTEPS_IO_POLL_US says - the rest is "
+          "the environment's",
+          "[options]") {
+  bps::Config c;
+  c.io_poll = std::chrono::microseconds(500);
+  c.io_threads = 2;
+  const auto tcp = bps::SchedulerNode<bps::transport::tcp>::default_transport_options(c);
+  CHECK(tcp.poll_before_sleep == std::chrono::microseconds(0));
+  CHECK(tcp.io_threads == 2);
+  const auto ipc =
+      bps::SchedulerNode<bps::transport::ipc<bps::transport::tcp>>::default_transport_options(c);
+  CHECK(ipc.inner.poll_before_sleep == std::chrono::microseconds(0));
+  CHECK(ipc.inner.io_threads == 2);
+  // A worker's and a server's transports poll as the variable says.
+  CHECK(ipc_tcp_options::from(c).inner.poll_before_sleep == std::chrono::microseconds(500));
 }
 
 TEST_CASE("tcp options out of range are refused, naming the field", "[options]") {

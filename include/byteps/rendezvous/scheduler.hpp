@@ -238,8 +238,7 @@ class scheduler {
     l->send(h, *body, [this, body, l, close_after] {
       if (close_after) l->close();
       std::lock_guard lock(mu_);
-      --sends_in_flight_;
-      cv_.notify_all();
+      if (--sends_in_flight_ == 0 && draining_) cv_.notify_all();
     });
   }
   static std::vector<std::byte> text(const std::string& s) {
@@ -360,6 +359,7 @@ class scheduler {
 
   // Lets queued notices leave (bounded), then closes everything.
   void finish(std::unique_lock<std::mutex>& lock) {
+    draining_ = true;
     cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sends_in_flight_ == 0; });
     lock.unlock();
     gate_.stop();
@@ -383,6 +383,7 @@ class scheduler {
   bool shutting_down_ = false;
   std::string failure_;
   int sends_in_flight_ = 0;
+  bool draining_ = false;  // finish() waits for sends_in_flight_ to reach 0
   int workers_ = 0;                  // worker processes, once formed (elastic: still in the job)
   std::uint64_t epoch_ = 0;          // elastic: membership changes so far
   std::set<int> removed_;            // elastic: worker machines removed from the job

@@ -9,6 +9,7 @@
 /// (`BYTEPS_COMPILED`) the shipped transports' schedulers come from the library
 /// `byteps::compiled` (docs/architecture.md, "Compiled mode").
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -32,9 +33,18 @@ class SchedulerNode {
  public:
   using transport_options = transport::options_t<T>;
 
+  /// The options a scheduler's transport is built with when none are given: the environment's
+  /// (`T::options::from(cfg)`) less polling. The scheduler is off the data path, so its I/O
+  /// threads sleep at once whatever BYTEPS_IO_POLL_US says: polling would only take a core from
+  /// the workers and servers beside it.
+  static transport_options default_transport_options(Config cfg) {
+    cfg.io_poll = std::chrono::microseconds(0);
+    return transport_options::from(cfg);
+  }
+
   /// Listens on `scheduler_host:scheduler_port` (port 0: any free port; see `port()`). The
-  /// transport is built with `transport_options`, or without them with `T::options::from(cfg)`
-  /// (the environment's). `T` must model `Transport`: checked here.
+  /// transport is built with `transport_options`, or without them with
+  /// `default_transport_options(cfg)`. `T` must model `Transport`: checked here.
   explicit SchedulerNode(const Config& cfg);
   SchedulerNode(const Config& cfg, const transport_options& options);
   SchedulerNode(const SchedulerNode&) = delete;

@@ -275,8 +275,7 @@ void scheduler<T>::send_join_at_locked(const link_ptr& l, std::uint64_t boundary
   ++sends_in_flight_;
   l->send(h, {}, [this, l] {
     std::lock_guard lock(mu_);
-    --sends_in_flight_;
-    cv_.notify_all();
+    if (--sends_in_flight_ == 0 && draining_) cv_.notify_all();
   });
 }
 

@@ -16,7 +16,7 @@ namespace bps {
 
 template <class T>
 SchedulerNode<T>::SchedulerNode(const Config& cfg)
-    : SchedulerNode(cfg, transport_options::from(cfg)) {}
+    : SchedulerNode(cfg, default_transport_options(cfg)) {}
 
 template <class T>
 SchedulerNode<T>::SchedulerNode(const Config& cfg, const transport_options& options) {
