@@ -3,9 +3,11 @@
 # loopback, its CPU time (user + system, from the shell that ran it) per GB of pushes summed,
 # for each dtype asked. The bound is what a server must read and write, each push once and the
 # sum once, (W + 1) x the tensor's bytes a round, at this machine's memory bandwidth on one
-# core: twice memcpy's rate (a copy reads and writes each byte; bps-micro's BM_memcpy/4096000,
-# the default partition, the size the server's loops run over). x_bound is the measured CPU
-# over that. Prints one table row per dtype.
+# core: twice memcpy's rate (a copy reads and writes each byte). Two rates give two bounds:
+# x_bound with bps-micro's BM_memcpy/4096000 (the default partition, the size the server's
+# loops run over, which fits in the last-level cache) and x_mem with BM_memcpy/67108864 (past
+# the cache: memory itself, where a round of W 64 MiB pushes lies). Each is the measured CPU
+# over that bound. Prints one table row per dtype.
 #   benchmarks/server-cpu.sh [--build DIR] [--workers W] [--bytes SIZE] [--iters N]
 #                            [--dtypes LIST] [--marginal M]
 # --marginal M: also runs M iterations (M > N) and prints a second row per dtype, "+rounds",
@@ -16,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-bench workers=4 bytes=64M iters=20 dtypes=float32,float16 marginal=0
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -47,14 +49,19 @@ size=$(to_bytes "$bytes")
 work=$(mktemp -d)
 trap '[[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
 
-# memcpy's rate on this machine (bytes/s, one core) for the default partition, 4096000 bytes.
-micro_size=4096000
-memcpy_rate=$("$build/benchmarks/bps-micro" --benchmark_filter="^BM_memcpy/$micro_size\$" \
-  --benchmark_format=json 2>/dev/null | python3 -c '
+# memcpy's rate on this machine (bytes/s, one core) for `$1` bytes.
+memcpy_rate_of() {
+  local rate
+  rate=$("$build/benchmarks/bps-micro" --benchmark_filter="^BM_memcpy/$1\$" \
+    --benchmark_format=json 2>/dev/null | python3 -c '
 import json, sys
 rows = [b for b in json.load(sys.stdin)["benchmarks"] if b.get("run_type") != "aggregate"]
 print(rows[0]["bytes_per_second"] if rows else "")')
-[[ -n $memcpy_rate ]] || { echo "server-cpu.sh: bps-micro has no BM_memcpy/$micro_size" >&2; exit 1; }
+  [[ -n $rate ]] || { echo "server-cpu.sh: bps-micro has no BM_memcpy/$1" >&2; exit 1; }
+  echo "$rate"
+}
+memcpy_rate=$(memcpy_rate_of 4096000)      # the default partition, in the cache
+memory_rate=$(memcpy_rate_of 67108864)     # past the last-level cache
 
 # The server, wrapped so that its shell prints the CPU its child used when it exits (the
 # scheduler runs the same program, and prints its own; only server 0's line is read).
@@ -67,9 +74,10 @@ exit \$status
 WRAP
 chmod +x "$work/server"
 
-printf '# %s workers, 1 server, %s bytes per push, %s iterations (+5 warm-up), loopback; memcpy %.2f GB/s\n' \
-  "$workers" "$size" "$iters" "$(python3 -c "print($memcpy_rate / 1e9)")"
-printf '# %-8s %8s %8s %10s %13s %9s\n' dtype user_s sys_s GB_summed cpu_s_per_GB x_bound
+printf '# %s workers, 1 server, %s bytes per push, %s iterations (+5 warm-up), loopback; memcpy %.2f GB/s (4096000 bytes), %.2f GB/s (64 MiB)\n' \
+  "$workers" "$size" "$iters" "$(python3 -c "print($memcpy_rate / 1e9)")" \
+  "$(python3 -c "print($memory_rate / 1e9)")"
+printf '# %-8s %8s %8s %10s %13s %9s %7s\n' dtype user_s sys_s GB_summed cpu_s_per_GB x_bound x_mem
 # Runs one job of `$2` iterations of dtype `$1`; sets `user` and `system`, the server's CPU
 # seconds.
 server_times() {
@@ -85,15 +93,16 @@ print(*(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", sys.ar
 
 # One table row: `label`, user and system seconds over `rounds` rounds of the job.
 row() {
-  python3 - "$@" "$workers" "$size" "$memcpy_rate" <<'PY'
+  python3 - "$@" "$workers" "$size" "$memcpy_rate" "$memory_rate" <<'PY'
 import sys
 label, user, system, rounds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-workers, size, rate = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+workers, size = int(sys.argv[5]), int(sys.argv[6])
+cache_rate, memory_rate = float(sys.argv[7]), float(sys.argv[8])
 cpu = user + system
 summed = workers * size * rounds         # bytes of pushes the server summed
-bound = (workers + 1) * size * rounds / (2 * rate)
+moved = (workers + 1) * size * rounds    # bytes it must read and write
 print(f"  {label:<8} {user:8.2f} {system:8.2f} {summed / 1e9:10.2f} {cpu / (summed / 1e9):13.3f} "
-      f"{cpu / bound:9.1f}")
+      f"{cpu / (moved / (2 * cache_rate)):9.1f} {cpu / (moved / (2 * memory_rate)):7.1f}")
 PY
 }
 
