@@ -2,9 +2,10 @@
 /// @file
 /// `bps::local::host`: several CPU processes per machine (BYTEPS_LOCAL_SIZE) meet in POSIX
 /// shared memory. The local steps of a push_pull go partition by partition
-/// (`PartitionedSteps`, local_collective.hpp): in `reduce_scatter` every local rank copies its
-/// tensor into its slot of the tensor's segment and waits for the others; `reduce_part` sums one
-/// partition it owns over all slots into the segment's result, and the worker pushes it from
+/// (`PartitionedSteps`, local_collective.hpp): in `reduce_scatter` every local rank copies into
+/// its slot of the tensor's segment the slices the others own, and waits for the others;
+/// `reduce_part` sums one partition it owns over the other ranks' slots and its own tensor into
+/// the segment's result, and the worker pushes it from
 /// there at once while the next is summed; the sum lands back in the result, and `part_back`
 /// stamps the partition there; `gather_part` copies a stamped partition out, whichever local
 /// rank owns it, while the others are still on the network. The worker's stage thread runs the
@@ -111,7 +112,8 @@ class host {
 
   static constexpr partition_steps partitioned{};
 
-  /// Sums partition `i` (one this rank owns) over every local rank's slot into the result.
+  /// Sums partition `i` (one this rank owns) over the other local ranks' slots and this rank's
+  /// tensor into the result.
   BYTEPS_DECL bool reduce_part(work& w, tensor_state& t, std::size_t i);
 
   /// Partition `i`'s sum is in the result: the other local ranks may copy it out.

@@ -32,10 +32,18 @@ void host::attach(const cluster& c) {
 step_status host::reduce_scatter(work& w, tensor_state& t, step_state& s) {
   if (s == step_state::arrive) {
     if (t.arrived == nullptr) open(t, w);
-    if (w.contributes)
-      std::memcpy(t.slot(local_rank_), w.data, w.count * dtype_size(w.type));
-    else
+    if (w.contributes) {
+      // Only what the other ranks sum: this rank sums its own slices from its tensor
+      // (`reduce_part`), so they need no copy.
+      const auto esize = dtype_size(w.type);
+      const auto [first, last] = owned_range(w.count, local_rank_, local_size_, cluster_.slices);
+      const auto* data = static_cast<const std::byte*>(w.data);
+      std::memcpy(t.slot(local_rank_), data, first * esize);
+      std::memcpy(t.slot(local_rank_) + last * esize, data + last * esize,
+                  (w.count - last) * esize);
+    } else {
       reduce::fill_negative_zero(t.slot(local_rank_), w.count, w.type);
+    }
     t.arrived->fetch_add(1, std::memory_order_acq_rel);
     ring();
     s = step_state::reduce;
@@ -55,7 +63,12 @@ bool host::reduce_part(work& w, tensor_state& t, std::size_t i) {
   const part& p = w.parts[i];
   const auto esize = dtype_size(w.type);
   inputs_.clear();
-  for (int l = 0; l < local_size_; ++l) inputs_.push_back(t.slot(l) + p.first * esize);
+  // This rank's own input is its tensor, unchanged until the partition's sum comes back and is
+  // gathered into it (its slot holds only the slices other ranks own).
+  for (int l = 0; l < local_size_; ++l)
+    inputs_.push_back(l == local_rank_ && w.contributes
+                          ? static_cast<const std::byte*>(w.data) + p.first * esize
+                          : t.slot(l) + p.first * esize);
   reduce::sum_of(t.result(local_size_) + p.first * esize, inputs_, p.last - p.first, w.type,
                  scratch_);
   return true;
