@@ -43,6 +43,12 @@ class tcp {
   void register_memory(std::span<std::byte>) noexcept {}  // TCP reads into any memory
   BYTEPS_DECL void stop();
 
+  /// Links of this transport in the middle of a payload of `link::long_payload_bytes` or more,
+  /// now: while any is, its I/O threads do not poll (for tests and logs).
+  int long_reads_now() const noexcept {
+    return engine_.long_reads()->load(std::memory_order_relaxed);
+  }
+
  private:
   BYTEPS_DECL std::shared_ptr<link> adopt(asio::ip::tcp::socket socket);
   static int io_threads(const options& opts) {

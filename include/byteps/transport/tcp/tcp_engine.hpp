@@ -12,6 +12,7 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,10 @@ class tcp_engine {
   ~tcp_engine() { stop(); }
 
   asio::io_context& io() noexcept { return io_; }
+
+  /// The count its links keep of those in the middle of a long payload (tcp_link.hpp,
+  /// `long_payload_bytes`): handed to each link the transport makes.
+  const std::shared_ptr<std::atomic<int>>& long_reads() const noexcept { return long_reads_; }
   tcp_listeners& listeners() noexcept { return listeners_; }
 
   /// Keeps `link` to close when the transport stops; closes it at once if it stopped already.
@@ -99,6 +104,8 @@ class tcp_engine {
   // A frame that comes soon after the last (an answer to a push just sent, the second worker's
   // push of a round) is read without the wake-up from epoll_wait, which costs tens of
   // microseconds; the thread yields while it polls, so a thread with work on its core runs.
+  // While a link is in the middle of a long payload the thread sleeps between events instead:
+  // the next is more of that payload, and polling for it only takes a core from others.
   void run(std::chrono::microseconds poll) {
     if (poll.count() == 0) return static_cast<void>(io_.run());
     using clock = std::chrono::steady_clock;
@@ -106,7 +113,7 @@ class tcp_engine {
     while (!io_.stopped()) {
       if (io_.poll() > 0) {
         last = clock::now();
-      } else if (clock::now() - last < poll) {
+      } else if (clock::now() - last < poll && long_reads_->load(std::memory_order_relaxed) == 0) {
         std::this_thread::yield();
       } else {
         io_.run_one();
@@ -115,6 +122,7 @@ class tcp_engine {
     }
   }
 
+  std::shared_ptr<std::atomic<int>> long_reads_ = std::make_shared<std::atomic<int>>(0);
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::vector<std::thread> threads_;

@@ -26,6 +26,7 @@
 #include <asio/read.hpp>
 #include <asio/strand.hpp>
 #include <asio/write.hpp>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -55,7 +56,16 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
  public:
   using stream_type = Stream;
 
-  basic_tcp_link(Stream socket, std::size_t max_frame, const logger& log);
+  /// `long_reads`: the transport's count of its links in the middle of a long payload (see
+  /// `long_payload_bytes`), which its I/O threads read; null: none is kept.
+  basic_tcp_link(Stream socket, std::size_t max_frame, const logger& log,
+                 std::shared_ptr<std::atomic<int>> long_reads = nullptr);
+  ~basic_tcp_link() { long_read(false); }
+
+  /// A payload of this many bytes or more is long: while one is read, the next event on the
+  /// link is only more of it, so the transport's I/O threads sleep between its reads instead of
+  /// polling for it (tcp_engine.hpp). At 1 Gbit/s it takes 2 ms, ten times the poll window.
+  static constexpr std::size_t long_payload_bytes = 256 * 1024;
 
   void start(std::shared_ptr<receiver> r);
 
@@ -157,6 +167,14 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   // Runs on the strand. Reports the first reason only.
   void fail(const std::string& reason);
 
+  // Strand only (and the destructor): this link is, or is no longer, in the middle of a long
+  // payload; counted once either way.
+  void long_read(bool reading) noexcept {
+    if (reading == in_long_read_ || !long_reads_) return;
+    in_long_read_ = reading;
+    long_reads_->fetch_add(reading ? 1 : -1, std::memory_order_relaxed);
+  }
+
   Stream socket_;
   asio::strand<asio::any_io_executor> strand_;
   std::size_t max_frame_;
@@ -169,6 +187,8 @@ class basic_tcp_link : public std::enable_shared_from_this<basic_tcp_link<Stream
   wire::header current_{};
   std::vector<std::byte> skipped_;  // payload of a transport frame nobody here handles
   bool failed_ = false;             // strand only
+  std::shared_ptr<std::atomic<int>> long_reads_;
+  bool in_long_read_ = false;  // strand only: counted in long_reads_
   std::string close_reason_;
   std::mutex mu_;
   std::deque<outgoing> queue_;

@@ -123,7 +123,8 @@ class tls {
 template <class Inner>
 requires std::same_as<Inner, tcp> std::shared_ptr<tls_link> tls<Inner>::adopt(tls_stream stream) {
   tune_connection(stream.lowest_layer(), notsent_lowat_);
-  return engine_.track(std::make_shared<link>(std::move(stream), max_frame_, log_));
+  return engine_.track(
+      std::make_shared<link>(std::move(stream), max_frame_, log_, engine_.long_reads()));
 }
 
 template <class Inner>

@@ -13,7 +13,8 @@ tcp::tcp(const Config& cfg, const options& opts)
 
 std::shared_ptr<tcp::link> tcp::adopt(asio::ip::tcp::socket socket) {
   tune_connection(socket, notsent_lowat_);
-  return engine_.track(std::make_shared<link>(std::move(socket), max_frame_, log_));
+  return engine_.track(
+      std::make_shared<link>(std::move(socket), max_frame_, log_, engine_.long_reads()));
 }
 
 std::uint16_t tcp::listen(const std::string& host, std::uint16_t port,

@@ -8,11 +8,13 @@
 namespace bps::transport {
 
 template <class Stream>
-basic_tcp_link<Stream>::basic_tcp_link(Stream socket, std::size_t max_frame, const logger& log)
+basic_tcp_link<Stream>::basic_tcp_link(Stream socket, std::size_t max_frame, const logger& log,
+                                       std::shared_ptr<std::atomic<int>> long_reads)
     : socket_(std::move(socket)),
       strand_(asio::make_strand(socket_.get_executor())),
       max_frame_(max_frame),
-      log_(log) {
+      log_(log),
+      long_reads_(std::move(long_reads)) {
   std::error_code ec;
   auto remote = socket_.lowest_layer().remote_endpoint(ec);
   peer_ = ec ? std::string("unknown peer") : endpoint_text(remote);
@@ -170,6 +172,7 @@ void basic_tcp_link<Stream>::on_header() {
     return fail("protocol error: " + reason);
   }
   if (dest.empty()) return deliver({});
+  if (dest.size() >= long_payload_bytes) long_read(true);
   if (step != 0 && dest.size() > step) return read_in_steps(dest, 0, step);
   asio::async_read(socket_, asio::buffer(dest.data(), dest.size()),
                    asio::bind_executor(strand_, [self = this->shared_from_this(), dest](
@@ -197,6 +200,7 @@ void basic_tcp_link<Stream>::read_in_steps(std::span<std::byte> dest, std::size_
 
 template <class Stream>
 void basic_tcp_link<Stream>::deliver(std::span<std::byte> payload) {
+  long_read(false);
   if (failed_) return;
   if (call_receiver([&] { receiver_->on_message(current_, payload); })) read_header();
 }
@@ -281,6 +285,7 @@ void basic_tcp_link<Stream>::write_failed(const std::error_code& ec) {
 
 template <class Stream>
 void basic_tcp_link<Stream>::fail(const std::string& reason) {
+  long_read(false);
   if (failed_) return;
   failed_ = true;
   close_reason_ = reason;
