@@ -12,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -21,22 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "../cluster/poll_until.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
 
 namespace transport = bps::transport;
 namespace wire = bps::wire;
-
-// Polls `condition` until it holds or 10 s pass.
-bool long_reads_settle(const std::function<bool()>& condition) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 // Takes every frame into a buffer of its own; counts the frames and records the close.
 class long_read_sink final : public transport::receiver {
@@ -126,9 +117,9 @@ TEST_CASE("tcp link: counted as reading a long payload exactly while one is half
 
   peer.write_header(long_bytes);
   peer.write_bytes(long_bytes / 2);
-  REQUIRE(long_reads_settle([&] { return net.long_reads_now() == 1; }));
+  REQUIRE(bps::test::poll_until([&] { return net.long_reads_now() == 1; }, 10s));
   peer.write_bytes(long_bytes - long_bytes / 2);
-  REQUIRE(long_reads_settle([&] { return rx->messages() == 1; }));
+  REQUIRE(bps::test::poll_until([&] { return rx->messages() == 1; }, 10s));
   CHECK(rx->last_bytes() == long_bytes);
   CHECK(net.long_reads_now() == 0);
 
@@ -138,7 +129,7 @@ TEST_CASE("tcp link: counted as reading a long payload exactly while one is half
   std::this_thread::sleep_for(50ms);
   CHECK(net.long_reads_now() == 0);
   peer.write_bytes(long_bytes - 1 - long_bytes / 2);
-  REQUIRE(long_reads_settle([&] { return rx->messages() == 2; }));
+  REQUIRE(bps::test::poll_until([&] { return rx->messages() == 2; }, 10s));
   CHECK(net.long_reads_now() == 0);
 }
 
@@ -151,9 +142,9 @@ TEST_CASE("tcp link: a peer that closes in the middle of a long payload leaves t
     long_read_peer peer(net, rx);
     peer.write_header(2 * long_bytes);
     peer.write_bytes(long_bytes);
-    REQUIRE(long_reads_settle([&] { return net.long_reads_now() == 1; }));
+    REQUIRE(bps::test::poll_until([&] { return net.long_reads_now() == 1; }, 10s));
     peer.socket.close();
-    REQUIRE(long_reads_settle([&] { return !rx->closed().empty(); }));
+    REQUIRE(bps::test::poll_until([&] { return !rx->closed().empty(); }, 10s));
     CHECK(net.long_reads_now() == 0);
     CHECK(rx->messages() == 0);
   }
@@ -162,9 +153,9 @@ TEST_CASE("tcp link: a peer that closes in the middle of a long payload leaves t
     long_read_peer peer(net, rx);
     peer.write_header(2 * long_bytes);
     peer.write_bytes(long_bytes);
-    REQUIRE(long_reads_settle([&] { return net.long_reads_now() == 1; }));
+    REQUIRE(bps::test::poll_until([&] { return net.long_reads_now() == 1; }, 10s));
     peer.link->close();
-    REQUIRE(long_reads_settle([&] { return !rx->closed().empty(); }));
+    REQUIRE(bps::test::poll_until([&] { return !rx->closed().empty(); }, 10s));
     CHECK(net.long_reads_now() == 0);
   }
 }

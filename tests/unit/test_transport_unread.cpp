@@ -9,10 +9,11 @@
 #include <byteps/transport/tcp/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
+
+#include "../cluster/poll_until.hpp"
 
 using namespace std::chrono_literals;
 
@@ -20,20 +21,6 @@ static_assert(bps::transport::TellsUnreadBytes<bps::transport::tcp::link>);
 static_assert(bps::transport::TellsUnreadBytes<bps::transport::ipc<bps::transport::tcp>::link>);
 static_assert(
     bps::transport::TellsUnreadBytes<bps::transport::faulty<bps::transport::tcp>::link>);
-
-namespace {
-
-// Polls `condition` until it holds or 10 s pass.
-bool eventually(const std::function<bool()>& condition) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("tcp link: has_unread_bytes is true once the peer's bytes wait unread, false after") {
   bps::Config cfg;
@@ -50,8 +37,8 @@ TEST_CASE("tcp link: has_unread_bytes is true once the peer's bytes wait unread,
   auto link = future.get();  // not started: nothing reads what the peer sends
   CHECK_FALSE(link->has_unread_bytes());
   asio::write(peer, asio::buffer("hello", 5));
-  CHECK(eventually([&] { return link->has_unread_bytes(); }));
+  CHECK(bps::test::poll_until([&] { return link->has_unread_bytes(); }, 10s));
   // Closed locally: nothing waits to be read any more.
   link->close();
-  CHECK(eventually([&] { return !link->has_unread_bytes(); }));
+  CHECK(bps::test::poll_until([&] { return !link->has_unread_bytes(); }, 10s));
 }
