@@ -320,6 +320,7 @@ class scheduler {
 
   void closed(session& s, const std::string& reason) {
     std::lock_guard lock(mu_);
+    cv_.notify_all();  // a node gone may be what run() waits for (the last worker)
     if (s.node_index < 0) {  // never said hello (or was refused): logged once, by the gate
       if (!s.refused) gate_.closed(*s.ticket, reason);
       return;
@@ -357,6 +358,11 @@ class scheduler {
       if (n.alive && !n.left) send_locked(n.link, wire::msg::node_failed, text(why));
   }
 
+  // run() waits for a change a frame or a link's close makes, each of which notifies; sends
+  // completing do not (only while finish() drains them), so a change made without a frame of
+  // the node's own (a removal that takes a machine's other local ranks, a joiner refused) must
+  // notify itself. The monitor notifies once a heartbeat interval as well, so a change that
+  // forgets costs at most that.
   // Lets queued notices leave (bounded), then closes everything.
   void finish(std::unique_lock<std::mutex>& lock) {
     draining_ = true;

@@ -78,6 +78,7 @@ void scheduler<T>::handle(session& s, const wire::header& h, std::span<std::byte
 template <class T>
 void scheduler<T>::check_heartbeats() {
   std::lock_guard lock(mu_);
+  cv_.notify_all();  // the backstop of run()'s wait (scheduler.hpp, above finish())
   const auto now = clock::now();
   for (auto& n : nodes_) {
     if (!n.alive || n.left || shutting_down_) continue;

@@ -21,6 +21,7 @@ template <class T>
 void scheduler<T>::worker_removed_locked(node& n, const std::string& what, bool lost) {
   const int machine = n.rank;
   if (machine < 0 || !removed_.insert(machine).second) return;
+  cv_.notify_all();  // its other local ranks are gone too: run() may be waiting for that
   // A worker joining whose membership the servers already have is one of the members.
   rendezvous::membership m =
       members_locked(join_ && join_->epoch != 0 ? join_->machine : -1);

@@ -340,6 +340,7 @@ void scheduler<T>::finish_join_locked() {
 // `why`, members go on. Workers still waiting to join are refused too when no member is left.
 template <class T>
 void scheduler<T>::abort_join_locked(const std::string& why) {
+  cv_.notify_all();  // a refused joiner is one worker fewer for run() to wait for
   auto refuse = [&](node& n) {
     if (!n.alive) return;
     log_.warn("{} cannot join the running job: {}", describe(n), why);
@@ -374,6 +375,7 @@ void scheduler<T>::abort_join_locked(const std::string& why) {
 // A worker waiting to join is gone: its machine cannot join (its other processes are refused).
 template <class T>
 void scheduler<T>::joiner_lost_locked(node& n, const std::string& what) {
+  cv_.notify_all();  // its machine's other processes are refused: run() may wait for them
   log_.warn("{}, which was joining the running job, {}", describe(n), what);
   n.alive = false;
   const int machine = n.rank;
