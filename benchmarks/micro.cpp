@@ -6,6 +6,13 @@
 //                                         (<bytes> of the tensor's dtype); the counter
 //                                         x_memcpy is that rate over memcpy's for the same bytes
 //   BM_accumulate_finish<dtype>/<bytes>   fp32 accumulator -> fp16/bf16 reply (one rounding)
+//   BM_sum_of<dtype>/<inputs>             a server's round of one partition: the sum of <inputs>
+//                                         pushes of 4096000 bytes into a fresh buffer, each call
+//                                         on other buffers (so from memory, as a server's
+//                                         rounds of 64 MiB tensors are); bytes/s counts the
+//                                         pushes; the counter x_mem is the CPU time over the
+//                                         bound (inputs + 1) x bytes read or written at twice
+//                                         memcpy's rate past the cache
 //   BM_partition_schedule<S>/<parts>      a tensor of <parts> partitions: split, pick each
 //                                         partition's server (key hash), push every partition
 //                                         into the scheduler, pop and mark sent under the
@@ -120,6 +127,33 @@ void BM_accumulate_finish(benchmark::State& state) {
   state.SetLabel(std::string(bps::dtype_name(T)));
 }
 
+template <bps::dtype T>
+void BM_sum_of(benchmark::State& state) {
+  constexpr std::size_t bytes = 4096000;
+  constexpr std::size_t sets = 16;  // 16 x (inputs + 1) partitions: past a 32 MiB cache
+  const auto inputs = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / bps::dtype_size(T);
+  std::vector<std::unique_ptr<aligned>> buffers;
+  for (std::size_t i = 0; i < sets * (inputs + 1); ++i)
+    buffers.push_back(std::make_unique<aligned>(bytes));
+  std::vector<const std::byte*> in(inputs);
+  std::size_t set = 0;
+  const double t0 = thread_seconds();
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < inputs; ++i) in[i] = buffers[set * (inputs + 1) + i]->p;
+    bps::reduce::sum_of(buffers[set * (inputs + 1) + inputs]->p, in, count, T);
+    benchmark::ClobberMemory();
+    set = (set + 1) % sets;
+  }
+  const double cpu = thread_seconds() - t0;
+  const auto calls = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * inputs * bytes));
+  const double bound = static_cast<double>((inputs + 1) * bytes) /
+                       (2 * memcpy_bytes_per_second(64 << 20));
+  state.counters["x_mem"] = cpu / calls / bound;
+  state.SetLabel(std::string(bps::dtype_name(T)));
+}
+
 // Reducer sizes: 64 KiB (in cache) and the default partition, 4096000 bytes (memory bound).
 void reducer_sizes(benchmark::internal::Benchmark* b) { b->Arg(64 << 10)->Arg(4096000); }
 
@@ -134,6 +168,9 @@ BENCHMARK(BM_accumulate_add<bps::dtype::int8>)->Apply(reducer_sizes);
 BENCHMARK(BM_accumulate_add<bps::dtype::uint8>)->Apply(reducer_sizes);
 BENCHMARK(BM_accumulate_add<bps::dtype::int32>)->Apply(reducer_sizes);
 BENCHMARK(BM_accumulate_add<bps::dtype::int64>)->Apply(reducer_sizes);
+BENCHMARK(BM_sum_of<bps::dtype::float32>)->Arg(2)->Arg(4)->Arg(8);
+BENCHMARK(BM_sum_of<bps::dtype::float16>)->Arg(2)->Arg(4)->Arg(8);
+BENCHMARK(BM_sum_of<bps::dtype::bfloat16>)->Arg(4);
 BENCHMARK(BM_accumulate_finish<bps::dtype::float16>)->Apply(reducer_sizes);
 BENCHMARK(BM_accumulate_finish<bps::dtype::bfloat16>)->Apply(reducer_sizes);
 

@@ -99,7 +99,6 @@ void run_group(std::shared_ptr<comm_state> c, std::uint64_t seq, std::vector<que
   if (++r.arrived == g.nranks) {
     // Every rank brought the same list of collectives (bps::local::nccl's order board); run
     // each across the ranks, in rank order.
-    std::vector<std::byte> scratch;
     for (std::size_t k = 0; k < r.ops[0].size(); ++k) {
       const queued_op& first = r.ops[0][k];
       const auto t = dtype_of(first.type);
@@ -109,7 +108,7 @@ void run_group(std::shared_ptr<comm_state> c, std::uint64_t seq, std::vector<que
         std::vector<const std::byte*> inputs;
         for (auto& per_rank : r.ops) inputs.push_back(static_cast<const std::byte*>(per_rank[k].send));
         std::vector<std::byte> sum(bytes);
-        bps::reduce::sum_of(sum.data(), inputs, first.count, t, scratch);
+        bps::reduce::sum_of(sum.data(), inputs, first.count, t);
         std::memcpy(root_op.recv, sum.data(), bytes);
       } else {
         for (auto& per_rank : r.ops)

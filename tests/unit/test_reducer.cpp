@@ -340,23 +340,22 @@ TEST_CASE("sum_of adds the inputs in order, in place or not, for every dtype and
         const dtype tt = bps::dtype_v<T>;
         INFO("dtype " << bps::dtype_name(tt) << ", count " << n);
         const auto ws = make_workers<T>(n, 0x50f00000u + n * 16 + static_cast<unsigned>(tt));
-        std::vector<std::byte> scratch;
         auto bytes = [](const std::vector<T>& v) {
           return reinterpret_cast<const std::byte*>(v.data());
         };
         std::vector<T> out(n);
         const std::byte* inputs[] = {bytes(ws.w[0]), bytes(ws.w[1]), bytes(ws.w[2])};
-        bps::reduce::sum_of(out.data(), inputs, n, tt, scratch);
+        bps::reduce::sum_of(out.data(), inputs, n, tt);
         CHECK(mismatch(out, ws.accumulated) == "");
         // Into the first input, as the local stage sums into its own segment.
         std::vector<T> first = ws.w[0];
         const std::byte* in_place[] = {bytes(first), bytes(ws.w[1]), bytes(ws.w[2])};
-        bps::reduce::sum_of(first.data(), in_place, n, tt, scratch);
+        bps::reduce::sum_of(first.data(), in_place, n, tt);
         CHECK(mismatch(first, ws.accumulated) == "");
         // Two inputs, and one (a copy).
         std::vector<T> two(n), one(n);
-        bps::reduce::sum_of(two.data(), std::span(inputs, 2), n, tt, scratch);
-        bps::reduce::sum_of(one.data(), std::span(inputs, 1), n, tt, scratch);
+        bps::reduce::sum_of(two.data(), std::span(inputs, 2), n, tt);
+        bps::reduce::sum_of(one.data(), std::span(inputs, 1), n, tt);
         CHECK(mismatch(one, ws.w[0]) == "");
         std::vector<T> want_two = ws.w[0];
         if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
@@ -366,6 +365,69 @@ TEST_CASE("sum_of adds the inputs in order, in place or not, for every dtype and
           bps::reduce::sum_into(want_two.data(), ws.w[1].data(), n, tt);
         }
         CHECK(mismatch(two, want_two) == "");
+      });
+    }
+  }
+}
+
+namespace {
+
+// Floating sums whose order shows in the bits: values of very different magnitudes, so that
+// (a + b) + c and a + (b + c) round differently on many elements.
+template <class T>
+std::vector<T> order_sensitive(std::size_t n, rng& r) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<double>(r.between(-(1 << 22), 1 << 22));
+    const double value = std::ldexp(k, static_cast<int>(r.between(-30, 30)) - 22);
+    if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+      v[i] = ref_narrow(static_cast<float>(std::ldexp(k, static_cast<int>(r.between(-8, 8)) - 22)),
+                        T{});
+    } else if constexpr (std::is_floating_point_v<T>) {
+      v[i] = static_cast<T>(value);
+    } else {
+      v[i] = static_cast<T>(r.next());
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("sum_of adds 1 to 9 inputs strictly in their order - bit for bit - in place or not",
+          "[reduce]") {
+  // 2 x 256 + 37 elements: whole blocks of the fp16/bf16 loop and a tail.
+  constexpr std::size_t n = 549;
+  for (const dtype t : bps::all_dtypes) {
+    for (std::size_t k = 1; k <= 9; ++k) {
+      with_type(t, [k, t]<class T>() {
+        INFO("dtype " << bps::dtype_name(t) << ", " << k << " inputs");
+        rng r{0x0a0d3e5ull + k * 131 + static_cast<unsigned>(t)};
+        std::vector<std::vector<T>> in;
+        for (std::size_t i = 0; i < k; ++i) in.push_back(order_sensitive<T>(n, r));
+        // The reference: one input at a time, left to right (fp16/bf16 in fp32, one rounding).
+        std::vector<T> want(n);
+        for (std::size_t e = 0; e < n; ++e) {
+          if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+            float acc = ref_widen(in[0][e]);
+            for (std::size_t i = 1; i < k; ++i) acc += ref_widen(in[i][e]);
+            want[e] = ref_narrow(acc, T{});
+          } else {
+            T acc = in[0][e];
+            for (std::size_t i = 1; i < k; ++i)
+              acc = bps::reduce::detail::wrapping_add(acc, in[i][e]);
+            want[e] = acc;
+          }
+        }
+        std::vector<const std::byte*> ptrs;
+        for (auto& v : in) ptrs.push_back(reinterpret_cast<const std::byte*>(v.data()));
+        std::vector<T> out(n);
+        bps::reduce::sum_of(out.data(), ptrs, n, t);
+        CHECK(mismatch(out, want) == "");
+        std::vector<T> first = in[0];
+        ptrs[0] = reinterpret_cast<const std::byte*>(first.data());
+        bps::reduce::sum_of(first.data(), ptrs, n, t);
+        CHECK(mismatch(first, want) == "");
       });
     }
   }

@@ -201,7 +201,6 @@ class host {
   control_block* control_block_ = nullptr;
   int alive_lock_ = -1;  // the control segment, shared-locked while this rank lives
   std::vector<const std::byte*> inputs_;  // stage thread only
-  std::vector<std::byte> scratch_;        // stage thread only
 };
 
 static_assert(LocalCollective<host> && PartitionedSteps<host>);

@@ -28,7 +28,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "byteps/core/linkage.hpp"
 
@@ -63,6 +62,37 @@ template <class T>
 inline void add_pair_n(T* __restrict out, const T* __restrict a, const T* __restrict b,
                        std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) out[i] = wrapping_add(a[i], b[i]);
+}
+
+/// out = ((a + b) + c) and out = (((a + b) + c) + d) in one pass: `sum_of` reads each input once
+/// and writes the sum once, where adding one input at a time passes over the sum per input.
+/// The additions keep their order, so the bits are those of adding one at a time.
+template <class T>
+inline void add_three_n(T* __restrict out, const T* __restrict a, const T* __restrict b,
+                        const T* __restrict c, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = wrapping_add(wrapping_add(a[i], b[i]), c[i]);
+}
+
+template <class T>
+inline void add_four_n(T* __restrict out, const T* __restrict a, const T* __restrict b,
+                       const T* __restrict c, const T* __restrict d, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = wrapping_add(wrapping_add(wrapping_add(a[i], b[i]), c[i]), d[i]);
+}
+
+/// dst = (dst + a) + b and dst = ((dst + a) + b) + c: the same for the inputs after the first
+/// four, or after the first when the sum is taken in place.
+template <class T>
+inline void add_two_into_n(T* __restrict dst, const T* __restrict a, const T* __restrict b,
+                           std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = wrapping_add(wrapping_add(dst[i], a[i]), b[i]);
+}
+
+template <class T>
+inline void add_three_into_n(T* __restrict dst, const T* __restrict a, const T* __restrict b,
+                             const T* __restrict c, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    dst[i] = wrapping_add(wrapping_add(wrapping_add(dst[i], a[i]), b[i]), c[i]);
 }
 
 /// fp32 accumulator += widened half source.
@@ -179,10 +209,12 @@ BYTEPS_DECL void scale(void* data, std::size_t count, dtype t, double factor);
 BYTEPS_DECL void fill_negative_zero(void* data, std::size_t count, dtype t);
 
 /// out = the sum of `inputs` (each `count` elements of `t`), added in the inputs' order so
-/// that every machine gets the same bits. fp16/bf16 accumulate in fp32 in `scratch` and round
-/// once, as the servers do. `out` may be one of the inputs only if it is the first.
+/// that every machine gets the same bits. fp16/bf16 accumulate in fp32 and round once, as
+/// `accumulate_*` do. One pass over memory reads each input once and writes the sum once (up to
+/// four inputs; three more per further pass). `out` may be one of the inputs only if it is the
+/// first.
 BYTEPS_DECL void sum_of(void* out, std::span<const std::byte* const> inputs, std::size_t count,
-                        dtype t, std::vector<std::byte>& scratch);
+                        dtype t);
 
 }  // namespace bps::reduce
 

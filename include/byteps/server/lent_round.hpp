@@ -68,7 +68,6 @@ class lent_round {
   int arriving_ = 0;
   std::size_t answered_ = 0;
   std::vector<const std::byte*> sources_;
-  std::vector<std::byte> scratch_;  // fp32 accumulator of fp16 and bf16 chunks
 };
 
 }  // namespace bps::server

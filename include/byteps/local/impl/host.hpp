@@ -69,8 +69,7 @@ bool host::reduce_part(work& w, tensor_state& t, std::size_t i) {
     inputs_.push_back(l == local_rank_ && w.contributes
                           ? static_cast<const std::byte*>(w.data) + p.first * esize
                           : t.slot(l) + p.first * esize);
-  reduce::sum_of(t.result(local_size_) + p.first * esize, inputs_, p.last - p.first, w.type,
-                 scratch_);
+  reduce::sum_of(t.result(local_size_) + p.first * esize, inputs_, p.last - p.first, w.type);
   return true;
 }
 

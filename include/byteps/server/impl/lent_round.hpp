@@ -40,7 +40,7 @@ std::pair<std::size_t, std::size_t> lent_round::arrived(int worker, std::size_t 
   sources_.clear();
   for (std::size_t i = 0; i < inputs_.size(); ++i)
     if (members[i]) sources_.push_back(inputs_[i].bytes.data() + from);
-  reduce::sum_of(sum.data() + from, sources_, (ready - from) / dtype_size(t), t, scratch_);
+  reduce::sum_of(sum.data() + from, sources_, (ready - from) / dtype_size(t), t);
   answered_ = ready;
   return {from, ready - from};
 }
