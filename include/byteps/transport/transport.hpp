@@ -225,6 +225,28 @@ concept SharesMemory = requires(T& t, const T& ct, const std::string& name,
   t.share_memory(name, memory);
 };
 
+/// An optional capability of a link: `send_partition(h, payload, on_sent)`, a push whose
+/// partition (h.key, h.part) the caller sends again only once the peer answered this one (a
+/// worker runs one operation on a tensor at a time). The link may keep the payload in memory of
+/// its own for that partition, which the peer reads until it answers (`transport::ipc` does,
+/// for a server on its host). Otherwise it is `send`.
+template <class L>
+concept StagesPartitions = requires(L& l, const wire::header& h,
+                                    std::span<const std::byte> payload, sent_callback cb) {
+  l.send_partition(h, payload, std::move(cb));
+};
+
+/// `l.send_partition(h, payload, on_sent)`, or `l.send` for a link without it.
+template <class L>
+void send_partition(L& l, const wire::header& h, std::span<const std::byte> payload,
+                    sent_callback on_sent) {
+  if constexpr (StagesPartitions<L>) {
+    l.send_partition(h, payload, std::move(on_sent));
+  } else {
+    l.send(h, payload, std::move(on_sent));
+  }
+}
+
 /// An optional capability of a link: `has_unread_bytes()`, whether the peer's bytes wait in it
 /// not read yet. A listener that must close one of many connections that have not proved
 /// themselves closes a silent one first (rendezvous/gate.hpp): a peer that answered is not

@@ -34,6 +34,13 @@
 ///    that lie whole in it, 64-byte aligned, go as their place (`ipc_shared_payload`) instead
 ///    of a copy into the ring, and a node that takes frames in place reads them there. The
 ///    sender keeps them unchanged until the peer is done (transport.hpp, `SharesMemory`).
+/// 5. A worker's push of `min_ipc_answer_bytes` or more sent with `link::send_partition`
+///    (`transport::StagesPartitions`: the worker sends a partition again only once the server
+///    answered it) is copied into that partition's own slot of shared memory
+///    (transport/ipc/ipc_partition_slots.hpp), shared as in 4., and goes by reference: never
+///    into the ring, whose space a push read in place holds until its round is summed, so a
+///    worker ahead of the others would fill it and send the rest by TCP. A partition's first
+///    pushes, while its slot is made and its slab offered, take the ring.
 /// So ipc nodes work with plain ones (no handshake, no shortcut), and a same-host link with
 /// `options::enabled` off (`BYTEPS_ENABLE_IPC=0`) behaves exactly like the inner transport.
 ///
@@ -67,6 +74,7 @@
 #include "byteps/transport/fwd.hpp"
 #include "byteps/transport/ipc/ipc_messages.hpp"
 #include "byteps/transport/ipc/ipc_options.hpp"
+#include "byteps/transport/ipc/ipc_partition_slots.hpp"
 #include "byteps/transport/ipc/ipc_ring.hpp"
 #include "byteps/transport/ipc/ipc_shared.hpp"
 #include "byteps/transport/transport.hpp"
@@ -157,6 +165,7 @@ class ipc {
   std::atomic<std::uint64_t> by_reference_{0};
   std::atomic<bool> peer_on_host_{false};
   ipc_detail::shared_regions shared_;
+  ipc_detail::partition_slots slots_;  // a worker's pushes to a server on its host
   detail::task_thread copier_;  // last: joins first, while everything above still lives
 };
 

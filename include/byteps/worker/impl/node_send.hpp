@@ -51,7 +51,9 @@ void node<T, L, P, S>::send_pushes(int server, std::vector<held_push>&& pushes) 
   auto& link = *state_.links[server].link;
   if (pushes.size() == 1) {
     const held_push& p = pushes.front();
-    return link.send(p.head, p.payload, [this, m = p.member] { sent(std::span(&m, 1)); });
+    // A partition's own push: a worker runs one operation on a tensor at a time.
+    return transport::send_partition(link, p.head, p.payload,
+                                     [this, m = p.member] { sent(std::span(&m, 1)); });
   }
   auto batch = push_fusion::fuse(pushes, state_.machine);
   ops().stats().batched(batch->members.size());

@@ -70,6 +70,41 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
         });
   }
 
+  /// `transport::StagesPartitions`: a worker's push of partition (h.key, h.part), which it
+  /// sends again only once the server answered this one. From `min_ipc_answer_bytes` on, on a
+  /// link to a server on this host, it is copied into the partition's slot of shared memory
+  /// and goes by reference (ipc.hpp, 5.); otherwise, and while the slot is being made and
+  /// offered, as `send`.
+  void send_partition(const wire::header& h, std::span<const std::byte> payload,
+                      sent_callback on_sent) {
+    {
+      std::lock_guard lock(mu_);
+      if (connecting_ && ring_ready_ && payload.size() >= min_ipc_answer_bytes &&
+          !owner_->shared_.find(payload)) {
+        auto slot = owner_->slots_.find(h.key, h.part, payload.size());
+        if (slot.empty()) {
+          owner_->copier_.post([owner = owner_, key = h.key, part = h.part, bytes = payload.size()] {
+            owner->slots_.make(key, part, bytes, [owner](const std::string& path,
+                                                         std::span<std::byte> memory) {
+              owner->shared_.share(path, memory);
+            });
+          });
+        } else if (auto place = shared_place_locked(slot)) {
+          ++queued_;
+          owner_->copier_.post([self = this->shared_from_this(), h, payload, slot, place = *place,
+                                on_sent = std::move(on_sent)]() mutable {
+            std::memcpy(slot.data(), payload.data(), payload.size());
+            std::lock_guard lock(self->mu_);
+            --self->queued_;
+            self->send_shared_locked(h, place, payload.size(), std::move(on_sent));
+          });
+          return;
+        }
+      }
+    }
+    send(h, payload, std::move(on_sent));
+  }
+
   void close() { inner_->close(); }
   /// True once this end's payloads of at least `min_ipc_bytes` may take shared memory (the
   /// peer mapped this end's ring); false on a plain or a cross-host link.
