@@ -49,9 +49,10 @@ bool last_got(test::holder& in, const std::vector<std::byte>& expected) {
 
 }  // namespace
 
-TEST_CASE("ipc partition slots: one slot per partition - the same memory for its next push - "
-          "page aligned - slabs shared once each - a larger push finds none",
-          "[ipc]") {
+TEST_CASE(
+    "ipc partition slots: one slot per partition - the same memory for its next push - "
+    "page aligned - slabs shared once each - a larger push finds none",
+    "[ipc]") {
   transport::ipc_detail::partition_slots slots;
   std::vector<std::string> shared;
   auto share = [&](const std::string& path, std::span<std::byte> memory) {
@@ -84,9 +85,10 @@ TEST_CASE("ipc partition slots: one slot per partition - the same memory for its
   CHECK(shared[0] != shared[1]);
 }
 
-TEST_CASE("ipc transport: send_partition goes from the partition's slot by reference once the "
-          "peer mapped its slab - each push its own bytes - only from the connecting end",
-          "[ipc]") {
+TEST_CASE(
+    "ipc transport: send_partition goes from the partition's slot by reference once the "
+    "peer mapped its slab - each push its own bytes - only from the connecting end",
+    "[ipc]") {
   test::ring_pair pair;
   REQUIRE(pair.client->through_shm());
   const std::size_t bytes = std::size_t{1} << 20;
@@ -127,9 +129,10 @@ TEST_CASE("ipc transport: send_partition goes from the partition's slot by refer
   CHECK(pair.server_net.payloads_by_reference() == 0);
 }
 
-TEST_CASE("ipc: 2 workers x 1 server with local::none - pushes of 256 KiB and more go by "
-          "reference once their slots are offered - every sum exact",
-          "[cluster][ipc]") {
+TEST_CASE(
+    "ipc: 2 workers x 1 server with local::none - pushes of 256 KiB and more go by "
+    "reference once their slots are offered - every sum exact",
+    "[cluster][ipc]") {
   auto cfg = test::base_config(2, 1);
   cfg.partition_bytes = std::size_t{1} << 20;
   cfg.fusion_bytes = 0;
@@ -138,7 +141,8 @@ TEST_CASE("ipc: 2 workers x 1 server with local::none - pushes of 256 KiB and mo
   const std::vector<std::size_t> sizes{std::size_t{4} << 20};  // 4 partitions of 1 MiB
   const std::vector<dtype> types{dtype::float32};
   test::run_counted(
-      cfg, [&](test::counted_comm& comm) { test::exact_sums_at(comm, "slots", rounds, sizes, types); },
+      cfg,
+      [&](test::counted_comm& comm) { test::exact_sums_at(comm, "slots", rounds, sizes, types); },
       workers, servers);
   const std::uint64_t per_round = 2 * 4;
   const std::uint64_t pushes = per_round * rounds;

@@ -392,22 +392,24 @@ std::vector<T> order_sensitive(std::size_t n, rng& r) {
   return v;
 }
 
+// 2 x 256 + 37 elements: whole blocks of the fp16/bf16 loop and a tail.
+constexpr std::size_t order_test_count = 549;
+
 }  // namespace
 
 TEST_CASE("sum_of adds 1 to 9 inputs strictly in their order - bit for bit - in place or not",
           "[reduce]") {
-  // 2 x 256 + 37 elements: whole blocks of the fp16/bf16 loop and a tail.
-  constexpr std::size_t n = 549;
   for (const dtype t : bps::all_dtypes) {
     for (std::size_t k = 1; k <= 9; ++k) {
       with_type(t, [k, t]<class T>() {
         INFO("dtype " << bps::dtype_name(t) << ", " << k << " inputs");
         rng r{0x0a0d3e5ull + k * 131 + static_cast<unsigned>(t)};
         std::vector<std::vector<T>> in;
-        for (std::size_t i = 0; i < k; ++i) in.push_back(order_sensitive<T>(n, r));
+        for (std::size_t i = 0; i < k; ++i)
+          in.push_back(order_sensitive<T>(order_test_count, r));
         // The reference: one input at a time, left to right (fp16/bf16 in fp32, one rounding).
-        std::vector<T> want(n);
-        for (std::size_t e = 0; e < n; ++e) {
+        std::vector<T> want(order_test_count);
+        for (std::size_t e = 0; e < order_test_count; ++e) {
           if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
             float acc = ref_widen(in[0][e]);
             for (std::size_t i = 1; i < k; ++i) acc += ref_widen(in[i][e]);
@@ -421,12 +423,12 @@ TEST_CASE("sum_of adds 1 to 9 inputs strictly in their order - bit for bit - in 
         }
         std::vector<const std::byte*> ptrs;
         for (auto& v : in) ptrs.push_back(reinterpret_cast<const std::byte*>(v.data()));
-        std::vector<T> out(n);
-        bps::reduce::sum_of(out.data(), ptrs, n, t);
+        std::vector<T> out(order_test_count);
+        bps::reduce::sum_of(out.data(), ptrs, order_test_count, t);
         CHECK(mismatch(out, want) == "");
         std::vector<T> first = in[0];
         ptrs[0] = reinterpret_cast<const std::byte*>(first.data());
-        bps::reduce::sum_of(first.data(), ptrs, n, t);
+        bps::reduce::sum_of(first.data(), ptrs, order_test_count, t);
         CHECK(mismatch(first, want) == "");
       });
     }

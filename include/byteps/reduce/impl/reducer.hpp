@@ -163,7 +163,8 @@ void sum_of_half(H* out, std::span<const std::byte* const> inputs, std::size_t c
   // bf16, and fp16 without F16C: the same loops as `accumulate_*`, a block at a time.
   for (; done + block <= count; done += block) {
     widen_block<H, block>(acc, input(0, done));
-    for (std::size_t i = 1; i < inputs.size(); ++i) add_widened_block<H, block>(acc, input(i, done));
+    for (std::size_t i = 1; i < inputs.size(); ++i)
+      add_widened_block<H, block>(acc, input(i, done));
     narrow_block<H, block>(out + done, acc);
   }
   if (done == count) return;

@@ -9,8 +9,8 @@
 /// the kernel on both sides. A slot is used again by its partition's next push, which the
 /// worker sends only after the server answered this one, when the server no longer reads it.
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
