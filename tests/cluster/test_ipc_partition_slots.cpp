@@ -10,11 +10,13 @@
 
 #include "byteps/transport/ipc/ipc_partition_slots.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace bps;
@@ -60,6 +62,7 @@ TEST_CASE(
     shared.push_back(path);
   };
   CHECK(slots.find(1, 0, 4096).empty());
+  CHECK(slots.could_make(1, 0));
   REQUIRE(slots.make(1, 0, 300000, share));
   REQUIRE(slots.make(1, 1, 300000, share));
   const auto a = slots.find(1, 0, 300000);
@@ -76,6 +79,8 @@ TEST_CASE(
   CHECK(slots.find(1, 0, 74 * 4096).data() == a.data());
   CHECK(slots.find(1, 0, 74 * 4096 + 1).empty());
   CHECK_FALSE(slots.make(1, 0, 74 * 4096 + 1, share));
+  CHECK_FALSE(slots.could_make(1, 0));  // so a link does not ask again for each push
+  CHECK(slots.could_make(1, 2));
   CHECK(shared.size() == 1);
   // One larger than a slab gets a slab of its own.
   const std::size_t big = transport::ipc_detail::partition_slots::slab_bytes + 4096;
@@ -125,7 +130,18 @@ TEST_CASE(
   REQUIRE(send_partition_and_wait(pair, 1, small));
   CHECK(last_got(*pair.in, small));
   CHECK(pair.client_net.payloads_through_shm() == ring_before + 1);
-  // The accepting end (a server's answers) has no slots.
+  // The accepting end (a server's answers) has no slots: its pushes of the same size, sent
+  // long enough for a slot to be made, offered and mapped, never go by reference.
+  std::atomic<int> answered{0};
+  for (int k = 0; k < 20; ++k) {
+    wire::header h;
+    h.type = wire::msg::push;
+    h.key = 8;
+    const auto back = pattern_of(bytes, 70 + k);
+    pair.accepted->send_partition(h, back, [&answered] { ++answered; });
+    REQUIRE(test::poll_until([&] { return answered.load() == k + 1; }, std::chrono::seconds(10)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   CHECK(pair.server_net.payloads_by_reference() == 0);
 }
 

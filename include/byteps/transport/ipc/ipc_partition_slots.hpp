@@ -40,6 +40,13 @@ class partition_slots {
     return it->second.first(bytes);
   }
 
+  /// Whether `make` for partition (key, part) could do anything: it has no slot yet, and
+  /// memory was not refused before.
+  bool could_make(std::uint64_t key, std::uint32_t part) const {
+    std::lock_guard lock(mu_);
+    return !failed_ && !slots_.contains({key, part});
+  }
+
   /// Makes partition (key, part)'s slot of `bytes` unless it has one; a new slab goes to
   /// `share(path, memory)` first. Does nothing once memory could not be had: the pushes keep
   /// the ring. Returns whether the partition has a slot of at least `bytes` now.

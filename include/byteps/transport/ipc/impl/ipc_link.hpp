@@ -83,14 +83,17 @@ class ipc<Inner>::link : public std::enable_shared_from_this<typename ipc<Inner>
           !owner_->shared_.find(payload)) {
         auto slot = owner_->slots_.find(h.key, h.part, payload.size());
         if (slot.empty()) {
-          // Made on the copier, not under the sender's lock: a new slab takes its pages now.
-          owner_->copier_.post(
-              [owner = owner_, key = h.key, part = h.part, bytes = payload.size()] {
-                owner->slots_.make(key, part, bytes,
-                                   [owner](const std::string& path, std::span<std::byte> memory) {
-                                     owner->shared_.share(path, memory);
-                                   });
-              });
+          // Made on the copier, not under the sender's lock: a new slab takes its pages now. A
+          // partition whose slot is too small, or a transport refused memory, keeps `send`.
+          if (owner_->slots_.could_make(h.key, h.part)) {
+            owner_->copier_.post(
+                [owner = owner_, key = h.key, part = h.part, bytes = payload.size()] {
+                  owner->slots_.make(key, part, bytes,
+                                     [owner](const std::string& path, std::span<std::byte> m) {
+                                       owner->shared_.share(path, m);
+                                     });
+                });
+          }
         } else if (auto place = shared_place_locked(slot)) {
           ++queued_;
           owner_->copier_.post([self = this->shared_from_this(), h, payload, slot, place = *place,
