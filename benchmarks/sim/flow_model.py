@@ -33,7 +33,7 @@ import json
 import os
 
 from formulas import bound_of
-from network import build_net, solve
+from network import build_net, chunk_for, solve, streamed
 from units import MIB, parse_rate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -168,12 +168,12 @@ def simulate(p):
     parts, owner, S, colocated = layout(p)
     P = len(parts)
     link = p["rate_bps"] / 8 * p["tcp_efficiency"]          # payload bytes/s per direction
-    chunk = p["server_chunk_bytes"]
+    max_chunk, per_push = p["server_chunk_bytes"], p["chunk_per_push"]
     lat = p["latency_s"]
     look = p["credit_lookahead_bytes"]
     credit = credit_bytes(p)
     big = max(parts)
-    cut = chunk and big >= 2 * chunk
+    cut = streamed(max_chunk, big, per_push)
     net = build_net(p, parts, owner, S, colocated)
 
     # ---- state ----
@@ -206,7 +206,8 @@ def simulate(p):
             Q[s] = a + b
             active_push.add(s)
             h = pmarks[s]
-            if cut and b >= 2 * chunk:
+            if streamed(max_chunk, b, per_push):
+                chunk = chunk_for(max_chunk, b, per_push)
                 off = a
                 while off < a + b:
                     end = min(off + chunk, a + b)

@@ -105,17 +105,34 @@ def solve(net, active_push, active_ans):
     return rate, frozen_by
 
 
+def chunk_for(max_chunk, size, per_push=8):
+    """server/handler.hpp's chunk_for: about 1/per_push of a push, from half the server's chunk
+    (in whole 64s, at least 64) to all of it; 0 is off. per_push 0: the server's chunk for every
+    push (the rule before 2026-12-06, for the records measured with it)."""
+    if not max_chunk or not per_push:
+        return max_chunk
+    share = (size // per_push + 63) // 64 * 64
+    half = max(64, max_chunk // 128 * 64)
+    return min(max_chunk, max(half, share))
+
+
+def streamed(max_chunk, size, per_push=8):
+    """server/handler.hpp's streamed_size: at least two chunks."""
+    chunk = chunk_for(max_chunk, size, per_push)
+    return chunk > 0 and size >= 2 * chunk
+
+
 def build_net(p, parts, owner, S, colocated):
     """The resources of one push_pull: links, CPUs and their coefficients per class."""
     n = p["n"]
     link = p["rate_bps"] / 8 * p["tcp_efficiency"]          # payload bytes/s per direction
-    chunk = p["server_chunk_bytes"]
+    max_chunk = p["server_chunk_bytes"]
     c_tcp, c_frame, c_sum = (p["tcp_cpu_per_byte_side_s"], p["frame_cpu_s"],
                              p["sum_cpu_per_byte_s"])
     io, eng = p["io_threads"], p["engine_threads"]
     big = max(parts)
-    cut = chunk and big >= 2 * chunk
-    piece = chunk if cut else big
+    per_push = p["chunk_per_push"]
+    piece = chunk_for(max_chunk, big, per_push) if streamed(max_chunk, big, per_push) else big
     inline = big <= p["inline_sum_bytes"]
     # ---- resources ----
     res_generic, res_of = [], [[] for _ in range(S)]

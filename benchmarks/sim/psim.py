@@ -10,6 +10,7 @@ import sys
 
 from flow_model import (CALIBRATION, limits_text, load_calibration, make_params,
                         mixed_cpu_fraction, simulate, split)
+from network import chunk_for
 from formulas import bound_colocated, bound_mixed, bound_ps, ring_formula, ring_model
 from units import MIB, fmt_bytes, fmt_rate, parse_bytes, parse_rate, parts_short, parts_text
 # --------------------------------------------------------------------------------------------
@@ -22,45 +23,53 @@ CR = ("performance.md, \"The scheduling credit counts in the partitions the auto
       "makes (issue 12)\" (2026-11-26, ade2199), median of the runs")
 LO = ("performance.md, \"A short unsent queue per TCP socket (issue 12)\" (2026-11-26), "
       "median of runs 1-6")
-SOURCES = {"T12": T12, "WT": WT, "NS": NS, "CR": CR, "LO": LO}
+CH = "performance.md, \"2026-12-06: a push cut in about eight chunks\", column 'ps after'"
+SOURCES = {"T12": T12, "WT": WT, "NS": NS, "CR": CR, "LO": LO, "CH": CH}
 
 ONE_MIB_PARTS = {"partition_bytes": 1048576}
+# The runs recorded before 2026-12-06 cut every streamed push in chunks of server_chunk_bytes.
+OLD_CHUNKS = {"chunk_per_push": 0}
 # (label, placement, n, k, bytes, overrides, measured, what, source, gated)
 # what: "ratio" = time/bound as run-emulated.sh prints it; "ms" = p50 of the slowest rank.
 # Gated: what issue 37 asks for (64 MiB, 2 + 2, 4 + 4, 6 + 6; and 4 colocated, the same runs).
 VALIDATION = [
-    ("2+2 ps, 64 MiB", "ps", 2, 2, 64 * MIB, {}, 1.075, "ratio", "T12", True),
-    ("2+2 ps, 64 MiB", "ps", 2, 2, 64 * MIB, {}, 1.072, "ratio", "WT", True),
-    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 1.121, "ratio", "T12", True),
-    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 1.111, "ratio", "WT", True),
-    ("6+6 ps, 64 MiB", "ps", 6, 6, 64 * MIB, {}, 1.246, "ratio", "T12", True),
-    ("6+6 ps, 64 MiB", "ps", 6, 6, 64 * MIB, {}, 1.221, "ratio", "WT", True),
-    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 601.2, "ms", "T12", True),
-    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 603.0, "ms", "WT", True),
-    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 600.3, "ms", "WT", True),
-    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, {}, 860.4, "ms", "T12", True),
-    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, {}, 861.9, "ms", "WT", True),
-    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, {}, 857.2, "ms", "WT", True),
+    ("2+2 ps, 64 MiB", "ps", 2, 2, 64 * MIB, OLD_CHUNKS, 1.075, "ratio", "T12", True),
+    ("2+2 ps, 64 MiB", "ps", 2, 2, 64 * MIB, OLD_CHUNKS, 1.072, "ratio", "WT", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, OLD_CHUNKS, 1.121, "ratio", "T12", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, OLD_CHUNKS, 1.111, "ratio", "WT", True),
+    ("6+6 ps, 64 MiB", "ps", 6, 6, 64 * MIB, OLD_CHUNKS, 1.246, "ratio", "T12", True),
+    ("6+6 ps, 64 MiB", "ps", 6, 6, 64 * MIB, OLD_CHUNKS, 1.221, "ratio", "WT", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, OLD_CHUNKS, 601.2, "ms", "T12", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, OLD_CHUNKS, 603.0, "ms", "WT", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, OLD_CHUNKS, 600.3, "ms", "WT", True),
+    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, OLD_CHUNKS, 860.4, "ms", "T12", True),
+    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, OLD_CHUNKS, 861.9, "ms", "WT", True),
+    ("4 colocated, 64 MiB", "colocated", 4, 4, 64 * MIB, OLD_CHUNKS, 857.2, "ms", "WT", True),
     # not gated: other sizes of the 4 + 4 sweep
-    ("4+4 ps, 1 MiB", "ps", 4, 4, 1 * MIB, {}, 13.48, "ms", "NS", False),
-    ("4+4 ps, 4 MiB", "ps", 4, 4, 4 * MIB, {}, 49.39, "ms", "NS", False),
-    ("4+4 ps, 16 MiB", "ps", 4, 4, 16 * MIB, {}, 168.1, "ms", "NS", False),
-    ("4+4 ps, 256 MiB", "ps", 4, 4, 256 * MIB, {}, 2454.0, "ms", "NS", False),
+    ("4+4 ps, 1 MiB", "ps", 4, 4, 1 * MIB, OLD_CHUNKS, 13.48, "ms", "NS", False),
+    ("4+4 ps, 4 MiB", "ps", 4, 4, 4 * MIB, OLD_CHUNKS, 49.39, "ms", "NS", False),
+    ("4+4 ps, 16 MiB", "ps", 4, 4, 16 * MIB, OLD_CHUNKS, 168.1, "ms", "NS", False),
+    ("4+4 ps, 256 MiB", "ps", 4, 4, 256 * MIB, OLD_CHUNKS, 2454.0, "ms", "NS", False),
     # not gated: the credit and the unsent queue (what the lookahead constant stands for)
     ("4+4, 1 MiB parts, credit 1", "ps", 4, 4, 64 * MIB,
-     dict(ONE_MIB_PARTS, scheduling_credit=1), 1.128, "ratio", "CR", False),
+     dict(ONE_MIB_PARTS, **OLD_CHUNKS, scheduling_credit=1), 1.128, "ratio", "CR", False),
     ("4+4, 1 MiB parts, credit 4", "ps", 4, 4, 64 * MIB,
-     dict(ONE_MIB_PARTS, scheduling_credit=4), 1.118, "ratio", "CR", False),
+     dict(ONE_MIB_PARTS, **OLD_CHUNKS, scheduling_credit=4), 1.118, "ratio", "CR", False),
     ("4+4, 1 MiB parts, credit 8", "ps", 4, 4, 64 * MIB,
-     dict(ONE_MIB_PARTS, scheduling_credit=8), 1.155, "ratio", "CR", False),
+     dict(ONE_MIB_PARTS, **OLD_CHUNKS, scheduling_credit=8), 1.155, "ratio", "CR", False),
     ("4+4, auto, credit 4x4096000", "ps", 4, 4, 64 * MIB,
-     {"credit_unit": 4096000}, 1.1905, "ratio", "CR", False),
+     dict(OLD_CHUNKS, credit_unit=4096000), 1.1905, "ratio", "CR", False),
     ("4+4, NOTSENT_LOWAT 0", "ps", 4, 4, 64 * MIB,
-     {"tcp_notsent_lowat": 4194304, "credit_lookahead_bytes": 8388608}, 1.391, "ratio",
+     dict(OLD_CHUNKS, tcp_notsent_lowat=4194304, credit_lookahead_bytes=8388608), 1.391, "ratio",
      "LO", False),
+    # the chunk that follows the push (server::chunk_for, 2026-12-06)
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 1.107, "ratio", "CH", True),
+    ("4+4 ps, 64 MiB", "ps", 4, 4, 64 * MIB, {}, 1.096, "ratio", "CH", True),
+    ("4+4 ps, 4 MiB", "ps", 4, 4, 4 * MIB, {}, 47.23, "ms", "CH", False),
+    ("4+4 ps, 16 MiB", "ps", 4, 4, 16 * MIB, {}, 155.73, "ms", "CH", False),
     # not gated: the ring model that predict compares against (Gloo's ring, 4 ranks)
-    ("gloo ring, 4 ranks, 64 MiB", "ring", 4, 0, 64 * MIB, {}, 850.6, "ms", "T12", False),
-    ("gloo ring, 4 ranks, 64 MiB", "ring", 4, 0, 64 * MIB, {}, 846.0, "ms", "WT", False),
+    ("gloo ring, 4 ranks, 64 MiB", "ring", 4, 0, 64 * MIB, OLD_CHUNKS, 850.6, "ms", "T12", False),
+    ("gloo ring, 4 ranks, 64 MiB", "ring", 4, 0, 64 * MIB, OLD_CHUNKS, 846.0, "ms", "WT", False),
 ]
 
 
@@ -253,7 +262,8 @@ def cmd_run(args):
         fmt_bytes(p["size"]), fmt_rate(p["rate_bps"]), p["profile"]))
     print("partitions %s, credit %s, lookahead %.0f B, cut-through %s" % (
         parts_text(r.parts), ("%d B" % r.credit) if r.credit else "off", r.lookahead,
-        "on (%d B chunks)" % p["server_chunk_bytes"] if r.cut_through else "off"))
+        "on (%d B chunks)" % chunk_for(p["server_chunk_bytes"], max(r.parts), p["chunk_per_push"])
+        if r.cut_through else "off"))
     print("time %.3f ms   bound %s = %.3f ms   time/bound %.3f" % (
         r.time * 1e3, r.bound_name, r.bound * 1e3, r.ratio))
     print("ring all-reduce: formula %.3f ms, with TCP efficiency and latency %.3f ms" % (

@@ -118,12 +118,13 @@ class ClosedForms(unittest.TestCase):
         self.assertLess(abs(r.time / (m / B) - 1), 0.01)
 
     def test_ps_k_below_n_is_nm_over_kb(self):
-        # 1 MiB partitions: equal shares on the 2 servers, 4 chunks each (the automatic split
-        # gives 66 partitions, the last one shorter, so one server carries 0.7% more)
+        # 1 MiB partitions: equal shares on the 2 servers, 8 chunks of 128 KiB each (chunk_for;
+        # the automatic split gives 66 partitions, the last one shorter, so one server carries
+        # 0.7% more)
         n, k = 8, 2
         m = 256 * MIB
         r = flow_model.simulate(ideal(n, k, size=m, scheduling_credit=0, partition_bytes=MIB))
-        self.assertAlmostEqual(r.time, (n * m / k + n * 262144) / B, delta=1e-9 * r.time)
+        self.assertAlmostEqual(r.time, (n * m / k + n * 131072) / B, delta=1e-9 * r.time)
         self.assertLess(abs(r.time / (n * m / (k * B)) - 1), 0.01)
 
     def test_one_partition_on_one_server_is_serialised_incast(self):

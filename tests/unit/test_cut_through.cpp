@@ -247,6 +247,51 @@ TEST_CASE("cut-through sums in worker-rank order whatever order the bytes arrive
   CHECK(bps_test::as_floats(rest.answer.bytes) == std::vector<float>(224, 1.0f));
 }
 
+TEST_CASE("cut-through: chunk_for cuts a push in about eight chunks - from half the server's "
+          "chunk to all of it - 0 is off",
+          "[server][handler][cut_through]") {
+  using bps::server::chunk_for;
+  using bps::server::streamed_size;
+  constexpr std::size_t kib = 1024;
+  CHECK(chunk_for(256 * kib, 256 * kib) == 128 * kib);  // half the server's chunk at least
+  CHECK(chunk_for(256 * kib, 1024 * kib) == 128 * kib);
+  CHECK(chunk_for(256 * kib, 1536 * kib) == 192 * kib);  // an eighth
+  CHECK(chunk_for(256 * kib, 2048 * kib) == 256 * kib);
+  CHECK(chunk_for(256 * kib, 4096000) == 256 * kib);  // the server's chunk at most
+  CHECK(chunk_for(256 * kib, 1100 * kib + 8) == 140864);  // an eighth, rounded up to 64
+  CHECK(chunk_for(64, 1) == 64);
+  CHECK(chunk_for(64, 1 << 20) == 64);
+  CHECK(chunk_for(0, 1 << 20) == 0);
+  CHECK(streamed_size(256 * kib, 256 * kib));  // two chunks of 128 KiB
+  CHECK_FALSE(streamed_size(256 * kib, 256 * kib - 64));
+  CHECK_FALSE(streamed_size(0, 1 << 20));
+}
+
+TEST_CASE("cut-through: a push of two half chunks streams - each piece half the server's chunk",
+          "[server][handler][cut_through]") {
+  constexpr std::size_t chunk = 1024;  // the server's: a push of 1024 bytes goes in 512s
+  stream_driver d(2, chunk);
+  bps_test::rng r{29};
+  std::vector<std::vector<std::byte>> inputs{values(dtype::float32, 256, 0, r),
+                                             values(dtype::float32, 256, 1, r)};
+  auto a = d.start(0, 0, dtype::float32, inputs[0]);
+  auto b = d.start(1, 0, dtype::float32, inputs[1]);
+  CHECK(d.call(a, 512, false).what == kind::wait);
+  const auto first = d.call(b, 600, false);  // 512 bytes of both are in: one half chunk
+  REQUIRE(first.what == kind::piece);
+  CHECK(first.answer.offset == 0);
+  CHECK(first.answer.bytes.size() == 512);
+  CHECK_FALSE(first.last);
+  CHECK(d.call(a, 0, true).what == kind::wait);
+  const auto rest = d.call(b, 0, true);
+  REQUIRE(rest.what == kind::piece);
+  CHECK(rest.last);
+  CHECK(rest.answer.offset == 512);
+  std::vector<std::byte> got(first.answer.bytes.begin(), first.answer.bytes.end());
+  got.insert(got.end(), rest.answer.bytes.begin(), rest.answer.bytes.end());
+  CHECK(got == rank_order_sum(dtype::float32, inputs));
+}
+
 TEST_CASE("cut-through answers a round whose pushes all came whole in one release",
           "[server][handler][cut_through]") {
   stream_driver d(2, 64);

@@ -95,9 +95,11 @@ struct Config {
   /// The largest `fusion_bytes`: a quarter of a batch, so that a batch holds at least 3 members.
   static constexpr std::size_t max_fusion_bytes = 262144;
   int server_engine_threads = 4;  ///< BYTEPS_SERVER_ENGINE_THREAD
-  /// BYTEPS_SERVER_CHUNK_BYTES: servers only. A push of at least twice this size is summed and
-  /// answered in chunks of it as its bytes arrive (cut-through, server/sync_sum.hpp), instead of
-  /// after the whole partition is in; 0 = off. A multiple of 64, at most 2^26.
+  /// BYTEPS_SERVER_CHUNK_BYTES: servers only. The largest chunk in which a push is summed and
+  /// answered as its bytes arrive (cut-through, server/sync_sum.hpp), instead of after the
+  /// whole partition is in: about an eighth of the push, at least half this
+  /// (`server::chunk_for`); a push that makes two chunks or more streams. 0 = off. A multiple
+  /// of 64, at most 2^26.
   std::size_t server_chunk_bytes = 262144;
   /// BYTEPS_SERVER_LANDING_BYTES: servers on a transport that registers memory (RDMA) only. Each
   /// worker link's pushes of a partition land in one registered buffer that stays from round

@@ -28,6 +28,7 @@
 /// `sync_sum` does: a worker pushes a key's next round only after it received this one, so bytes
 /// that change only after every recipient pushed again are safe.
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -195,9 +196,22 @@ struct outcome {
   }
 };
 
+/// The chunk a push of `bytes` is summed and answered in, given the server's chunk
+/// `max_chunk` (`Config::server_chunk_bytes`; 0: off): about an eighth of the push, so that a
+/// partition's first answer leaves early, but at least half of `max_chunk` (each chunk costs a
+/// frame to every worker) and at most `max_chunk`; a multiple of 64. One rule for the server's
+/// links, which read pushes in steps of it, and its handler's keys, which sum in it.
+inline std::size_t chunk_for(std::size_t max_chunk, std::size_t bytes) noexcept {
+  if (max_chunk == 0) return 0;
+  const std::size_t eighth = (bytes / 8 + 63) / 64 * 64;
+  const std::size_t half = std::max<std::size_t>(64, max_chunk / 128 * 64);
+  return std::min(max_chunk, std::max(half, eighth));
+}
+
 /// Whether a push of `bytes` is summed as it arrives: the server's chunk is on and the push
-/// makes at least two chunks (one rule for the server's links and its handler's keys).
-inline bool streamed_size(std::size_t chunk, std::size_t bytes) noexcept {
+/// makes at least two chunks of `chunk_for` its size.
+inline bool streamed_size(std::size_t max_chunk, std::size_t bytes) noexcept {
+  const std::size_t chunk = chunk_for(max_chunk, bytes);
   return chunk > 0 && bytes >= 2 * chunk;
 }
 inline bool streamed_size(const Config& cfg, std::size_t bytes) noexcept {

@@ -22,7 +22,8 @@ namespace bps::server {
 
 class lent_round {
  public:
-  /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`; 0 without).
+  /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`; 0 without); a
+  /// partition is summed in `chunk_for` its size.
   explicit lent_round(std::size_t chunk) : chunk_(chunk) {}
 
   /// Whether pushes of `bytes` stream (`streamed_size` with this chunk): such a key holds them.

@@ -227,8 +227,9 @@ class session final : public transport::receiver,
 
   // Cut-through: a streamed push is handed to the server chunk by chunk as it arrives.
   std::size_t progress_step(const wire::header& h) override {
-    return h.type == wire::msg::push && streaming_ && chunked_ ? owner_->config().server_chunk_bytes
-                                                               : 0;
+    return h.type == wire::msg::push && streaming_ && chunked_
+               ? server::chunk_for(owner_->config().server_chunk_bytes, h.payload_bytes)
+               : 0;
   }
   // RDMA: a push that landed in its partition's landing buffer lands there next round too.
   bool destination_stays(const wire::header& h, std::span<const std::byte> dest) override {
