@@ -159,6 +159,20 @@ struct joined_answer {
   }
 };
 
+// Two workers' float32 pushes of round 0, `count` values each, started on `d`.
+struct two_pushes {
+  std::vector<std::vector<std::byte>> inputs;
+  arriving a, b;
+};
+two_pushes start_two(stream_driver& d, std::size_t count, std::uint64_t seed) {
+  bps_test::rng r{seed};
+  two_pushes p;
+  p.inputs = {values(dtype::float32, count, 0, r), values(dtype::float32, count, 1, r)};
+  p.a = d.start(0, 0, dtype::float32, p.inputs[0]);
+  p.b = d.start(1, 0, dtype::float32, p.inputs[1]);
+  return p;
+}
+
 }  // namespace
 
 static_assert(bps::server::streams_pushes<bps::server::sync_sum>);
@@ -271,11 +285,7 @@ TEST_CASE("cut-through: a push of two half chunks streams - each piece half the 
           "[server][handler][cut_through]") {
   constexpr std::size_t chunk = 1024;  // the server's: a push of 1024 bytes goes in 512s
   stream_driver d(2, chunk);
-  bps_test::rng r{29};
-  std::vector<std::vector<std::byte>> inputs{values(dtype::float32, 256, 0, r),
-                                             values(dtype::float32, 256, 1, r)};
-  auto a = d.start(0, 0, dtype::float32, inputs[0]);
-  auto b = d.start(1, 0, dtype::float32, inputs[1]);
+  auto [inputs, a, b] = start_two(d, 256, 29);
   CHECK(d.call(a, 512, false).what == kind::wait);
   const auto first = d.call(b, 600, false);  // 512 bytes of both are in: one half chunk
   REQUIRE(first.what == kind::piece);
@@ -295,11 +305,7 @@ TEST_CASE("cut-through: a push of two half chunks streams - each piece half the 
 TEST_CASE("cut-through answers a round whose pushes all came whole in one release",
           "[server][handler][cut_through]") {
   stream_driver d(2, 64);
-  bps_test::rng r{7};
-  std::vector<std::vector<std::byte>> inputs{values(dtype::float32, 100, 0, r),
-                                             values(dtype::float32, 100, 1, r)};
-  auto a = d.start(0, 0, dtype::float32, inputs[0]);
-  auto b = d.start(1, 0, dtype::float32, inputs[1]);
+  auto [inputs, a, b] = start_two(d, 100, 7);
   CHECK(d.call(a, 0, true).what == kind::wait);
   const auto o = d.call(b, 0, true);
   REQUIRE(o.what == kind::release);
