@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "cluster.hpp"
+#include "faulty_cluster.hpp"
 #include "hand_made_node.hpp"
 #include "poll_until.hpp"
 #include "scheduler_access.hpp"
@@ -130,4 +131,78 @@ TEST_CASE("a node that dies while the cluster forms fails everyone who joined", 
   CHECK(worker0_joined);
   CHECK_THAT(scheduler_error, Contains("worker") && Contains("while the cluster was forming"));
   CHECK_THAT(worker_error, Contains("while the cluster was forming"));
+}
+
+TEST_CASE("a server that finds the scheduler silent tells its workers so behind the answers their "
+          "links still hold",
+          "[heartbeat]") {
+  using namespace std::chrono_literals;
+  test::watchdog watchdog(std::chrono::seconds(60));
+  Config cfg = test::base_config(1, 1);
+  cfg.heartbeat_interval = 500ms;
+  // The server finds the silence; the worker, whose timeout is far longer, could only learn of it
+  // from the server's word: a worker that blames "server 0" got only the server's close.
+  cfg.heartbeat_timeout = 10s;
+  std::atomic<bool> silent{false};
+  auto plan = std::make_shared<transport::fault_plan>();
+  // The scheduler falls silent as a stopped process does: what it sends from then on is held
+  // (and its links stay open while it waits for those sends, so the worker does not learn of the
+  // failure through the scheduler's close either).
+  plan->add({.when = {.from = role::scheduler,
+                      .also = [&](const transport::outgoing_frame&) { return silent.load(); }},
+             .action = transport::fault::delay(3s),
+             .times = transport::fault_rule::always});
+  // Every answer waits 200 ms on its way, and what the server sends after it waits behind it.
+  plan->add({.when = {.type = wire::msg::pull_response, .from = role::server},
+             .action = transport::fault::delay(200ms),
+             .times = transport::fault_rule::always});
+  Config sc = cfg;
+  sc.node_role = role::scheduler;
+  SchedulerNode<test::faulty_tcp> scheduler(sc, test::transport_options<test::faulty_tcp>(sc, plan));
+  cfg.scheduler_port = scheduler.port();
+  std::thread scheduler_thread([&] {
+    try {
+      scheduler.run();
+    } catch (const communicator_error&) {  // the nodes it loses when they fail
+    }
+  });
+  std::string server_error;
+  std::thread server_thread([&] {
+    Config c = cfg;
+    c.node_role = role::server;
+    c.heartbeat_timeout = 1500ms;
+    try {
+      Server<test::faulty_tcp> server(c, test::transport_options<test::faulty_tcp>(c, plan));
+      server.run();
+    } catch (const communicator_error& e) {
+      server_error = e.what();
+    }
+  });
+  std::string worker_error;
+  int rounds_before = 0;
+  {
+    Config c = cfg;
+    c.worker_id = 0;
+    try {
+      comm_t comm(c);
+      std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
+      comm.push_pull("a", std::span(a)).wait();
+      rounds_before = 1;
+      silent = true;
+      // Two answers on their way at almost every moment, until the server gives up.
+      for (;;) {
+        auto ha = comm.push_pull("a", std::span(a));
+        auto hb = comm.push_pull("b", std::span(b));
+        ha.wait();
+        hb.wait();
+      }
+    } catch (const communicator_error& e) {
+      worker_error = e.what();
+    }
+  }
+  server_thread.join();
+  scheduler_thread.join();
+  CHECK(rounds_before == 1);
+  CHECK_THAT(server_error, Contains("the scheduler") && Contains("stopped responding"));
+  CHECK_THAT(worker_error, Contains("the scheduler") && Contains("stopped responding"));
 }

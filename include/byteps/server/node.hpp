@@ -126,7 +126,11 @@ class node {
     try {
       control_.wait_for_shutdown();
     } catch (const communicator_error&) {
-      shutdown();  // fail() already logged why
+      // fail() logged why and told every worker, behind what their links still carry (an
+      // answer half written to a worker slow to read): closing now would lose that word, and
+      // the worker would blame this server. A live worker hangs up once it has read it.
+      places_.wait_until_empty(std::chrono::steady_clock::now() + cfg_.heartbeat_interval);
+      shutdown();
       throw;
     }
     log_.info("job finished; exiting");

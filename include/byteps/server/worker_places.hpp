@@ -3,13 +3,16 @@
 /// `server::worker_places<Session>`: one link per worker process on a server. A `peer_hello`
 /// claims its (machine, local rank); a second claim while the first link lives is refused, naming
 /// both addresses, so a stranger with a replayed or forged hello cannot sit beside a real worker.
-/// The server reaches every worker through it when the job fails (`holders`).
+/// The server reaches every worker through it when the job fails (`holders`), and waits for
+/// them to hang up before it closes their links (`wait_until_empty`).
 ///
 /// @par Thread Safety
 /// Every member may be called from any thread.
 
 #include <fmt/core.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,8 +41,17 @@ class worker_places {
 
   /// The link that held the place closed.
   void release(int machine, int local_rank) {
-    std::lock_guard lock(mu_);
-    holders_.erase({machine, local_rank});
+    {
+      std::lock_guard lock(mu_);
+      holders_.erase({machine, local_rank});
+    }
+    emptied_.notify_all();
+  }
+
+  /// Waits until no link holds a place, or until `deadline`; true when none does.
+  bool wait_until_empty(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return emptied_.wait_until(lock, deadline, [&] { return holders_.empty(); });
   }
 
   /// The sessions that hold a place now.
@@ -53,6 +65,7 @@ class worker_places {
 
  private:
   std::mutex mu_;
+  std::condition_variable emptied_;
   // (machine, local rank) -> its address and session
   std::map<std::pair<int, int>, std::pair<std::string, std::weak_ptr<Session>>> holders_;
 };
