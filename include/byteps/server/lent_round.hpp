@@ -22,12 +22,12 @@ namespace bps::server {
 
 class lent_round {
  public:
-  /// `chunk`: the server's cut-through chunk (`Config::server_chunk_bytes`; 0 without); a
-  /// partition is summed in `chunk_for` its size.
-  explicit lent_round(std::size_t chunk) : chunk_(chunk) {}
+  /// `max_chunk`: the server's largest cut-through chunk (`Config::server_chunk_bytes`; 0
+  /// without); a partition is summed in `chunk_for` its size.
+  explicit lent_round(std::size_t max_chunk) : max_chunk_(max_chunk) {}
 
   /// Whether pushes of `bytes` stream (`streamed_size` with this chunk): such a key holds them.
-  bool streams(std::size_t bytes) const noexcept { return streamed_size(chunk_, bytes); }
+  bool streams(std::size_t bytes) const noexcept { return streamed_size(max_chunk_, bytes); }
 
   /// The key holds its pushes from now on (a streamed size, or a first push that was lent).
   BYTEPS_DECL void hold(int num_workers);
@@ -63,7 +63,7 @@ class lent_round {
   BYTEPS_DECL void next_round();
 
  private:
-  std::size_t chunk_ = 0;
+  std::size_t max_chunk_ = 0;
   std::vector<payload_ref> inputs_;  // by worker: its push of this round (empty: none yet)
   std::vector<std::size_t> in_;      // by worker: bytes of its push that are in
   int arriving_ = 0;

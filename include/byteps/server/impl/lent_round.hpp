@@ -34,7 +34,7 @@ std::pair<std::size_t, std::size_t> lent_round::arrived(int worker, std::size_t 
   std::size_t ready = sum.size();
   for (std::size_t i = 0; i < in_.size(); ++i)
     if (members[i]) ready = std::min(ready, in_[i]);
-  const std::size_t chunk = chunk_for(chunk_, sum.size());
+  const std::size_t chunk = chunk_for(max_chunk_, sum.size());
   if (ready < sum.size() && chunk > 0) ready -= ready % chunk;  // (landed pushes come whole)
   if (ready <= answered_) return {answered_, 0};
   const std::size_t from = answered_;
