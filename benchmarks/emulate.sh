@@ -29,6 +29,11 @@ Options:
   --limit BYTES    tbf queue limit (default 16M: above what TCP keeps queued per socket, about
                    4 MiB here, times a few sockets; a smaller one drops the hosts' own packets)
   --gso BYTES      cap on GSO/TSO super-packets (default: burst/2, at most 65536)
+  --upload-queue Q how a host's upload queue serves its packets: fifo (default: tbf's own queue)
+                   or fair (one queue per peer host, served in turn by bytes: what a host whose
+                   qdisc shares its link between flows, fq or fq_codel, does for one flow per
+                   peer; this kernel has neither, so htb with a u32 filter per peer address,
+                   under tbf, each queue --limit / H). The switch side stays fifo.
   --cc NAME        TCP congestion control inside the hosts (default reno; bbr to compare;
                    cubic cannot be chosen inside a child namespace on this kernel)
   --subnet A.B.C   host i gets A.B.C.(i+1)/24 (default 10.77.0), inside its namespace only
@@ -95,6 +100,7 @@ rate=1gbit
 burst=65536
 limit=$((16 * 1024 * 1024))
 gso=
+upload_queue=fifo
 cc=reno
 subnet=10.77.0
 name=bpsemu$$
@@ -109,6 +115,7 @@ while (($# > 0)); do
     --burst) burst=$(to_bytes "${2:?}"); shift 2 ;;
     --limit) limit=$(to_bytes "${2:?}"); shift 2 ;;
     --gso) gso=$(to_bytes "${2:?}"); shift 2 ;;
+    --upload-queue) upload_queue=${2:?}; shift 2 ;;
     --cc) cc=${2:?}; shift 2 ;;
     --subnet) subnet=${2:?}; shift 2 ;;
     --name) name=${2:?}; shift 2 ;;
@@ -137,6 +144,8 @@ rate_g=$(rate_gbps "$rate")
 [[ -n $gso ]] || gso=$((burst / 2 < 65536 ? burst / 2 : 65536))
 ((gso >= 1500)) || die "--gso $gso is below one MTU-sized packet; raise --burst or --gso"
 ((limit >= burst)) || die "--limit must be >= --burst"
+[[ $upload_queue == fifo || $upload_queue == fair ]] ||
+  die "--upload-queue '$upload_queue': fifo or fair"
 
 sw=$name-sw
 ns=()
@@ -192,13 +201,26 @@ trap 'on_signal HUP 129' HUP
 
 emu_dir=$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX")
 
-# shape DEV-in-NAMESPACE: tbf as root qdisc, GSO/TSO capped below the burst.
+# shape DEV-in-NAMESPACE [fair]: tbf as root qdisc, GSO/TSO capped below the burst; with
+# "fair", tbf's queue is an htb whose classes, one per peer address and one for the rest, are
+# served in turn a quantum at a time: their rates are above the link's, so only tbf limits
+# (10gbit: at 100gbit this kernel's htb no longer took turns).
 shape() {
-  local n=$1 dev=$2
+  local n=$1 dev=$2 queue=${3:-fifo} j
   ip -n "$n" link set dev "$dev" gso_max_size "$gso"
   # Kernels with BIG TCP have a separate IPv4 cap; older ones do not know the keyword.
   ip -n "$n" link set dev "$dev" gso_ipv4_max_size "$gso" 2>/dev/null || true
-  tc -n "$n" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" limit "$limit"
+  tc -n "$n" qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" limit "$limit"
+  [[ $queue == fair ]] || return 0
+  local share=$((limit / hosts > burst ? limit / hosts : burst))
+  tc -n "$n" qdisc add dev "$dev" parent 1:1 handle 10: htb default 1
+  for ((j = 0; j <= hosts; j++)); do  # class 10:1 for the rest, 10:(j+2) for peer j
+    tc -n "$n" class add dev "$dev" parent 10: classid "10:$((j + 1))" htb rate 10gbit \
+      quantum 65536
+    tc -n "$n" qdisc add dev "$dev" parent "10:$((j + 1))" bfifo limit "$share"
+    ((j == hosts)) || tc -n "$n" filter add dev "$dev" parent 10: protocol ip prio 1 u32 \
+      match ip dst "${addrs[j]}/32" flowid "10:$((j + 2))"
+  done
 }
 
 ip netns add "$sw"
@@ -218,7 +240,7 @@ for ((i = 0; i < hosts; i++)); do
   ip -n "$sw" link set "h$i" up
   ip -n "$h" addr add "${addrs[i]}/24" dev eth0
   ip -n "$h" link set eth0 up
-  shape "$h" eth0   # upload
+  shape "$h" eth0 "$upload_queue" # upload
   shape "$sw" "h$i" # download
   ip netns exec "$h" sysctl -q -w net.ipv4.tcp_congestion_control="$cc" >/dev/null ||
     die "cannot set congestion control '$cc' inside $h"
@@ -231,7 +253,7 @@ if ((hosts >= 2)); then
   done
 fi
 echo "$prog: $hosts hosts (${ns[0]} .. ${ns[hosts - 1]}, ${addrs[0]} .. ${addrs[hosts - 1]}), links $rate" \
-  "(tbf burst $burst limit $limit, gso cap $gso), tcp $cc" >&2
+  "(tbf burst $burst limit $limit, gso cap $gso, upload queue $upload_queue), tcp $cc" >&2
 
 export EMU_HOSTS=$hosts EMU_NS="${ns[*]}" EMU_ADDRS="${addrs[*]}" EMU_RATE=$rate \
   EMU_RATE_GBPS=$rate_g EMU_DIR=$emu_dir
