@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """How busy each emulated host's link was during the timed rounds of a benchmark.
 
-  link-usage.py record FILE [--interval-ms MS]
+  link-usage.py record FILE [--interval-ms MS] [--packets]
       Run beside benchmarks/run-emulated.sh (same machine, as root). Waits for a job in the
       emulated hosts (network namespaces named PREFIX-h<i>, emulate.sh's), then every MS
       milliseconds (default 5) writes one line to FILE: the monotonic clock in seconds, then
       for each host its eth0 bytes sent and received (read from /proc/PID/net/dev of a process
-      in the host). Stops when the job's processes are gone.
+      in the host); with --packets, packets sent and received instead (GSO aggregates count
+      once: how many small packets, acknowledgements, went out). Stops when the job's
+      processes are gone. `report` reads byte records only.
 
   link-usage.py report FILE TIMES_DIR --rate RATE [--bins HOST,...]
       TIMES_DIR holds the files of the benchmark's --times DIR (one clock with the record: the
@@ -52,17 +54,18 @@ def job_hosts():
     return hosts
 
 
-def counters(pid):
+def counters(pid, packets=False):
+    """eth0's (sent, received) bytes, or packets, in the namespace of process `pid`."""
     with open(f"/proc/{pid}/net/dev") as f:
         for line in f:
             name, _, rest = line.partition(":")
             if name.strip() == "eth0":
                 v = rest.split()
-                return int(v[8]), int(v[0])
+                return (int(v[9]), int(v[1])) if packets else (int(v[8]), int(v[0]))
     raise FileNotFoundError
 
 
-def record(path, interval_ms):
+def record(path, interval_ms, packets=False):
     deadline = time.monotonic() + 300
     hosts = {}
     while time.monotonic() < deadline:
@@ -81,7 +84,7 @@ def record(path, interval_ms):
         while True:
             t = time.monotonic()
             try:
-                row = [counters(hosts[h]) for h in sorted(hosts)]
+                row = [counters(hosts[h], packets) for h in sorted(hosts)]
             except (FileNotFoundError, ProcessLookupError):
                 break  # a process of the job ended: the job is over
             f.write(f"{t:.6f} " + " ".join(f"{tx} {rx}" for tx, rx in row) + "\n")
@@ -156,6 +159,7 @@ def main():
     rec = sub.add_parser("record")
     rec.add_argument("file")
     rec.add_argument("--interval-ms", type=float, default=5)
+    rec.add_argument("--packets", action="store_true")
     rep = sub.add_parser("report")
     rep.add_argument("file")
     rep.add_argument("times_dir")
@@ -163,7 +167,7 @@ def main():
     rep.add_argument("--bins", default="")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.file, args.interval_ms)
+        record(args.file, args.interval_ms, args.packets)
     else:
         bins = [int(x) for x in args.bins.split(",") if x != ""]
         report(args.file, args.times_dir, parse_rate(args.rate), bins)
