@@ -212,14 +212,15 @@ shape() {
   ip -n "$n" link set dev "$dev" gso_ipv4_max_size "$gso" 2>/dev/null || true
   tc -n "$n" qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" limit "$limit"
   [[ $queue == fair ]] || return 0
-  local share=$((limit / hosts > burst ? limit / hosts : burst))
+  local share=$((limit / hosts > burst ? limit / hosts : burst)) class
   tc -n "$n" qdisc add dev "$dev" parent 1:1 handle 10: htb default 1
-  for ((j = 0; j <= hosts; j++)); do  # class 10:1 for the rest, 10:(j+2) for peer j
-    tc -n "$n" class add dev "$dev" parent 10: classid "10:$((j + 1))" htb rate 10gbit \
-      quantum 65536
-    tc -n "$n" qdisc add dev "$dev" parent "10:$((j + 1))" bfifo limit "$share"
-    ((j == hosts)) || tc -n "$n" filter add dev "$dev" parent 10: protocol ip prio 1 u32 \
-      match ip dst "${addrs[j]}/32" flowid "10:$((j + 2))"
+  # Class 10:1 takes what no filter names; peer j gets 10:(j + 2), written in hex as tc reads it.
+  for ((j = -1; j < hosts; j++)); do
+    class=10:$(printf '%x' $((j + 2)))
+    tc -n "$n" class add dev "$dev" parent 10: classid "$class" htb rate 10gbit quantum 65536
+    tc -n "$n" qdisc add dev "$dev" parent "$class" bfifo limit "$share"
+    ((j < 0)) || tc -n "$n" filter add dev "$dev" parent 10: protocol ip prio 1 u32 \
+      match ip dst "${addrs[j]}/32" flowid "$class"
   done
 }
 
