@@ -25,9 +25,11 @@ import bisect
 import glob
 import os
 import re
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from emulated_hosts import wait_for_job  # noqa: E402
 
 
 def parse_rate(text):
@@ -37,21 +39,6 @@ def parse_rate(text):
     mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
     bits = float(m.group(1)) * mult
     return bits / 8 if m.group(3) == "bit" else bits  # bytes per second (tc: bps is bytes)
-
-
-def job_hosts():
-    """{host index: pid of a process in it} for emulate.sh's namespaces that hold a job."""
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    hosts = {}
-    for name in out.split():
-        m = re.fullmatch(r".+-h(\d+)", name)
-        if not m:
-            continue
-        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
-                              text=True).stdout.split()
-        if pids:
-            hosts[int(m.group(1))] = pids[-1]
-    return hosts
 
 
 def counters(pid, packets=False):
@@ -66,17 +53,7 @@ def counters(pid, packets=False):
 
 
 def record(path, interval_ms, packets=False):
-    deadline = time.monotonic() + 300
-    hosts = {}
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-x", "bps-bench"], capture_output=True).returncode == 0:
-            time.sleep(0.3)  # every host's processes have started
-            hosts = job_hosts()
-            if hosts:
-                break
-        time.sleep(0.05)
-    if not hosts:
-        raise SystemExit("link-usage.py: no job in emulated hosts within 300 s")
+    hosts = {h: pids[-1] for h, pids in wait_for_job("link-usage.py").items()}
     print(f"link-usage.py: recording {len(hosts)} hosts every {interval_ms} ms into {path}",
           file=sys.stderr)
     lines = 0
