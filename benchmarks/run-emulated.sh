@@ -52,6 +52,9 @@ Options:
   --cc NAME         emulated: TCP congestion control inside the hosts (default reno)
   --emulate-args A  extra arguments for emulate.sh, e.g. '--burst 131072 --limit 32M'
   --timeout S       give up on one system's sweep after S seconds (default 3600)
+  --repeat N        run every system N times, in turn (byteps, Gloo, MPI, byteps, ...), each
+                    run's tables in OUT/runK/, then one table of the medians (a sweep only;
+                    default 1)
   --bench-args A    extra arguments for bps-bench (byteps systems only), e.g.
                     '--compressor ef_onebit:scaling=1' (its table then follows the sweep's in
                     OUT/byteps-*.txt)
@@ -95,6 +98,7 @@ cc=reno
 emulate_args=
 bench_args=
 timeout_s=3600
+repeat=1
 inside=0
 orig_args=("$@")
 while (($# > 0)); do
@@ -120,6 +124,7 @@ while (($# > 0)); do
     --cc) cc=${2:?}; shift 2 ;;
     --emulate-args) emulate_args=${2-}; shift 2 ;;
     --timeout) timeout_s=${2:?}; shift 2 ;;
+    --repeat) repeat=${2:?}; shift 2 ;;
     --bench-args) bench_args=${2-}; shift 2 ;;
     --inside) inside=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -142,6 +147,8 @@ for p in ${peers//,/ }; do
 done
 has() { [[ ",$1," == *",$2,"* ]]; }
 if [[ -n $model ]] && has "$peers" mpi; then die "--model: mpi-allreduce has no model mix (use --peers gloo)"; fi
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || die "--repeat '$repeat': expected a count of runs, 1 or more"
+if [[ -n $model ]] && ((repeat > 1)); then die "--repeat: for a sweep only, not with --model"; fi
 
 if [[ -z $build ]]; then
   if [[ -x $here/bps-bench ]]; then build=$(cd "$here/.." && pwd); else build=$(pwd)/build; fi
@@ -353,26 +360,53 @@ run_mpi() {
   return "$rc"
 }
 
-systems=()
-failed=()
-if [[ $mode == emulated ]]; then
-  for t in ${topologies//,/ }; do
-    run_byteps "byteps-$t" "$t" || failed+=("byteps-$t")
-    systems+=("byteps-$t")
-  done
-else
-  run_byteps_loopback byteps-ps || failed+=(byteps-ps)
-  systems+=(byteps-ps)
-fi
-if has "$peers" gloo; then run_gloo || failed+=(gloo-ring); systems+=(gloo-ring); fi
-if has "$peers" mpi; then run_mpi || failed+=(mpi-ring); systems+=(mpi-ring); fi
-
-# ------------------------------------------------------------------ the combined table
+# The tables, each from the systems' output in $out.
 # shellcheck source=summary-tables.sh
 source "$here/summary-tables.sh"
 
+# Every system once, its output in $out.
+run_systems() {
+  systems=()
+  if [[ $mode == emulated ]]; then
+    for t in ${topologies//,/ }; do
+      run_byteps "byteps-$t" "$t" || failed+=("$run_name byteps-$t")
+      systems+=("byteps-$t")
+    done
+  else
+    run_byteps_loopback byteps-ps || failed+=("$run_name byteps-ps")
+    systems+=(byteps-ps)
+  fi
+  if has "$peers" gloo; then run_gloo || failed+=("$run_name gloo-ring"); systems+=(gloo-ring); fi
+  if has "$peers" mpi; then run_mpi || failed+=("$run_name mpi-ring"); systems+=(mpi-ring); fi
+}
+
+failed=()
+run_name=
+if ((repeat > 1)); then
+  top_out=$out
+  for ((run = 1; run <= repeat; run++)); do
+    out=$top_out/run$run run_name=run$run
+    mkdir -p "$out/logs"
+    log "run $run of $repeat"
+    run_systems
+    sweep_summary >"$out/summary.txt"
+    cat "$out/summary.txt" >&2
+  done
+  out=$top_out
+else
+  run_systems
+fi
+
+# ------------------------------------------------------------------ the combined table
+
 summary=$out/summary.txt
-if [[ -n $model ]]; then mix_summary >"$summary"; else sweep_summary >"$summary"; fi
+if [[ -n $model ]]; then
+  mix_summary >"$summary"
+elif ((repeat > 1)); then
+  repeat_summary "$out"/run*/summary.txt >"$summary"
+else
+  sweep_summary >"$summary"
+fi
 cat "$summary"
 if [[ -z $model ]] && command -v gnuplot >/dev/null && [[ -x $here/plot.sh ]]; then
   if "$here/plot.sh" "$summary" "$out/busbw.png" >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
-# Sourced by run-emulated.sh once every system ran: the combined tables, from each system's
-# output in $out/<system>.txt. Uses run-emulated.sh's variables (mode, model, workers, servers,
-# topologies, dtype, link_gbps, rate, iters, warmup, systems, out) and its has().
+# Sourced by run-emulated.sh, which calls these once every system ran: the combined tables,
+# from each system's output in $out/<system>.txt. Uses run-emulated.sh's variables (mode, model,
+# workers, servers, topologies, dtype, link_gbps, rate, iters, warmup, systems, out) and its
+# has().
 # shellcheck shell=bash
 
 # The servers, for a table's first line: " + K servers" on loopback, ", K separate servers
@@ -93,3 +94,54 @@ mix_summary() {
     }'
 }
 
+
+# The sweep tables of several runs (--repeat), each a summary.txt of sweep_summary, as one:
+# per size and system the median of the runs' p50 times, busbw and time/bound, the median of
+# each run's own x_gloo and x_mpi (every ratio taken within one run), `wrong` summed, and last
+# the runs' p50 times from fastest to slowest. With an even count a median is the mean of the
+# middle two.
+repeat_summary() {
+  local ps_servers
+  ps_servers=$(servers_text)
+  echo "# run-emulated.sh --mode $mode: $workers workers$ps_servers, dtype $dtype," \
+    "${link_gbps:+link $link_gbps Gbit/s (tbf $rate), }iters $iters + warmup $warmup;" \
+    "$# runs, every system once a run"
+  echo "# medians over the runs: time = p50 of the slowest rank, us; busbw, GB/s; x_gloo, x_mpi" \
+    "= the median of each run's ratio; wrong = summed; runs_us = each run's time, sorted"
+  printf '#%11s %-17s %12s %11s %10s %7s %7s %7s  %s\n' size system time_us busbw_GBps \
+    time/bound wrong x_gloo x_mpi runs_us
+  awk '
+    function median(list,    n, v, i, j, x) {
+      n = split(list, v, " ")
+      if (n == 0) return "-"
+      for (i = 2; i <= n; i++) { x = v[i] + 0; j = i - 1
+        while (j > 0 && v[j] + 0 > x) { v[j + 1] = v[j]; j-- } v[j + 1] = x }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    function sorted(list,    n, v, i, j, x, out) {
+      n = split(list, v, " ")
+      for (i = 2; i <= n; i++) { x = v[i]; j = i - 1
+        while (j > 0 && v[j] + 0 > x + 0) { v[j + 1] = v[j]; j-- } v[j + 1] = x }
+      out = v[1]
+      for (i = 2; i <= n; i++) out = out "," v[i]
+      return out
+    }
+    function add(arr, k, v) { if (v != "-") arr[k] = (k in arr) ? arr[k] " " v : v }
+    /^#/ || NF < 8 || $1 !~ /^[0-9]+$/ { next }
+    {
+      k = $1 SUBSEP $2
+      if (!(k in seen)) { seen[k] = 1; keys[++m] = k }
+      add(t, k, $3); add(bw, k, $4); add(tb, k, $5); add(xg, k, $7); add(xm, k, $8)
+      wr[k] += $6
+    }
+    END {
+      for (i = 1; i <= m; i++) {
+        split(keys[i], p, SUBSEP)
+        printf "%12s %-17s %12s %11s %10s %7s %7s %7s  %s\n", p[1], p[2], fmt(median(t[keys[i]]), 1),
+          fmt(median(bw[keys[i]]), 4), fmt(median(tb[keys[i]]), 3), wr[keys[i]],
+          fmt(median(xg[keys[i]]), 2), fmt(median(xm[keys[i]]), 2), sorted(t[keys[i]])
+      }
+    }
+    function fmt(v, d) { return v == "-" ? "-" : sprintf("%." d "f", v) }
+  ' "$@"
+}
