@@ -136,7 +136,7 @@ TEST_CASE("ipc transport: payloads take shared memory both ways only after the h
     if (enabled)
       test::poll_until([&] { return server_net.payloads_through_shm() >= 1; },
                        std::chrono::seconds(5));
-    // Only the 1 MiB one: answers take the ring from min_ipc_answer_bytes (256 KiB) on.
+    // Only the 1 MiB one: answers take the ring from min_ipc_answer_bytes (128 KiB) on.
     static_assert(ipc_tcp::min_ipc_answer_bytes > 16384 &&
                   ipc_tcp::min_ipc_answer_bytes <= (std::size_t{1} << 20));
     CHECK(server_net.payloads_through_shm() == (enabled ? 1u : 0u));
@@ -191,7 +191,7 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
           test::exact_sums_at(comm, "in_place", rounds, {largest});
       },
       workers, servers);
-  // Every push that took a ring, or went by reference from its partition's slot (256 KiB and
+  // Every push that took a ring, or went by reference from its partition's slot (128 KiB and
   // up, from a partition's third round: test_ipc_partition_slots.cpp), was summed where it lay,
   // and nothing else was.
   CHECK(workers->through_shm > 0);
@@ -199,9 +199,10 @@ TEST_CASE("ipc: servers sum pushes where they lie in the workers' rings - every 
   CHECK(workers->in_place == 0);  // answers are copied into the worker's tensors
 }
 
-TEST_CASE("ipc: answers of 256 KiB and up go as their place in the server's shared buffers - "
-          "every dtype, 6 rounds, exact sums",
-          "[cluster][ipc]") {
+TEST_CASE(
+    "ipc: answers of 128 KiB and up go as their place in the server's shared buffers - "
+    "every dtype, 6 rounds, exact sums",
+    "[cluster][ipc]") {
   // Sums of several keys and sizes, round after round, recycle the server's buffers among
   // keys: a buffer reused before a worker read the answer in it would give a wrong sum. A
   // buffer's first answer is copied while its memory is offered, so each key needs a round
@@ -215,10 +216,32 @@ TEST_CASE("ipc: answers of 256 KiB and up go as their place in the server's shar
       cfg, [&](counted_comm& comm) { test::exact_sums_at(comm, "by_ref", rounds, sizes); },
       workers, servers);
   CHECK(servers->by_reference > 0);  // the answers
-  // The workers' pushes of 256 KiB and up go by reference too, from their partitions' slots
+  // The workers' pushes of 128 KiB and up go by reference too, from their partitions' slots
   // (test_ipc_partition_slots.cpp); each push is summed where it lies.
   CHECK(servers->in_place == workers->through_shm + workers->by_reference);
   CHECK(workers->in_place == 0);  // each worker copies its answer into its tensor
+}
+
+TEST_CASE(
+    "ipc: a 1 MiB tensor on 2 servers, cut in partitions of 128 KiB, goes by reference "
+    "both ways - exact sums",
+    "[cluster][ipc]") {
+  // by_bytes cuts 1 MiB for 2 servers into 8 partitions of 128 KiB: at min_ipc_answer_bytes,
+  // so pushes go from their slots and answers as the sums' place, not by ring and TCP.
+  static_assert(ipc_tcp::min_ipc_answer_bytes <= (std::size_t{128} << 10));
+  auto cfg = test::base_config(2, 2);
+  cfg.fusion_bytes = 0;
+  auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
+  constexpr dtype one_type[] = {dtype::float32};
+  run_counted(
+      cfg,
+      [&](counted_comm& comm) {
+        test::exact_sums_at(comm, "mib", test::rounds(6, 4), {std::size_t{1} << 20}, one_type);
+      },
+      workers, servers);
+  CHECK(servers->by_reference > 0);  // the answers
+  CHECK(workers->by_reference > 0);  // the pushes, from a partition's third round
+  CHECK(servers->in_place == workers->through_shm + workers->by_reference);
 }
 
 TEST_CASE("ipc: with BYTEPS_ENABLE_IPC=0 no answer goes by reference - exact sums",

@@ -1,4 +1,4 @@
-// transport::ipc's partition slots: a worker's push of 256 KiB or more, sent with
+// transport::ipc's partition slots: a worker's push of 128 KiB or more, sent with
 // send_partition, is copied into its partition's own slot of shared memory and goes by
 // reference, so a worker ahead of the others never fills its ring and sends by TCP.
 #include "cluster.hpp"
@@ -124,7 +124,8 @@ TEST_CASE(
     CHECK(last_got(*pair.in, next));
     CHECK(pair.client_net.payloads_by_reference() == before + 1);
   }
-  // A push under 256 KiB takes the ring as before.
+  // A push under min_ipc_answer_bytes (128 KiB) takes the ring as before.
+  static_assert((std::size_t{64} << 10) < test::ipc_tcp::min_ipc_answer_bytes);
   const auto ring_before = pair.client_net.payloads_through_shm();
   const auto small = pattern_of(64 << 10, 9);
   REQUIRE(send_partition_and_wait(pair, 1, small));
@@ -146,7 +147,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "ipc: 2 workers x 1 server with local::none - pushes of 256 KiB and more go by "
+    "ipc: 2 workers x 1 server with local::none - pushes of 128 KiB and more go by "
     "reference once their slots are offered - every sum exact",
     "[cluster][ipc]") {
   auto cfg = test::base_config(2, 1);

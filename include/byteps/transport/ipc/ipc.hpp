@@ -26,7 +26,7 @@
 ///    into the destination its node names (an answer: the worker's own tensor) and frees the
 ///    space at once. A payload that does not fit goes by the inner link, as before the
 ///    handshake. Each direction starts using its ring once its `ipc_accept` came back.
-///    Answers take the ring from `min_ipc_answer_bytes` (256 KiB) on, pushes from
+///    Answers take the ring from `min_ipc_answer_bytes` (128 KiB) on, pushes from
 ///    `min_ipc_bytes` (16 KiB).
 /// 4. Memory the sender shares by name (`share_memory`: the worker's `local::host` segments,
 ///    where its owned slices lie) is offered once per link (`ipc_share`, transport/ipc/ipc_shared.hpp)
@@ -90,10 +90,12 @@ class ipc {
  public:
   static constexpr std::string_view name = "ipc";
   static constexpr std::size_t min_ipc_bytes = 16 * 1024;
-  /// The way back (server to worker) takes the ring from this size on. Smaller answers went
-  /// faster by TCP (why was not found), and larger ones faster through the ring
-  /// (docs/performance.md, "One machine: answers through shared memory").
-  static constexpr std::size_t min_ipc_answer_bytes = 256 * 1024;
+  /// The way back (server to worker) takes shared memory from this size on, and so do a worker's
+  /// partitions (5. above) and a server's sums (server/shared_pool.hpp). At 64 KiB TCP was the
+  /// faster way, against the ring and against the sums' place alike (why was not found); from
+  /// 128 KiB on, shared memory is (docs/performance.md, "One machine: answers through shared
+  /// memory" and "1 MiB on one machine").
+  static constexpr std::size_t min_ipc_answer_bytes = 128 * 1024;
   /// Ring payloads up to this size are copied by the sending thread, larger ones by the copier.
   static constexpr std::size_t inline_copy_bytes = 256 * 1024;
   using options = ipc_options<typename Inner::options>;

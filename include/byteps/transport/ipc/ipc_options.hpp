@@ -15,7 +15,7 @@ struct ipc_options {
   bool enabled = true;
   /// Each ring's size (BYTEPS_IPC_RING_BYTES), at least 4 of the job's largest frames. A push
   /// read in place holds its space until its round is summed, so the ring bounds how far a
-  /// worker may run ahead of the others before its pushes under 256 KiB take TCP (larger ones
+  /// worker may run ahead of the others before its pushes under 128 KiB take TCP (larger ones
   /// go from their partitions' slots: ipc_partition_slots.hpp).
   std::size_t ring_bytes = std::size_t{16} << 20;
   InnerOptions inner{};
