@@ -369,15 +369,15 @@ run_systems() {
   systems=()
   if [[ $mode == emulated ]]; then
     for t in ${topologies//,/ }; do
-      run_byteps "byteps-$t" "$t" || failed+=("$run_name byteps-$t")
+      run_byteps "byteps-$t" "$t" || failed+=("${run_name}byteps-$t")
       systems+=("byteps-$t")
     done
   else
-    run_byteps_loopback byteps-ps || failed+=("$run_name byteps-ps")
+    run_byteps_loopback byteps-ps || failed+=("${run_name}byteps-ps")
     systems+=(byteps-ps)
   fi
-  if has "$peers" gloo; then run_gloo || failed+=("$run_name gloo-ring"); systems+=(gloo-ring); fi
-  if has "$peers" mpi; then run_mpi || failed+=("$run_name mpi-ring"); systems+=(mpi-ring); fi
+  if has "$peers" gloo; then run_gloo || failed+=("${run_name}gloo-ring"); systems+=(gloo-ring); fi
+  if has "$peers" mpi; then run_mpi || failed+=("${run_name}mpi-ring"); systems+=(mpi-ring); fi
 }
 
 failed=()
@@ -385,7 +385,7 @@ run_name=
 if ((repeat > 1)); then
   top_out=$out
   for ((run = 1; run <= repeat; run++)); do
-    out=$top_out/run$run run_name=run$run
+    out=$top_out/run$run run_name="run$run "
     mkdir -p "$out/logs"
     log "run $run of $repeat"
     run_systems
