@@ -364,8 +364,9 @@ run_mpi() {
 # shellcheck source=summary-tables.sh
 source "$here/summary-tables.sh"
 
-# Every system once, its output in $out.
+# Every system once, its output in $out; a failure is named with the prefix $1 ("run2 ").
 run_systems() {
+  local run_name=${1-}
   systems=()
   if [[ $mode == emulated ]]; then
     for t in ${topologies//,/ }; do
@@ -381,14 +382,13 @@ run_systems() {
 }
 
 failed=()
-run_name=
 if ((repeat > 1)); then
   top_out=$out
   for ((run = 1; run <= repeat; run++)); do
-    out=$top_out/run$run run_name="run$run "
+    out=$top_out/run$run
     mkdir -p "$out/logs"
     log "run $run of $repeat"
-    run_systems
+    run_systems "run$run "
     sweep_summary >"$out/summary.txt"
     cat "$out/summary.txt" >&2
   done

@@ -94,7 +94,6 @@ mix_summary() {
     }'
 }
 
-
 # The sweep tables of several runs (--repeat), each a summary.txt of sweep_summary, as one:
 # per size and system the median of the runs' p50 times, busbw and time/bound, the median of
 # each run's own x_gloo and x_mpi (every ratio taken within one run), `wrong` summed, and last
@@ -111,21 +110,26 @@ repeat_summary() {
   printf '#%11s %-17s %12s %11s %10s %7s %7s %7s  %s\n' size system time_us busbw_GBps \
     time/bound wrong x_gloo x_mpi runs_us
   awk '
-    function median(list,    n, v, i, j, x) {
-      n = split(list, v, " ")
-      if (n == 0) return "-"
-      for (i = 2; i <= n; i++) { x = v[i] + 0; j = i - 1
-        while (j > 0 && v[j] + 0 > x) { v[j + 1] = v[j]; j-- } v[j + 1] = x }
-      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
-    function sorted(list,    n, v, i, j, x, out) {
+    # The values of the space-separated `list` into v[1..n], in increasing numeric order (the
+    # text of each kept); returns n.
+    function sort_values(list, v,    n, i, j, x) {
       n = split(list, v, " ")
       for (i = 2; i <= n; i++) { x = v[i]; j = i - 1
         while (j > 0 && v[j] + 0 > x + 0) { v[j + 1] = v[j]; j-- } v[j + 1] = x }
+      return n
+    }
+    function median(list,    n, v) {
+      n = sort_values(list, v)
+      if (n == 0) return "-"
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    function sorted(list,    n, v, i, out) {
+      n = sort_values(list, v)
       out = v[1]
       for (i = 2; i <= n; i++) out = out "," v[i]
       return out
     }
+    function fmt(v, d) { return v == "-" ? "-" : sprintf("%." d "f", v) }
     function add(arr, k, v) { if (v != "-") arr[k] = (k in arr) ? arr[k] " " v : v }
     /^#/ || NF < 8 || $1 !~ /^[0-9]+$/ { next }
     {
@@ -142,6 +146,5 @@ repeat_summary() {
           fmt(median(xg[keys[i]]), 2), fmt(median(xm[keys[i]]), 2), sorted(t[keys[i]])
       }
     }
-    function fmt(v, d) { return v == "-" ? "-" : sprintf("%." d "f", v) }
   ' "$@"
 }
