@@ -54,7 +54,7 @@ declare -A package_of=(
   [openssl]=openssl [gnuplot]=gnuplot-nox [node]="nodejs npm" [srun]=slurm-wlm [scontrol]=slurm-wlm
   [python3]=python3
   [byteps-server]=- [dpkg-query]=- [Torch]=libtorch-dev
-  [unshare]=-  # util-linux: in every Debian, minbase too (scripts/install-deps.sh)
+  [unshare]=- [taskset]=-  # util-linux: in every Debian, minbase too (scripts/install-deps.sh)
 )
 mapfile -t wanted < <(
   cd "$root" &&
