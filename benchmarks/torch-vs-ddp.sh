@@ -92,8 +92,9 @@ summarize() {
 }
 run_byteps() {
   if [[ $mode == loopback ]]; then
-    BYTEPS_LOG_LEVEL=WARNING "$launch" --workers "$workers" --servers "$workers" --timeout 600 -- \
-      "$train" $(args_of "$1") >"$2" 2>&1
+    # Unbound, as DDP's ranks are: the two differ in how they exchange, not where they run.
+    BYTEPS_LOG_LEVEL=WARNING "$launch" --workers "$workers" --servers "$workers" --timeout 600 \
+      --worker-cpus all -- "$train" $(args_of "$1") >"$2" 2>&1
     return
   fi
   local port=9000 i rc=0 p
