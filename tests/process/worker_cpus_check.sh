@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # byteps-launch --worker-cpus: with split (the default) worker process g of P runs on CPUs
 # [g*C/P, (g+1)*C/P) of the C CPUs the launcher may use, when P <= C, and anywhere otherwise;
-# with all, every worker runs anywhere; the launcher says where it put them; a bad mode is
-# refused by name. Each worker prints its own Cpus_allowed_list, then runs a short real job.
+# with all, every worker runs anywhere; the launcher says where it put them; where taskset
+# fails, nobody is bound and the job runs; a bad mode is refused by name. Each worker prints its own Cpus_allowed_list, then runs a short real job.
 # Usage: worker_cpus_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK
 set -uo pipefail
 launch=${1:?usage: worker_cpus_check.sh BYTEPS_LAUNCH PUSH_PULL_CHECK}
@@ -89,6 +89,20 @@ for name in "worker 0.0" "worker 0.1" "worker 1.0" "worker 1.1"; do
   fi
   g=$((g + 1))
 done
+
+# Where the affinity cannot be set (a taskset that fails stands for a sandbox that forbids it):
+# every worker unbound, said once, and the job runs.
+if ((${#cpus[@]} >= 2)); then
+  mkdir "$work/bin"
+  printf '#!/bin/sh\necho "taskset: failed to set pid 0 affinity: Operation not permitted" >&2\nexit 1\n' \
+    >"$work/bin/taskset"
+  chmod +x "$work/bin/taskset"
+  PATH=$work/bin:$PATH job refused --workers 2
+  expect_cpus "$work/refused.log" "worker 0" "${cpus[*]}"
+  expect_cpus "$work/refused.log" "worker 1" "${cpus[*]}"
+  grep -q "^byteps-launch: taskset -c [0-9,]* failed here: every worker may run on any CPU" \
+    "$work/refused.log" || fail "refused: no 'taskset -c ... failed here' line"
+fi
 
 status=0
 out=$("$launch" --worker-cpus half -- true 2>&1) || status=$?
