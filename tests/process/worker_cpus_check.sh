@@ -65,7 +65,7 @@ job split --workers 2
 if ((${#cpus[@]} >= 2)); then
   expect_cpus "$work/split.log" "worker 0" "$(share 0 2)"
   expect_cpus "$work/split.log" "worker 1" "$(share 1 2)"
-  grep -q "^byteps-launch: worker 0 on CPUs\? [0-9,]*, worker 1 on CPUs\? [0-9,]* (--worker-cpus all" \
+  grep -q "^byteps-launch: worker 0 on CPUs\? [0-9,-]*, worker 1 on CPUs\? [0-9,-]* (--worker-cpus all" \
     "$work/split.log" || fail "split: no 'byteps-launch: worker 0 on CPU ...' line"
 else
   expect_cpus "$work/split.log" "worker 0" "${cpus[*]}"
@@ -100,7 +100,7 @@ if ((${#cpus[@]} >= 2)); then
   PATH=$work/bin:$PATH job refused --workers 2
   expect_cpus "$work/refused.log" "worker 0" "${cpus[*]}"
   expect_cpus "$work/refused.log" "worker 1" "${cpus[*]}"
-  grep -q "^byteps-launch: taskset -c [0-9,]* failed here: every worker may run on any CPU" \
+  grep -q "^byteps-launch: taskset -c [0-9,-]* failed here: every worker may run on any CPU" \
     "$work/refused.log" || fail "refused: no 'taskset -c ... failed here' line"
 fi
 
