@@ -10,7 +10,11 @@
 #   gloo-ring         Gloo ring all-reduce over hosts 0..N-1; bound 2(N-1)/N*M/B
 #   mpi-ring          MPI_Allreduce (Open MPI, TCP, ring algorithm) over hosts 0..N-1
 # Loopback mode: N workers + K servers on this machine (byteps-launch) against Gloo and MPI with
-# N ranks over TCP on 127.0.0.1. No link rate, so no bound.
+# N ranks over TCP on 127.0.0.1. No link rate, so no bound. Each runs where its own launcher puts
+# it: byteps-launch each worker on CPUs of its own (--worker-cpus split), mpirun its ranks by its
+# default binding (a core each for 2 ranks), and Gloo, which has no launcher, anywhere (bound to a
+# core each, a rank's waiting thread and its transport's thread take turns on it and 4 KiB took
+# 4 ms: docs/performance.md).
 # With --model NAME, each system runs a real network's gradient mix instead of the sweep
 # (bps-bench --model, gloo-allreduce --model: Gloo per tensor and fused; MPI has no mix), and
 # the table gives byteps' speed-up over Gloo's better variant.
@@ -315,10 +319,10 @@ run_gloo() {
 }
 
 # Open MPI settings for both modes (../shared/EMULATION.md): TCP only, ob1, yield when idle on
-# 2 cores, ring all-reduce, no binding (every namespace looks like its own node to Open MPI, so
-# its default binding would put every rank on core 0).
+# 2 cores, ring all-reduce. Emulated, no binding (every namespace looks like its own node to Open
+# MPI, so its default binding would put every rank on core 0); on loopback its default binding.
 # shellcheck disable=SC2054 # "self,tcp" is one argument
-mpi_common=(--allow-run-as-root --bind-to none --mca pml ob1 --mca btl self,tcp
+mpi_common=(--allow-run-as-root --mca pml ob1 --mca btl self,tcp
   --mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1
   --mca coll_tuned_allreduce_algorithm 4)
 
@@ -344,7 +348,7 @@ run_mpi() {
     chmod +x "$agent"
     : >"$hostfile"
     for ((i = 0; i < workers; i++)); do echo "${host_addr[i]} slots=1" >>"$hostfile"; done
-    cmd=(on_host 0 timeout "$timeout_s" mpirun "${mpi_common[@]}" -np "$workers"
+    cmd=(on_host 0 timeout "$timeout_s" mpirun "${mpi_common[@]}" --bind-to none -np "$workers"
       --hostfile "$hostfile" --map-by node
       --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
       --mca oob_tcp_if_include "$subnet" --mca btl_tcp_if_include "$subnet"

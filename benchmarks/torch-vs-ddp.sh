@@ -5,7 +5,8 @@
 # alternate, ROUNDS times per model, so that a change in the machine's load hits both.
 #
 # Loopback (default): N workers (default 2) on this machine, byteps with N summation servers
-# beside them (byteps-launch).
+# beside them (byteps-launch, which puts each worker on CPUs of its own by default; DDP's ranks,
+# started here as torch.distributed's own launcher would, run anywhere).
 # Emulated (--emulated, needs root): benchmarks/emulate.sh makes 2N hosts (default N = 4) with
 # tbf-shaped links (--rate, default 1gbit); byteps runs its workers on hosts 0..N-1 and its N
 # servers on hosts N..2N-1 (the scheduler beside server 0), DDP runs its N ranks on hosts
@@ -92,9 +93,8 @@ summarize() {
 }
 run_byteps() {
   if [[ $mode == loopback ]]; then
-    # Unbound, as DDP's ranks are: the two differ in how they exchange, not where they run.
-    BYTEPS_LOG_LEVEL=WARNING "$launch" --workers "$workers" --servers "$workers" --timeout 600 \
-      --worker-cpus all -- "$train" $(args_of "$1") >"$2" 2>&1
+    BYTEPS_LOG_LEVEL=WARNING "$launch" --workers "$workers" --servers "$workers" --timeout 600 -- \
+      "$train" $(args_of "$1") >"$2" 2>&1
     return
   fi
   local port=9000 i rc=0 p

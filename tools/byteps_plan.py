@@ -18,6 +18,7 @@ unit tests are tests/deploy/test_byteps_plan.py.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -442,6 +443,69 @@ def tsv(plan: Plan) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# byteps-launch --worker-cpus split: each worker process's share of the machine's CPUs.
+
+
+def cpu_shares(cpus: Sequence[int], processes: int,
+               core_of: Optional[Dict[int, Tuple[int, int]]] = None) -> List[List[int]]:
+    """The CPUs of each of `processes` worker processes: `cpus` (those the launcher may use) cut
+    into consecutive shares as even as they come, whole cores (`core_of`: cpu -> (package,
+    core), a core's hardware threads as one) where there are at least as many cores as
+    processes, so two workers never share a core's threads. [] when there are fewer CPUs than
+    processes: then nobody is bound."""
+    if processes < 1 or processes > len(cpus):
+        return []
+    if not core_of or any(c not in core_of for c in cpus):
+        core_of = {c: (0, c) for c in cpus}  # no topology: each CPU a core, in number order
+    cores: Dict[Tuple[int, int], List[int]] = {}
+    for c in sorted(cpus):
+        cores.setdefault(core_of[c], []).append(c)
+    groups = [cores[k] for k in sorted(cores)]
+    if len(groups) < processes:  # fewer cores than workers: share the cores' threads instead
+        groups = [[c] for g in groups for c in g]
+    n = len(groups)
+    return [sorted(c for g in groups[i * n // processes:(i + 1) * n // processes] for c in g)
+            for i in range(processes)]
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """CPUs as taskset -c takes them: "0-3,8"."""
+    runs: List[List[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_cpu_list(text: str) -> List[int]:
+    """"0-3,8" as [0, 1, 2, 3, 8]; a PlanError naming --cpus otherwise."""
+    cpus = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part.strip())
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise PlanError(f"--cpus '{text}' is not valid: expected CPUs and ranges such as "
+                            "0-3,8")
+        cpus.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return sorted(cpus)
+
+
+def this_machine_cores(cpus: Sequence[int]) -> Dict[int, Tuple[int, int]]:
+    """cpu -> (package, core) from sysfs; CPUs it does not describe are left out (and then
+    cpu_shares goes by CPU number)."""
+    found = {}
+    for c in cpus:
+        base = f"/sys/devices/system/cpu/cpu{c}/topology/"
+        try:
+            with open(base + "physical_package_id") as pkg, open(base + "core_id") as core:
+                found[c] = (int(pkg.read()), int(core.read()))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+# ------------------------------------------------------------------------------------------------
 # The command line.
 
 
@@ -485,6 +549,13 @@ def _parser() -> argparse.ArgumentParser:
     hostnames = sub.add_parser("hostnames", help="a Slurm host list, one host a line")
     hostnames.add_argument("hostlist")
 
+    shares = sub.add_parser("cpu-shares", help="byteps-launch --worker-cpus split: one line "
+                            "per worker process, its CPUs as taskset -c takes them; nothing "
+                            "when there are fewer CPUs than processes")
+    shares.add_argument("--processes", required=True)
+    shares.add_argument("--cpus", default="", help="the CPUs to share, e.g. 0-3,8 (default: "
+                        "those this process may run on)")
+
     k8s = sub.add_parser("kubernetes", help="render.sh: the templates' values from the plan")
     k8s.add_argument("--job", default="byteps")
     k8s.add_argument("--workers", default="2")
@@ -516,6 +587,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 "entries)")
             p = process_of(entries[args.index], has_local_names(entries), args.node_host)
             sys.stdout.write(tsv(Plan((), (p,))).splitlines(True)[1])
+        elif args.command == "cpu-shares":
+            cpus = parse_cpu_list(args.cpus) if args.cpus else sorted(os.sched_getaffinity(0))
+            shares = cpu_shares(cpus, whole("--processes", args.processes, 1),
+                                this_machine_cores(cpus))
+            sys.stdout.write("".join(cpu_list(share) + "\n" for share in shares))
         elif args.command == "hostnames":
             sys.stdout.write("".join(h + "\n" for h in expand_hostlist(args.hostlist)))
         else:

@@ -125,6 +125,56 @@ class LocalPlan(unittest.TestCase):
                                  (2, "", f"byteps-launch: error: {message}\n"))
 
 
+class CpuShares(unittest.TestCase):
+    """byteps-launch --worker-cpus split: each worker process's CPUs."""
+
+    def test_consecutive_shares_as_even_as_they_come(self):
+        self.assertEqual(bp.cpu_shares([0, 1], 2), [[0], [1]])
+        self.assertEqual(bp.cpu_shares(range(8), 3), [[0, 1], [2, 3, 4], [5, 6, 7]])
+        self.assertEqual(bp.cpu_shares([3, 0, 2, 1], 2), [[0, 1], [2, 3]])  # in number order
+        self.assertEqual(bp.cpu_shares([0, 2, 4, 6], 2), [[0, 2], [4, 6]])  # gaps kept
+        self.assertEqual(bp.cpu_shares([5], 1), [[5]])
+
+    def test_fewer_cpus_than_processes_binds_nobody(self):
+        self.assertEqual(bp.cpu_shares([0, 1], 4), [])
+        self.assertEqual(bp.cpu_shares([0, 1], 0), [])
+
+    def test_a_core_s_hardware_threads_go_to_one_worker(self):
+        # 4 cores x 2 threads, numbered as Linux usually does: CPU c and c + 4 are one core's.
+        cores = {c: (0, c % 4) for c in range(8)}
+        self.assertEqual(bp.cpu_shares(range(8), 2, cores), [[0, 1, 4, 5], [2, 3, 6, 7]])
+        self.assertEqual(bp.cpu_shares(range(8), 3, cores), [[0, 4], [1, 5], [2, 3, 6, 7]])
+        # More workers than cores, not than CPUs: then the threads are shared out one by one,
+        # a core's threads next to each other.
+        self.assertEqual(bp.cpu_shares(range(8), 8, cores),
+                         [[0], [4], [1], [5], [2], [6], [3], [7]])
+        self.assertEqual(bp.cpu_shares(range(8), 6, cores),
+                         [[0], [4], [1, 5], [2], [6], [3, 7]])
+        # Two packages: cores of one package before the other's.
+        two = {0: (1, 0), 1: (1, 1), 2: (0, 0), 3: (0, 1)}
+        self.assertEqual(bp.cpu_shares(range(4), 2, two), [[2, 3], [0, 1]])
+        # A CPU the topology does not describe: by number, as without one.
+        self.assertEqual(bp.cpu_shares(range(8), 2, {0: (0, 0)}), [[0, 1, 2, 3], [4, 5, 6, 7]])
+
+    def test_lists_as_taskset_takes_them(self):
+        self.assertEqual(bp.cpu_list([0, 1, 2, 3, 8]), "0-3,8")
+        self.assertEqual(bp.cpu_list([7]), "7")
+        self.assertEqual(bp.cpu_list([0, 2, 3, 4, 6]), "0,2-4,6")
+        self.assertEqual(bp.parse_cpu_list("0-3,8"), [0, 1, 2, 3, 8])
+
+    def test_the_command_byteps_launch_runs(self):
+        self.assertEqual(cli("cpu-shares", "--processes", "2", "--cpus", "0-3"),
+                         (0, "0-1\n2-3\n", ""))
+        self.assertEqual(cli("cpu-shares", "--processes", "3", "--cpus", "0,1"), (0, "", ""))
+        self.assertEqual(cli("--prog", "byteps-launch", "cpu-shares", "--processes", "2",
+                             "--cpus", "3-1"),
+                         (2, "", "byteps-launch: error: --cpus '3-1' is not valid: expected "
+                                 "CPUs and ranges such as 0-3,8\n"))
+        self.assertEqual(cli("--prog", "byteps-launch", "cpu-shares", "--processes", "x")[2],
+                         "byteps-launch: error: --processes 'x' is not valid: expected a whole "
+                         "number >= 1\n")
+
+
 class SlurmPlan(unittest.TestCase):
     """byteps-slurm: tasks node by node, as one srun step."""
 
