@@ -166,13 +166,15 @@ class CpuShares(unittest.TestCase):
         self.assertEqual(cli("cpu-shares", "--processes", "2", "--cpus", "0-3"),
                          (0, "0-1\n2-3\n", ""))
         self.assertEqual(cli("cpu-shares", "--processes", "3", "--cpus", "0,1"), (0, "", ""))
-        self.assertEqual(cli("--prog", "byteps-launch", "cpu-shares", "--processes", "2",
-                             "--cpus", "3-1"),
-                         (2, "", "byteps-launch: error: --cpus '3-1' is not valid: expected "
-                                 "CPUs and ranges such as 0-3,8\n"))
-        self.assertEqual(cli("--prog", "byteps-launch", "cpu-shares", "--processes", "x")[2],
-                         "byteps-launch: error: --processes 'x' is not valid: expected a whole "
-                         "number >= 1\n")
+        refusals = {
+            ("--cpus", "3-1"): "--cpus '3-1' is not valid: expected CPUs and ranges such as 0-3,8",
+            ("--processes", "x"): "--processes 'x' is not valid: expected a whole number >= 1",
+        }
+        for (option, value), message in refusals.items():
+            argv = {"--processes": "2", option: value}
+            rc, out, err = cli("--prog", "byteps-launch", "cpu-shares",
+                               *[word for pair in argv.items() for word in pair])
+            self.assertEqual((rc, out, err), (2, "", f"byteps-launch: error: {message}\n"))
 
 
 class SlurmPlan(unittest.TestCase):
