@@ -1,5 +1,7 @@
 """The hosts of a job in emulate.sh's network namespaces (PREFIX-h<i>), for the scripts that
-watch one from the root namespace (link-usage.py, tcp-events.py)."""
+watch one from the root namespace (link-usage.py, tcp-events.py), and the command line they
+share."""
+import argparse
 import re
 import subprocess
 import time
@@ -31,3 +33,23 @@ def wait_for_job(script, timeout_s=300):
                 return hosts
         time.sleep(0.05)
     raise SystemExit(f"{script}: no job in emulated hosts within {timeout_s} s")
+
+
+def record_report_parser(doc, default_interval_ms):
+    """The watchers' command line: `record FILE [--interval-ms MS]` (MS above 0) and `report
+    FILE`. Returns the parser and the two subcommands' parsers, for each script's own options."""
+    def interval_ms(text):
+        value = float(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{value:g}: must be above 0")
+        return value
+
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("file")
+    rec.add_argument("--interval-ms", type=interval_ms, default=default_interval_ms)
+    rep = sub.add_parser("report")
+    rep.add_argument("file")
+    return ap, rec, rep

@@ -20,7 +20,6 @@
 The counters count what the host's interface carried, headers included: TCP at full speed shows
 about 0.96 of the tbf rate here (emulate.sh --verify).
 """
-import argparse
 import bisect
 import glob
 import os
@@ -29,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from emulated_hosts import wait_for_job  # noqa: E402
+from emulated_hosts import record_report_parser, wait_for_job  # noqa: E402
 
 
 def parse_rate(text):
@@ -130,15 +129,8 @@ def report(path, times_dir, rate, bin_hosts):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    rec = sub.add_parser("record")
-    rec.add_argument("file")
-    rec.add_argument("--interval-ms", type=float, default=5)
+    ap, rec, rep = record_report_parser(__doc__, default_interval_ms=5)
     rec.add_argument("--packets", action="store_true")
-    rep = sub.add_parser("report")
-    rep.add_argument("file")
     rep.add_argument("times_dir")
     rep.add_argument("--rate", required=True)
     rep.add_argument("--bins", default="")

@@ -19,14 +19,13 @@
 
 The counters are the namespace's, so each host's figure covers all its processes' connections.
 """
-import argparse
 import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from emulated_hosts import wait_for_job  # noqa: E402
+from emulated_hosts import record_report_parser, wait_for_job  # noqa: E402
 
 # (row label, kernel counters summed into it); "not reported" is derived in report().
 ROWS = [
@@ -141,19 +140,10 @@ def report(path, everything):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    rec = sub.add_parser("record")
-    rec.add_argument("file")
-    rec.add_argument("--interval-ms", type=float, default=100)
-    rep = sub.add_parser("report")
-    rep.add_argument("file")
+    ap, _, rep = record_report_parser(__doc__, default_interval_ms=100)
     rep.add_argument("--all", action="store_true")
     args = ap.parse_args()
     if args.cmd == "record":
-        if not args.interval_ms > 0:
-            raise SystemExit(f"tcp-events.py: --interval-ms {args.interval_ms:g}: must be above 0")
         record(args.file, args.interval_ms)
     else:
         report(args.file, args.all)
