@@ -226,10 +226,12 @@ TEST_CASE(
     "ipc: a 1 MiB tensor on 2 servers, cut in partitions of 128 KiB, goes by reference "
     "both ways - exact sums",
     "[cluster][ipc]") {
-  // by_bytes cuts 1 MiB for 2 servers into 8 partitions of 128 KiB: at min_ipc_answer_bytes,
-  // so pushes go from their slots and answers as the sums' place, not by ring and TCP.
+  // Partitions of 128 KiB cut 1 MiB for 2 servers into 8: at min_ipc_answer_bytes, so pushes
+  // go from their slots and answers as the sums' place, not by ring and TCP. (The automatic
+  // size makes one partition of 1 MiB on one host, test_one_host_split.cpp.)
   static_assert(ipc_tcp::min_ipc_answer_bytes <= (std::size_t{128} << 10));
   auto cfg = test::base_config(2, 2);
+  cfg.partition_bytes = std::size_t{128} << 10;
   cfg.fusion_bytes = 0;
   auto workers = std::make_shared<tally>(), servers = std::make_shared<tally>();
   constexpr dtype one_type[] = {dtype::float32};

@@ -187,6 +187,40 @@ TEST_CASE("auto partitions - up to 16 per server for large tensors - none under 
   CHECK(parts[65] == bps::partition_range{65 * std::size_t{4096000}, 256 * MiB - 65 * 4096000});
 }
 
+TEST_CASE("auto partitions in shared memory - none under 1 MiB - larger tensors as elsewhere",
+          "[policies][partition]") {
+  bps::partition::by_bytes apart(automatic(2)), together(automatic(2));
+  together.fit({.machines = 2, .servers = 2, .in_shared_memory = true});
+  // Elsewhere, 1 MiB is spread over the 2 servers in 8 of 128 KiB and 256 KiB in 4 of 64 KiB;
+  // on one host through shared memory each is one partition.
+  CHECK(apart.split(1 * MiB, 4).size() == 8);
+  CHECK(apart.split(256 * KiB, 4).size() == 4);
+  CHECK(together.split(1 * MiB, 4) == std::vector<bps::partition_range>{{0, MiB}});
+  CHECK(together.split(256 * KiB, 4) == std::vector<bps::partition_range>{{0, 256 * KiB}});
+  // 4 MiB: 4 of 1 MiB (elsewhere 8 of 512 KiB).
+  CHECK(apart.split(4 * MiB, 4).size() == 8);
+  const auto four = together.split(4 * MiB, 4);
+  REQUIRE(four.size() == 4);
+  for (std::size_t i = 0; i < four.size(); ++i)
+    CHECK(four[i] == bps::partition_range{i * MiB, MiB});
+  check_contract(together.split(3 * MiB + 12, 4), 3 * MiB + 12, together.bound());
+  // From 8 MiB on 2 servers the split is the same either way.
+  for (std::size_t bytes : {8 * MiB, 64 * MiB, 256 * MiB + 4096}) {
+    CAPTURE(bytes);
+    CHECK(together.split(bytes, 4) == apart.split(bytes, 4));
+  }
+  // Fitted back to a job over sockets, the split is the default's again.
+  together.fit({.machines = 2, .servers = 2, .in_shared_memory = false});
+  CHECK(together.split(1 * MiB, 4) == apart.split(1 * MiB, 4));
+  // A size the user set is kept in shared memory too.
+  auto c = fixed(4096000);
+  c.num_servers = 2;
+  bps::partition::by_bytes set(c), set_together(c);
+  set_together.fit({.machines = 2, .servers = 2, .in_shared_memory = true});
+  CHECK(set_together.split(1 * MiB, 4) == set.split(1 * MiB, 4));
+  CHECK(set.split(1 * MiB, 4).size() == 8);
+}
+
 TEST_CASE("auto partitions keep the contract and never make fewer partitions than BytePS",
           "[policies][partition]") {
   for (int servers : {1, 2, 4, 6}) {

@@ -46,6 +46,7 @@ bps::rendezvous::hello sample_hello() {
   h.staleness = 0x0102030405060708ll;
   h.min_workers = 2;
   h.max_workers = 0x01020304;
+  h.shares_memory = true;
   return h;
 }
 
@@ -68,6 +69,7 @@ void check_same(const bps::rendezvous::hello& a, const bps::rendezvous::hello& b
   CHECK(a.staleness == b.staleness);
   CHECK(a.min_workers == b.min_workers);
   CHECK(a.max_workers == b.max_workers);
+  CHECK(a.shares_memory == b.shares_memory);
 }
 
 bps::rendezvous::welcome sample_welcome() {
@@ -81,6 +83,7 @@ bps::rendezvous::welcome sample_welcome() {
   m.job_id = 0xFEEDFACECAFEBEEFull;
   m.servers = {{"10.0.0.1", 9000}, {"", 1}, {"host-with-a-longer-name.example.org", 65535}};
   m.epoch = 0x0102030405060708ull;  // a worker that joined a running elastic job
+  m.in_shared_memory = true;
   return m;
 }
 
@@ -91,9 +94,10 @@ TEST_CASE("rendezvous hello round-trips", "[wire][rendezvous]") {
   const auto bytes = bps::rendezvous::encode(h);
   // protocol, role, requested rank, local rank, local size, host, port, partition bytes,
   // workers, servers, key hash, mixed mode, failover, standby, async, staleness, the elastic
-  // bounds (the job token travels as a proof after these bytes, never in them: auth.hpp)
+  // bounds, shares_memory (the job token travels as a proof after these bytes, never in them:
+  // auth.hpp)
   CHECK(bytes.size() == 4 + 1 + 4 + 4 + 4 + 4 + h.host.size() + 2 + 8 + 4 + 4 + 4 +
-                            h.key_hash.size() + 1 + 1 + 1 + 1 + 8 + 4 + 4);
+                            h.key_hash.size() + 1 + 1 + 1 + 1 + 8 + 4 + 4 + 1);
   check_same(bps::rendezvous::decode_hello(bytes), h);
 
   for (auto r : {bps::role::scheduler, bps::role::server, bps::role::worker}) {
@@ -151,6 +155,11 @@ TEST_CASE("rendezvous hello refuses bad payloads", "[wire][rendezvous]") {
   auto longer = bytes;
   longer.push_back(std::byte{0});
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(longer), bps::wire::decode_error);
+  // a shares_memory flag that is neither 0 nor 1 (the last byte)
+  auto bad_flag = bytes;
+  bad_flag.back() = std::byte{2};
+  CHECK_THROWS_WITH(bps::rendezvous::decode_hello(bad_flag),
+                    Catch::Contains("shares_memory flag neither 0 nor 1"));
   // unknown role byte (offset 4)
   auto bad_role = bytes;
   bad_role[4] = std::byte{3};
@@ -189,8 +198,9 @@ TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags"
   CHECK_FALSE(bps::rendezvous::hello::from(bps::Config{}, bps::role::worker).failover);
 
   auto bytes = bps::rendezvous::encode(sample_hello());
-  // failover and standby: before the async flag, the staleness and the elastic bounds
-  for (std::size_t at : {bytes.size() - 19, bytes.size() - 18}) {
+  // failover and standby: before the async flag, the staleness, the elastic bounds and
+  // shares_memory
+  for (std::size_t at : {bytes.size() - 20, bytes.size() - 19}) {
     auto bad = bytes;
     bad[at] = std::byte{2};
     CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
@@ -204,7 +214,8 @@ TEST_CASE("rendezvous hello carries failover and standby, and refuses bad flags"
 TEST_CASE("rendezvous hello refuses a bad async flag or staleness", "[wire][rendezvous][async]") {
   auto bytes = bps::rendezvous::encode(sample_hello());
   auto bad = bytes;
-  bad[bytes.size() - 17] = std::byte{2};  // the async flag, before staleness and the bounds
+  bad[bytes.size() - 18] = std::byte{2};  // the async flag, before staleness, the bounds and
+                                          // shares_memory
   CHECK_THROWS_AS(bps::rendezvous::decode_hello(bad), bps::wire::decode_error);
   auto h = sample_hello();
   h.staleness = -1;  // unbounded
@@ -256,14 +267,16 @@ TEST_CASE("rendezvous hello of another protocol decodes only its protocol", "[wi
 TEST_CASE("rendezvous welcome round-trips", "[wire][rendezvous]") {
   const auto m = sample_welcome();
   const auto bytes = bps::rendezvous::encode(m);
-  CHECK(bytes.size() == 36 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2) + 8);
+  CHECK(bytes.size() == 36 + (4 + 8 + 2) + (4 + 0 + 2) + (4 + 35 + 2) + 8 + 1);
   CHECK(bps::rendezvous::decode_welcome(bytes) == m);
+  CHECK(bps::rendezvous::decode_welcome(bytes).in_shared_memory);
 
   bps::rendezvous::welcome empty;
   empty.rank = -1;
   const auto eb = bps::rendezvous::encode(empty);
-  CHECK(eb.size() == 36 + 8);
+  CHECK(eb.size() == 36 + 8 + 1);
   CHECK(bps::rendezvous::decode_welcome(eb) == empty);
+  CHECK_FALSE(bps::rendezvous::decode_welcome(eb).in_shared_memory);
 }
 
 TEST_CASE("rendezvous welcome refuses bad payloads", "[wire][rendezvous]") {
@@ -294,6 +307,12 @@ TEST_CASE("rendezvous welcome refuses bad payloads", "[wire][rendezvous]") {
   CHECK_THROWS_AS(bps::rendezvous::decode_welcome(bps::rendezvous::encode(m)), bps::wire::decode_error);
   m.slices = 1025;
   CHECK_THROWS_AS(bps::rendezvous::decode_welcome(bps::rendezvous::encode(m)), bps::wire::decode_error);
+
+  // an in_shared_memory flag that is neither 0 nor 1
+  auto flag = bytes;
+  flag.back() = std::byte{2};
+  CHECK_THROWS_WITH(bps::rendezvous::decode_welcome(flag),
+                    Catch::Contains("in_shared_memory flag neither 0 nor 1"));
 }
 
 TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") {

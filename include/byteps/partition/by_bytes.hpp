@@ -20,6 +20,13 @@
 /// 4 MB). The floor keeps the per-partition cost (frames, a sum, an answer) small against its
 /// bytes: on loopback, where the CPU is the limit, small partitions lose (docs/performance.md,
 /// "Partition size, and where the default lands", has the time against the partition size).
+///
+/// On one host, payloads through shared memory (`fit` with `job_shape::in_shared_memory`, auto
+/// only), no tensor is spread in partitions under `auto_min_bytes`: a server then reads pushes
+/// where they lie and answers by reference, so a partition's cost is its frames, wake-ups and
+/// sum, not its bytes, and a 1 MiB tensor goes whole to one server. Over sockets on one host the
+/// servers' copies are the cost, which the spread shares out (docs/performance.md, "One host,
+/// payloads through shared memory: partitions of 1 MiB").
 
 #include <algorithm>
 #include <cstddef>
@@ -47,6 +54,11 @@ class by_bytes {
 
   std::size_t bound() const noexcept { return bound_; }
 
+  /// In shared memory with the automatic size, partitions of at least `auto_min_bytes`.
+  void fit(const bps::job_shape& shape) noexcept {
+    min_spread_ = shape.in_shared_memory && auto_ ? auto_min_bytes : min_spread_bytes;
+  }
+
   /// What the scheduling credit counts in: auto, `auto_min_bytes`, the size large tensors are
   /// cut to (counted in `bound()`s the credit let 4 times as many partitions queue unsent, and
   /// each server waited on the slowest worker's copy: docs/performance.md has the runs); set,
@@ -60,7 +72,7 @@ class by_bytes {
     // element.
     (void)element_size;
     const std::size_t by_bound = (bytes + bound_ - 1) / bound_;
-    std::size_t count = std::max(by_bound, std::min(spread_, bytes / min_spread_bytes));
+    std::size_t count = std::max(by_bound, std::min(spread_, bytes / min_spread_));
     if (auto_)
       count = std::max(count, std::min(auto_per_server * servers_, bytes / auto_min_bytes));
     const std::size_t size =
@@ -80,6 +92,7 @@ class by_bytes {
   std::size_t servers_;
   std::size_t spread_;
   bool auto_;
+  std::size_t min_spread_ = min_spread_bytes;
 };
 
 static_assert(Partitioner<by_bytes>);

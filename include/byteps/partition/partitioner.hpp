@@ -12,6 +12,9 @@
 /// Optional: `credit_unit()`, the partition size the scheduler's credit
 /// (BYTEPS_SCHEDULING_CREDIT) counts in, where the partitions a partitioner usually makes are
 /// smaller than its `bound()`; without it the credit counts in `bound()`s (`credit_unit_of`).
+///
+/// Optional: `fit(const job_shape&)`, what the scheduler's welcome says about the job, which
+/// every worker hears alike; a worker calls it once, before its first split (`fit_to_job`).
 
 #include <concepts>
 #include <cstddef>
@@ -33,6 +36,21 @@ concept Partitioner = std::constructible_from<P, const Config&> &&
                         { p.split(bytes, element_size) } -> std::same_as<std::vector<partition_range>>;
                         { p.bound() } -> std::convertible_to<std::size_t>;
                       };
+
+/// The job as the scheduler's welcome describes it to every worker alike.
+struct job_shape {
+  int machines = 1;       ///< worker machines (DMLC_NUM_WORKER)
+  int servers = 1;        ///< servers (DMLC_NUM_SERVER)
+  /// Every worker and server on one host, moving payloads through shared memory: no payload
+  /// crosses a socket.
+  bool in_shared_memory = false;
+};
+
+/// Tells `p` the job's shape, where it has `fit`; a partitioner without it ignores the shape.
+template <Partitioner P>
+void fit_to_job(P& p, const job_shape& shape) {
+  if constexpr (requires { p.fit(shape); }) p.fit(shape);
+}
 
 /// The partition size `p`'s scheduling credit counts in: its `credit_unit()`, else its `bound()`.
 template <Partitioner P>

@@ -38,8 +38,9 @@ namespace bps::rendezvous {
 // elastic job (`membership`'s `joined` and `boundary`, `welcome`'s `epoch`, the frames
 // `step_query` .. `membership_ack`); 13: a push flagged `no_data` (a broadcast's from a machine
 // without its root), whose rounds fail when no push holds data; `join_at` from `boundary_only`
-// (a removal seen at an agreed step boundary)
-inline constexpr std::uint32_t protocol_version = 13;
+// (a removal seen at an agreed step boundary); 14: hello's `shares_memory`, `welcome`'s
+// `in_shared_memory`
+inline constexpr std::uint32_t protocol_version = 14;
 
 struct hello {
   std::uint32_t protocol = protocol_version;
@@ -62,6 +63,9 @@ struct hello {
   std::int64_t staleness = -1;  ///< BYTEPS_ASYNC_STALENESS, -1 unbounded (must agree)
   std::int32_t min_workers = 0;  ///< BYTEPS_MIN_NUM_WORKER, 0 unset (must agree)
   std::int32_t max_workers = 0;  ///< BYTEPS_MAX_NUM_WORKER, 0 unset (must agree)
+  /// Workers and servers: moves payloads to a peer on its host through shared memory
+  /// (`transport::ipc` with BYTEPS_ENABLE_IPC on); set by the node from its transport.
+  bool shares_memory = false;
 
   BYTEPS_DECL static hello from(const Config& c, role r);
 };
@@ -84,6 +88,11 @@ struct welcome {
   /// Elastic training: the membership epoch a worker joined a running job at (its
   /// `join_state` follows); 0 for a node that formed the job.
   std::uint64_t epoch = 0;
+  /// When the job formed, every node reached the scheduler from one host (`all_on_one_host`)
+  /// and every worker and server said it moves payloads through shared memory: no payload
+  /// crosses a socket. The same on every node, so every worker's partitioner may follow it
+  /// (`bps::job_shape`).
+  bool in_shared_memory = false;
   friend bool operator==(const welcome&, const welcome&) = default;
 };
 

@@ -46,6 +46,7 @@
 #include "byteps/detail/periodic.hpp"
 #include "byteps/rendezvous/gate.hpp"
 #include "byteps/rendezvous/messages.hpp"
+#include "byteps/rendezvous/one_host.hpp"
 #include "byteps/rendezvous/vacancies.hpp"
 #include "byteps/transport/transport.hpp"
 #include "byteps/wire/codec.hpp"
@@ -149,6 +150,7 @@ class scheduler {
     bool alive = true;
     bool standby = false;  // a server waiting for a dead server's rank (failover)
     bool joining = false;  // elastic: a worker waiting to join the running job
+    bool shares_memory = false;  // its hello's: moves payloads through shared memory
   };
 
   class session final : public transport::receiver, public transport::peer_admission {
@@ -200,6 +202,7 @@ class scheduler {
     n.port = h.port;
     n.peer = l->peer();
     n.link = l;
+    n.shares_memory = h.shares_memory;
     return n;
   }
 

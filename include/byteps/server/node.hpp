@@ -197,6 +197,7 @@ class node {
     auto hello = rendezvous::hello::from(cfg_, role::server);
     hello.host = host;
     hello.port = port_;
+    if constexpr (transport::SharesMemory<T>) hello.shares_memory = transport_.shares_memory();
     std::optional<rendezvous::welcome> welcome;
     if (hello.standby) {
       log_.info("standby on {}:{}: waiting to replace a server that dies", host, port_);

@@ -72,6 +72,9 @@ class dispatcher {
         placement_(cfg),
         scheduler_(make_scheduler<S>(cfg, credit_unit_of(partitioner_))) {}
 
+  /// Tells the partitioner the job's shape from the welcome, before the first operation.
+  void fit(const job_shape& shape) { fit_to_job(partitioner_, shape); }
+
   op_table& ops() noexcept { return ops_; }
   const op_table& ops() const noexcept { return ops_; }
   const S& scheduler() const noexcept { return scheduler_; }

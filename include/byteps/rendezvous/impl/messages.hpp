@@ -25,6 +25,7 @@ std::vector<std::byte> encode(const hello& h) {
   w.put(h.staleness);
   w.put(h.min_workers);
   w.put(h.max_workers);
+  w.put(static_cast<std::uint8_t>(h.shares_memory ? 1 : 0));
   return w.take();
 }
 
@@ -63,6 +64,9 @@ hello decode_hello(std::span<const std::byte> in) {
   h.max_workers = r.get<std::int32_t>();
   if (h.min_workers < 0 || h.max_workers < 0)
     throw wire::decode_error("a negative BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER");
+  const auto shares_memory = r.get<std::uint8_t>();
+  if (shares_memory > 1) throw wire::decode_error("shares_memory flag neither 0 nor 1");
+  h.shares_memory = shares_memory == 1;
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -111,6 +115,7 @@ std::vector<std::byte> encode(const welcome& m) {
     w.put(a.port);
   }
   w.put(m.epoch);
+  w.put(static_cast<std::uint8_t>(m.in_shared_memory));
   return w.take();
 }
 
@@ -134,6 +139,9 @@ welcome decode_welcome(std::span<const std::byte> in) {
     m.servers.push_back(std::move(a));
   }
   m.epoch = r.get<std::uint64_t>();
+  const auto in_shared_memory = r.get<std::uint8_t>();
+  if (in_shared_memory > 1) throw wire::decode_error("in_shared_memory flag neither 0 nor 1");
+  m.in_shared_memory = in_shared_memory == 1;
   if (!r.done()) throw wire::decode_error("trailing bytes after welcome");
   return m;
 }

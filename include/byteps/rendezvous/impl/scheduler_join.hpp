@@ -195,6 +195,14 @@ void scheduler<T>::assign_and_welcome_locked() {
   assign(role::server, cfg_.num_servers);
 
   rendezvous::welcome table;
+  std::vector<std::string> peers;
+  bool all_share_memory = true;
+  for (const auto& n : nodes_)
+    if (n.alive) {
+      peers.push_back(n.peer);
+      all_share_memory = all_share_memory && n.shares_memory;
+    }
+  table.in_shared_memory = all_share_memory && all_on_one_host(peers);
   table.num_workers = cfg_.num_workers;
   table.num_servers = cfg_.num_servers;
   table.servers.resize(static_cast<std::size_t>(cfg_.num_servers));
@@ -223,8 +231,9 @@ void scheduler<T>::assign_and_welcome_locked() {
     send_locked(n.link, wire::msg::welcome, rendezvous::encode(table));
   }
   table_ = table;
-  log_.info("cluster formed: {} worker processes on {} machines, {} servers", workers_,
-            cfg_.num_workers, cfg_.num_servers);
+  log_.info("cluster formed: {} worker processes on {} machines, {} servers{}", workers_,
+            cfg_.num_workers, cfg_.num_servers,
+            table.in_shared_memory ? ", on one host, payloads through shared memory" : "");
 }
 
 }  // namespace bps::rendezvous

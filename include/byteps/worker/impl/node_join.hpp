@@ -49,13 +49,19 @@ void node<T, L, P, S>::take_job_state() {
 template <class T, class L, class P, class S>
 void node<T, L, P, S>::join() {
   cfg_.validate();
-  auto welcome = control_.join(rendezvous::hello::from(cfg_, role::worker));
+  auto hello = rendezvous::hello::from(cfg_, role::worker);
+  if constexpr (transport::SharesMemory<T>) hello.shares_memory = transport_.shares_memory();
+  auto welcome = control_.join(hello);
   state_.machine = welcome.rank;
   num_workers_ = welcome.num_workers;
   global_rank_ = welcome.global_rank;
   state_.global_size = welcome.global_size;
   job_id_ = welcome.job_id;
   slices_ = welcome.slices;
+  {
+    std::lock_guard lock(state_.mu);
+    state_.dispatcher.fit({welcome.num_workers, welcome.num_servers, welcome.in_shared_memory});
+  }
   log_.rename(local_.local_size() > 1
                   ? fmt::format("worker {}.{}", state_.machine, local_.local_rank())
                   : fmt::format("worker {}", state_.machine));
