@@ -190,7 +190,7 @@ TEST_CASE("auto partitions - up to 16 per server for large tensors - none under 
 TEST_CASE("auto partitions in shared memory - none under 1 MiB - larger tensors as elsewhere",
           "[policies][partition]") {
   bps::partition::by_bytes apart(automatic(2)), together(automatic(2));
-  together.fit({.machines = 2, .servers = 2, .in_shared_memory = true});
+  together.fit({.in_shared_memory = true});
   // Elsewhere, 1 MiB is spread over the 2 servers in 8 of 128 KiB and 256 KiB in 4 of 64 KiB;
   // on one host through shared memory each is one partition.
   CHECK(apart.split(1 * MiB, 4).size() == 8);
@@ -210,13 +210,13 @@ TEST_CASE("auto partitions in shared memory - none under 1 MiB - larger tensors 
     CHECK(together.split(bytes, 4) == apart.split(bytes, 4));
   }
   // Fitted back to a job over sockets, the split is the default's again.
-  together.fit({.machines = 2, .servers = 2, .in_shared_memory = false});
+  together.fit({.in_shared_memory = false});
   CHECK(together.split(1 * MiB, 4) == apart.split(1 * MiB, 4));
   // A size the user set is kept in shared memory too.
   auto c = fixed(4096000);
   c.num_servers = 2;
   bps::partition::by_bytes set(c), set_together(c);
-  set_together.fit({.machines = 2, .servers = 2, .in_shared_memory = true});
+  set_together.fit({.in_shared_memory = true});
   CHECK(set_together.split(1 * MiB, 4) == set.split(1 * MiB, 4));
   CHECK(set.split(1 * MiB, 4).size() == 8);
 }

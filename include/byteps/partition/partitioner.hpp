@@ -37,10 +37,9 @@ concept Partitioner = std::constructible_from<P, const Config&> &&
                         { p.bound() } -> std::convertible_to<std::size_t>;
                       };
 
-/// The job as the scheduler's welcome describes it to every worker alike.
+/// What the scheduler's welcome says about the job to every worker alike, beyond the Config
+/// (whose counts of machines and servers every node already shares).
 struct job_shape {
-  int machines = 1;       ///< worker machines (DMLC_NUM_WORKER)
-  int servers = 1;        ///< servers (DMLC_NUM_SERVER)
   /// Every worker and server on one host, moving payloads through shared memory: no payload
   /// crosses a socket.
   bool in_shared_memory = false;

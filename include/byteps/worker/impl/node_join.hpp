@@ -60,7 +60,7 @@ void node<T, L, P, S>::join() {
   slices_ = welcome.slices;
   {
     std::lock_guard lock(state_.mu);
-    state_.dispatcher.fit({welcome.num_workers, welcome.num_servers, welcome.in_shared_memory});
+    state_.dispatcher.fit({.in_shared_memory = welcome.in_shared_memory});
   }
   log_.rename(local_.local_size() > 1
                   ? fmt::format("worker {}.{}", state_.machine, local_.local_rank())
