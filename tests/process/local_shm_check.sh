@@ -15,6 +15,21 @@ check=$2
 rounds=${3:-20}
 check_args=("${@:4}")
 [[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 4)) || { echo "ROUNDS must be a whole number >= 4, got '$rounds'" >&2; exit 2; }
+# Every job that shares segments on a machine removes what dead jobs left in /dev/shm (case 4
+# relies on it), so a job of another test running beside this one could remove case 4's
+# leftovers before this script looks, or this script's jobs remove another test's. As root with
+# unshare, the script runs in a mount namespace of its own with a private /dev/shm (a tmpfs,
+# gone with the namespace); otherwise in the machine's, and it says so.
+if [[ -z ${BPS_LOCAL_SHM_PRIVATE:-} ]]; then
+  if ((EUID == 0)) && command -v unshare >/dev/null; then
+    export BPS_LOCAL_SHM_PRIVATE=1
+    exec unshare --mount --propagation private bash -c '
+      mount -t tmpfs tmpfs /dev/shm || { echo "mounting a private /dev/shm failed" >&2; exit 90; }
+      exec "$@"' _ "$0" "$@"
+  fi
+  echo "note: not root or no unshare: running in this machine's /dev/shm, which a job of another test" \
+    "running beside this one may sweep (case 4 then finds nothing left to remove)"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failures=0
