@@ -434,3 +434,24 @@ TEST_CASE("sum_of adds 1 to 9 inputs strictly in their order - bit for bit - in 
     }
   }
 }
+
+TEST_CASE("sum_of of fp16 adds 2048, 1, 2^-13, 2^-13 left to right - 2048, where the last two "
+          "first give 2050",
+          "[reduce]") {
+  // Left to right in fp32: 2049, then 2049 + 2^-13 is a tie that stays 2049 (twice), which
+  // rounds to fp16's 2048 (ties to even). Adding the last two first, 2049 + 2^-12 rounds up to
+  // 2050. Every element alike, so that each lane of a vector loop and the tail hold it.
+  constexpr std::size_t n = order_test_count;
+  const std::vector<float16> a(n, bps::to_float16(2048.0f)), b(n, bps::to_float16(1.0f)),
+      c(n, bps::to_float16(std::ldexp(1.0f, -13))), d = c;
+  const std::vector<const std::byte*> ptrs{
+      reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
+      reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(d.data())};
+  std::vector<float16> out(n);
+  bps::reduce::sum_of(out.data(), ptrs, n, dtype::float16);
+  std::size_t wrong = 0;
+  for (const auto& h : out)
+    if (h.bits != bps::to_float16(2048.0f).bits) ++wrong;
+  CHECK(wrong == 0);
+  CHECK(out[n - 1].bits == bps::to_float16(2048.0f).bits);
+}
