@@ -435,23 +435,29 @@ TEST_CASE("sum_of adds 1 to 9 inputs strictly in their order - bit for bit - in 
   }
 }
 
-TEST_CASE("sum_of of fp16 adds 2048, 1, 2^-13, 2^-13 left to right - 2048, where the last two "
-          "first give 2050",
+TEST_CASE("sum_of of 16-bit floats adds left to right - fp16 2048 + 1 + 2^-13 + 2^-13 is 2048, "
+          "bf16 256 + 1 + 2^-16 + 2^-16 is 256, where the last two first give 2050 and 258",
           "[reduce]") {
-  // Left to right in fp32: 2049, then 2049 + 2^-13 is a tie that stays 2049 (twice), which
-  // rounds to fp16's 2048 (ties to even). Adding the last two first, 2049 + 2^-12 rounds up to
-  // 2050. Every element alike, so that each lane of a vector loop and the tail hold it.
-  constexpr std::size_t n = order_test_count;
-  const std::vector<float16> a(n, bps::to_float16(2048.0f)), b(n, bps::to_float16(1.0f)),
-      c(n, bps::to_float16(std::ldexp(1.0f, -13))), d = c;
-  const std::vector<const std::byte*> ptrs{
-      reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
-      reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(d.data())};
-  std::vector<float16> out(n);
-  bps::reduce::sum_of(out.data(), ptrs, n, dtype::float16);
-  std::size_t wrong = 0;
-  for (const auto& h : out)
-    if (h.bits != bps::to_float16(2048.0f).bits) ++wrong;
-  CHECK(wrong == 0);
-  CHECK(out[n - 1].bits == bps::to_float16(2048.0f).bits);
+  // Left to right in fp32: x + 1 is the 16-bit type's tie point between x and the next value,
+  // and adding the small value there is an fp32 tie that stays put (twice), so the sum rounds
+  // down to x (ties to even). The two small values added first, or the inputs from last to
+  // first, land above the tie point and round up. Every element alike, so that each lane of a
+  // vector loop and the tail hold it.
+  auto left_to_right = [](auto x, float small, float want) {
+    using T = decltype(x);
+    constexpr std::size_t n = order_test_count;
+    const std::vector<T> a(n, x), b(n, ref_narrow(1.0f, T{})), c(n, ref_narrow(small, T{}));
+    const std::vector<const std::byte*> ptrs{
+        reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<const std::byte*>(b.data()),
+        reinterpret_cast<const std::byte*>(c.data()), reinterpret_cast<const std::byte*>(c.data())};
+    std::vector<T> out(n);
+    bps::reduce::sum_of(out.data(), ptrs, n, std::is_same_v<T, float16> ? dtype::float16
+                                                                        : dtype::bfloat16);
+    std::size_t wrong = 0;
+    for (const auto& h : out)
+      if (h.bits != ref_narrow(want, T{}).bits) ++wrong;
+    return wrong;
+  };
+  CHECK(left_to_right(ref_narrow(2048.0f, float16{}), std::ldexp(1.0f, -13), 2048.0f) == 0);
+  CHECK(left_to_right(ref_narrow(256.0f, bfloat16{}), std::ldexp(1.0f, -16), 256.0f) == 0);
 }
