@@ -159,7 +159,7 @@ TEST_CASE("rendezvous hello refuses bad payloads", "[wire][rendezvous]") {
   auto bad_flag = bytes;
   bad_flag.back() = std::byte{2};
   CHECK_THROWS_WITH(bps::rendezvous::decode_hello(bad_flag),
-                    Catch::Contains("shares_memory flag neither 0 nor 1"));
+                    Catch::Contains("shares_memory flag is neither 0 nor 1"));
   // unknown role byte (offset 4)
   auto bad_role = bytes;
   bad_role[4] = std::byte{3};
@@ -312,7 +312,7 @@ TEST_CASE("rendezvous welcome refuses bad payloads", "[wire][rendezvous]") {
   auto flag = bytes;
   flag.back() = std::byte{2};
   CHECK_THROWS_WITH(bps::rendezvous::decode_welcome(flag),
-                    Catch::Contains("in_shared_memory flag neither 0 nor 1"));
+                    Catch::Contains("in_shared_memory flag is neither 0 nor 1"));
 }
 
 TEST_CASE("first_difference finds the differing setting", "[wire][rendezvous]") {

@@ -30,6 +30,8 @@ class byte_writer {
     detail::put_le<std::make_unsigned_t<T>>(b, static_cast<std::make_unsigned_t<T>>(v));
     bytes_.insert(bytes_.end(), b, b + sizeof(T));
   }
+  /// A flag as one byte, 0 or 1 (`byte_reader::get_flag`).
+  void put_flag(bool on) { put(static_cast<std::uint8_t>(on ? 1 : 0)); }
   void put_string(std::string_view s) {
     put<std::uint32_t>(static_cast<std::uint32_t>(s.size()));
     auto p = as_bytes(s);
@@ -53,6 +55,12 @@ class byte_reader {
     auto v = detail::get_le<std::make_unsigned_t<T>>(in_.data() + pos_);
     pos_ += sizeof(T);
     return static_cast<T>(v);
+  }
+  /// A flag written by `put_flag`; any byte but 0 or 1 throws, naming the flag (`what`).
+  bool get_flag(std::string_view what) {
+    const auto v = get<std::uint8_t>();
+    if (v > 1) throw decode_error(std::string(what) + " flag is neither 0 nor 1");
+    return v == 1;
   }
   std::string get_string(std::size_t max_len = 4096) {
     auto n = get<std::uint32_t>();

@@ -19,13 +19,13 @@ std::vector<std::byte> encode(const hello& h) {
   w.put(h.num_servers);
   w.put_string(h.key_hash);
   w.put(h.mixed_mode);
-  w.put(static_cast<std::uint8_t>(h.failover ? 1 : 0));
-  w.put(static_cast<std::uint8_t>(h.standby ? 1 : 0));
-  w.put(static_cast<std::uint8_t>(h.async_mode ? 1 : 0));
+  w.put_flag(h.failover);
+  w.put_flag(h.standby);
+  w.put_flag(h.async_mode);
   w.put(h.staleness);
   w.put(h.min_workers);
   w.put(h.max_workers);
-  w.put(static_cast<std::uint8_t>(h.shares_memory ? 1 : 0));
+  w.put_flag(h.shares_memory);
   return w.take();
 }
 
@@ -48,25 +48,18 @@ hello decode_hello(std::span<const std::byte> in) {
   h.num_workers = r.get<std::int32_t>();
   h.num_servers = r.get<std::int32_t>();
   h.key_hash = r.get_string(32);
-  h.mixed_mode = r.get<std::uint8_t>();
-  if (h.mixed_mode > 1) throw wire::decode_error("mixed mode flag is neither 0 nor 1");
-  const auto failover = r.get<std::uint8_t>(), standby = r.get<std::uint8_t>();
-  if (failover > 1 || standby > 1) throw wire::decode_error("failover or standby flag not 0 or 1");
-  h.failover = failover == 1;
-  h.standby = standby == 1;
+  h.mixed_mode = r.get_flag("mixed mode") ? 1 : 0;
+  h.failover = r.get_flag("failover");
+  h.standby = r.get_flag("standby");
   if (h.standby && h.node_role != role::server) throw wire::decode_error("only servers stand by");
-  const auto async_mode = r.get<std::uint8_t>();
-  if (async_mode > 1) throw wire::decode_error("async flag is neither 0 nor 1");
-  h.async_mode = async_mode == 1;
+  h.async_mode = r.get_flag("async");
   h.staleness = r.get<std::int64_t>();
   if (h.staleness < -1) throw wire::decode_error("staleness below -1 (unbounded)");
   h.min_workers = r.get<std::int32_t>();
   h.max_workers = r.get<std::int32_t>();
   if (h.min_workers < 0 || h.max_workers < 0)
     throw wire::decode_error("a negative BYTEPS_MIN_NUM_WORKER or BYTEPS_MAX_NUM_WORKER");
-  const auto shares_memory = r.get<std::uint8_t>();
-  if (shares_memory > 1) throw wire::decode_error("shares_memory flag neither 0 nor 1");
-  h.shares_memory = shares_memory == 1;
+  h.shares_memory = r.get_flag("shares_memory");
   if (!r.done()) throw wire::decode_error("trailing bytes after hello");
   return h;
 }
@@ -115,7 +108,7 @@ std::vector<std::byte> encode(const welcome& m) {
     w.put(a.port);
   }
   w.put(m.epoch);
-  w.put(static_cast<std::uint8_t>(m.in_shared_memory));
+  w.put_flag(m.in_shared_memory);
   return w.take();
 }
 
@@ -139,9 +132,7 @@ welcome decode_welcome(std::span<const std::byte> in) {
     m.servers.push_back(std::move(a));
   }
   m.epoch = r.get<std::uint64_t>();
-  const auto in_shared_memory = r.get<std::uint8_t>();
-  if (in_shared_memory > 1) throw wire::decode_error("in_shared_memory flag neither 0 nor 1");
-  m.in_shared_memory = in_shared_memory == 1;
+  m.in_shared_memory = r.get_flag("in_shared_memory");
   if (!r.done()) throw wire::decode_error("trailing bytes after welcome");
   return m;
 }
@@ -174,7 +165,7 @@ std::vector<std::byte> encode(const membership& m) {
   w.put(m.processes);
   w.put(m.removed);
   w.put_string(m.why);
-  w.put(static_cast<std::uint8_t>(m.lost ? 1 : 0));
+  w.put_flag(m.lost);
   w.put(m.joined);
   w.put(m.boundary);
   return w.take();
@@ -205,9 +196,7 @@ membership decode_membership(std::span<const std::byte> in) {
   m.removed = r.get<std::int32_t>();
   if (m.removed < -1) throw wire::decode_error("removed machine below -1 (none)");
   m.why = r.get_string(4096);
-  const auto lost = r.get<std::uint8_t>();
-  if (lost > 1) throw wire::decode_error("membership's lost flag is neither 0 nor 1");
-  m.lost = lost == 1;
+  m.lost = r.get_flag("membership's lost");
   m.joined = r.get<std::int32_t>();
   if (m.joined < -1) throw wire::decode_error("joined machine below -1 (none)");
   if (m.joined >= 0 && !std::binary_search(m.members.begin(), m.members.end(), m.joined))
