@@ -20,12 +20,13 @@ check_args=("${@:4}")
 # leftovers before this script looks, or this script's jobs remove another test's. As root with
 # unshare, the script runs in a mount namespace of its own with a private /dev/shm (a tmpfs,
 # gone with the namespace); otherwise in the machine's, and it says so.
+# shellcheck source=private_shm.sh
+source "$(dirname "$0")/private_shm.sh"
 if [[ -z ${BPS_LOCAL_SHM_PRIVATE:-} ]]; then
-  if ((EUID == 0)) && command -v unshare >/dev/null; then
+  if can_have_private_shm; then
     export BPS_LOCAL_SHM_PRIVATE=1
-    exec unshare --mount --propagation private bash -c '
-      mount -t tmpfs tmpfs /dev/shm || { echo "mounting a private /dev/shm failed" >&2; exit 90; }
-      exec "$@"' _ "$0" "$@"
+    with_private_shm "" "$0" "$@"
+    exit $?
   fi
   echo "note: not root or no unshare: running in this machine's /dev/shm, which a job of another test" \
     "running beside this one may sweep (case 4 then finds nothing left to remove)"

@@ -10,17 +10,16 @@
 set -euo pipefail
 launch=$1 check=$2
 shift 2
-if ((EUID != 0)) || ! command -v unshare >/dev/null; then
+# shellcheck source=private_shm.sh
+source "$(dirname "$0")/private_shm.sh"
+if ! can_have_private_shm; then
   echo "SKIPPED: needs root and unshare to mount a small /dev/shm in a mount namespace" >&2
   exit 77
 fi
 run_with_shm() {  # SIZE CHECK_ARGS...: the job, with a /dev/shm of SIZE
   local size=$1
   shift
-  unshare --mount --propagation private bash -c '
-    mount -t tmpfs -o size="$1" tmpfs /dev/shm || exit 90
-    shift
-    exec "$@"' _ "$size" "$launch" --workers 2 --servers 1 --timeout 240 -- "$check" "$@"
+  with_private_shm "$size" "$launch" --workers 2 --servers 1 --timeout 240 -- "$check" "$@"
 }
 echo "== /dev/shm of 8 MiB, rings of 16 MiB: the rings cannot be made"
 BYTEPS_IPC_RING_BYTES=16777216 run_with_shm 8m "$@" || {
