@@ -70,6 +70,8 @@ run_with_a_late_worker() {
 # 1. Room for a 4th machine: it joins.
 export BYTEPS_MAX_NUM_WORKER=4
 run_with_a_late_worker joined
+# The launcher's 124 first: stopping the cluster at its deadline fails the newcomer too.
+((job_rc != 124)) || fail "the job passed byteps-launch's --timeout 240 (its log says what still ran)"
 ((joiner_rc == 0)) || fail "the worker that joined exited $joiner_rc"
 ((job_rc == 0)) || fail "the job the 4th worker joined exited $job_rc"
 log="$work/joined.log" joiner="$work/joined-joiner.0.log"
