@@ -24,6 +24,8 @@ struct server_access {
 
   /// Elastic training: waits until the server applied membership epoch `epoch` on every engine
   /// thread (its rounds in flight started over); false when `timeout` passed first. Any thread.
+  /// The node queues each engine's restart before the epoch can be read, so the probe posted
+  /// after reading it runs after the restart.
   template <class T, class H>
   static bool applied_membership(Server<T, H>& server, std::uint64_t epoch,
                                  std::chrono::milliseconds timeout) {

@@ -451,7 +451,7 @@ class node {
   server::worker_places<session> places_;  // one link per worker process
   std::mutex mu_;                          // guards dead_, epoch_, members_
   std::string dead_;
-  std::uint64_t epoch_ = 0;    // elastic: the membership epoch last applied
+  std::uint64_t epoch_ = 0;    // elastic: the newest membership epoch, its restarts queued
   std::vector<bool> members_;  // elastic: by machine (empty: every machine, without elastic)
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stopped_{false};

@@ -57,6 +57,15 @@ void node<T, H>::on_membership(const rendezvous::frame& f) {
     if (m.epoch <= epoch_) return;  // notices come in order; an old one changes nothing
     epoch_ = m.epoch;
     members_ = members;
+    // Queued before the new epoch can be read: whoever reads it and then posts to an engine
+    // runs after that engine's restart. The last engine to apply it tells the scheduler (which
+    // waits for that in a join; a replacement server hears the newest notice, whatever it was).
+    auto left = std::make_shared<std::atomic<std::size_t>>(engines_.size());
+    for (auto& e : engines_)
+      e->post([this, ep = e.get(), members, processes = m.processes, left, epoch = m.epoch] {
+        restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
+        if (left->fetch_sub(1) == 1) control_.tell(wire::msg::membership_ack, epoch);
+      });
   }
   if (m.joined >= 0) {
     log_.info("worker {} joined the job: {} worker machines (membership epoch {})", m.joined,
@@ -71,14 +80,6 @@ void node<T, H>::on_membership(const rendezvous::frame& f) {
     else
       log_.info("{}", line);
   }
-  // The last engine to apply it tells the scheduler (which waits for that in a join; a
-  // replacement server hears the newest notice, whatever it was).
-  auto left = std::make_shared<std::atomic<std::size_t>>(engines_.size());
-  for (auto& e : engines_)
-    e->post([this, ep = e.get(), members, processes = m.processes, left, epoch = m.epoch] {
-      restart_rounds(*ep, members, static_cast<std::uint32_t>(processes));
-      if (left->fetch_sub(1) == 1) control_.tell(wire::msg::membership_ack, epoch);
-    });
   for (auto& w : places_.holders())
     if (!takes_part(members, w->worker))
       w->send_removal(fmt::format("worker {} was removed from the job (membership epoch {}): {}",
