@@ -8,8 +8,8 @@
 // prints each timed round's time over M/B. `--help` says more.
 //
 // A compiled program, one blocking thread per connection and direction: the bytes cost the
-// kernel what they cost byteps, and the program itself next to nothing (an interpreter's threads
-// took half of this 2-core machine's CPU at 1 Gbit/s: docs/performance.md).
+// kernel what they cost byteps, and the program itself next to nothing (docs/performance.md,
+// "the bytes alone, compiled", says why that matters on a 2-core machine).
 
 #include <arpa/inet.h>
 #include <fmt/core.h>
