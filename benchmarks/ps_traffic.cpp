@@ -101,14 +101,16 @@ std::size_t parse_bytes(std::string_view flag, const std::string& text) {
   try {
     n = std::stoull(text, &used);
   } catch (const std::exception&) {
-    throw failure(fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
+    throw failure(
+        fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
   }
   const std::string unit = text.substr(used);
   if (unit == "K" || unit == "k") return n << 10;
   if (unit == "M" || unit == "m") return n << 20;
   if (unit == "G" || unit == "g") return n << 30;
   if (!unit.empty())
-    throw failure(fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
+    throw failure(
+        fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
   return n;
 }
 
@@ -134,15 +136,23 @@ options parse_args(int argc, char** argv) {
       std::fwrite(kHelp.data(), 1, kHelp.size(), stdout);
       std::exit(0);
     }
-    if (i + 1 >= argc) throw failure(fmt::format("{} needs a value (--help lists the options)", flag));
+    if (i + 1 >= argc)
+      throw failure(fmt::format("{} needs a value (--help lists the options)", flag));
     const std::string value = argv[++i];
-    if (flag == "--workers") o.workers = parse_int(flag, value, 1);
-    else if (flag == "--bytes") o.bytes = parse_bytes(flag, value);
-    else if (flag == "--chunk") o.chunk = parse_bytes(flag, value);
-    else if (flag == "--rounds") o.rounds = parse_int(flag, value, 1);
-    else if (flag == "--warmup") o.warmup = parse_int(flag, value, 0);
-    else if (flag == "--pace") o.pace = parse_bytes(flag, value);
-    else if (flag == "--deadline") o.deadline_s = parse_int(flag, value, 1);
+    if (flag == "--workers")
+      o.workers = parse_int(flag, value, 1);
+    else if (flag == "--bytes")
+      o.bytes = parse_bytes(flag, value);
+    else if (flag == "--chunk")
+      o.chunk = parse_bytes(flag, value);
+    else if (flag == "--rounds")
+      o.rounds = parse_int(flag, value, 1);
+    else if (flag == "--warmup")
+      o.warmup = parse_int(flag, value, 0);
+    else if (flag == "--pace")
+      o.pace = parse_bytes(flag, value);
+    else if (flag == "--deadline")
+      o.deadline_s = parse_int(flag, value, 1);
     else if (flag == "--answers") {
       if (value != "free" && value != "gated")
         throw failure(fmt::format("--answers {}: expected free or gated", value));
@@ -155,7 +165,8 @@ options parse_args(int argc, char** argv) {
   if (o.stagger && o.gated) throw failure("--stagger goes with free answers only");
   if (o.chunk == 0) throw failure("--chunk 0: a gated server needs a chunk of at least 1 byte");
   if (o.warmup >= o.rounds)
-    throw failure(fmt::format("--warmup {} leaves none of the {} rounds timed", o.warmup, o.rounds));
+    throw failure(
+        fmt::format("--warmup {} leaves none of the {} rounds timed", o.warmup, o.rounds));
   return o;
 }
 
@@ -169,7 +180,9 @@ std::string env(const char* name) {
 using wall = std::chrono::system_clock;  // the hosts share one clock: the round's common start
 using steady = std::chrono::steady_clock;
 
-double now_s() { return std::chrono::duration<double>(wall::now().time_since_epoch()).count(); }
+double now_s() {
+  return std::chrono::duration<double>(wall::now().time_since_epoch()).count();
+}
 
 // The bytes `host` sends to every peer, checked by each receiver after every round.
 std::vector<std::byte> pattern(int host, std::size_t size) {
@@ -286,8 +299,8 @@ std::vector<peer> connect_pairs(const options& o, int host, const std::vector<st
     auto where = address_of("0.0.0.0", kPort + host - o.workers);
     if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&where), sizeof where) != 0 ||
         ::listen(listener.get(), o.workers) != 0)
-      throw failure(fmt::format("listening on port {}: {}", kPort + host - o.workers,
-                                std::strerror(errno)));
+      throw failure(
+          fmt::format("listening on port {}: {}", kPort + host - o.workers, std::strerror(errno)));
     timeval second{1, 0};  // accept wakes each second to check the deadline
     set_option(listener.get(), SOL_SOCKET, SO_RCVTIMEO, &second, sizeof second, "SO_RCVTIMEO");
     while (static_cast<int>(peers.size()) < o.workers) {
@@ -302,7 +315,8 @@ std::vector<peer> connect_pairs(const options& o, int host, const std::vector<st
       peers.push_back(peer{static_cast<int>(ntohl(id)), std::move(fd)});
     }
   }
-  std::sort(peers.begin(), peers.end(), [](const peer& a, const peer& b) { return a.host < b.host; });
+  std::sort(peers.begin(), peers.end(),
+            [](const peer& a, const peer& b) { return a.host < b.host; });
   for (auto& p : peers) tune(p.fd.get(), o);
   return peers;
 }
@@ -311,9 +325,7 @@ std::vector<peer> connect_pairs(const options& o, int host, const std::vector<st
 double barrier(const std::filesystem::path& dir, const std::string& name, int host, int hosts,
                steady::time_point deadline) {
   const auto mine = dir / fmt::format("{}.{}", name, host);
-  {
-    std::ofstream(mine.string() + ".tmp") << fmt::format("{:.6f}", now_s());
-  }
+  { std::ofstream(mine.string() + ".tmp") << fmt::format("{:.6f}", now_s()); }
   std::filesystem::rename(mine.string() + ".tmp", mine);
   double last = 0;
   for (int h = 0; h < hosts;) {
@@ -423,7 +435,8 @@ int run(const options& o) {
     throw failure(fmt::format("--workers {} leaves no server among the {} hosts of $EMU_ADDRS",
                               o.workers, hosts));
   if (host >= hosts)
-    throw failure(fmt::format("$EMU_HOST {} is not one of the {} hosts of $EMU_ADDRS", host, hosts));
+    throw failure(
+        fmt::format("$EMU_HOST {} is not one of the {} hosts of $EMU_ADDRS", host, hosts));
   if (o.bytes % static_cast<std::size_t>(servers) != 0)
     throw failure(fmt::format("--bytes {} is not a multiple of the {} servers", o.bytes, servers));
   const std::size_t per_pair = o.bytes / static_cast<std::size_t>(servers);
@@ -441,7 +454,7 @@ int run(const options& o) {
     const double start = barrier(dir, fmt::format("round{}", r), host, hosts, deadline);
     try {
       const int index = host < o.workers ? host : host - o.workers;  // among its role's hosts
-      run_round(peers, outgoing, o.gated && host >= o.workers,  // workers push freely
+      run_round(peers, outgoing, o.gated && host >= o.workers,       // workers push freely
                 o.chunk, o.stagger ? index : -1);
     } catch (const failure& e) {
       throw failure(fmt::format("host {}, round {}: {}", host, r, e.what()));
@@ -458,7 +471,8 @@ int run(const options& o) {
     std::ofstream out(dir / fmt::format("ends.{}.tmp", host));
     for (double e : ends) out << fmt::format("{:.9f} ", e);
   }
-  std::filesystem::rename(dir / fmt::format("ends.{}.tmp", host), dir / fmt::format("ends.{}", host));
+  std::filesystem::rename(dir / fmt::format("ends.{}.tmp", host),
+                          dir / fmt::format("ends.{}", host));
   if (host != 0) return 0;
 
   std::vector<double> timed(static_cast<std::size_t>(o.rounds - o.warmup), 0.0);
@@ -473,18 +487,18 @@ int run(const options& o) {
     if (static_cast<int>(times.size()) != o.rounds)
       throw failure(fmt::format("worker {} wrote {} times, not {}", w, times.size(), o.rounds));
     for (int r = o.warmup; r < o.rounds; ++r)
-      timed[static_cast<std::size_t>(r - o.warmup)] =
-          std::max(timed[static_cast<std::size_t>(r - o.warmup)], times[static_cast<std::size_t>(r)]);
+      timed[static_cast<std::size_t>(r - o.warmup)] = std::max(
+          timed[static_cast<std::size_t>(r - o.warmup)], times[static_cast<std::size_t>(r)]);
   }
   const double rate = std::stod(env("EMU_RATE_GBPS")) * 1e9 / 8;
   const double bound = static_cast<double>(o.bytes) / rate;
-  fmt::print("ps-traffic: {} workers, {} servers, {} bytes a worker, answers {}{}{}{}, link {}: "
-             "bound M/B {:.1f} ms\n",
-             o.workers, servers, o.bytes, o.gated ? "gated" : "free",
-             o.gated ? fmt::format(" in chunks of {}", o.chunk) : std::string(),
-             o.pace ? fmt::format(", each connection paced at {} B/s", o.pace) : std::string(),
-             o.stagger ? ", staggered (one peer at a time)" : "",
-             env("EMU_RATE"), bound * 1e3);
+  fmt::print(
+      "ps-traffic: {} workers, {} servers, {} bytes a worker, answers {}{}{}{}, link {}: "
+      "bound M/B {:.1f} ms\n",
+      o.workers, servers, o.bytes, o.gated ? "gated" : "free",
+      o.gated ? fmt::format(" in chunks of {}", o.chunk) : std::string(),
+      o.pace ? fmt::format(", each connection paced at {} B/s", o.pace) : std::string(),
+      o.stagger ? ", staggered (one peer at a time)" : "", env("EMU_RATE"), bound * 1e3);
   std::string rounds;
   for (double t : timed) rounds += fmt::format("{}{:.1f}", rounds.empty() ? "" : ", ", t * 1e3);
   fmt::print("ps-traffic: rounds (ms): {}\n", rounds);
