@@ -38,6 +38,8 @@
 #include <utility>
 #include <vector>
 
+#include "bench_options.hpp"
+
 namespace {
 
 constexpr int kPort = 9700;  // server s listens on kPort + s, so that every host may be 127.0.0.1
@@ -95,23 +97,13 @@ struct options {
   double deadline_s = 120;
 };
 
+// bench::parse_bytes (4096, 4K, 256M, ...), its error naming the flag.
 std::size_t parse_bytes(std::string_view flag, const std::string& text) {
-  std::size_t used = 0;
-  unsigned long long n = 0;
   try {
-    n = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    throw failure(
-        fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
+    return bench::parse_bytes(text);
+  } catch (const bench::usage_error& e) {
+    throw failure(fmt::format("{}: {}", flag, e.what()));
   }
-  const std::string unit = text.substr(used);
-  if (unit == "K" || unit == "k") return n << 10;
-  if (unit == "M" || unit == "m") return n << 20;
-  if (unit == "G" || unit == "g") return n << 30;
-  if (!unit.empty())
-    throw failure(
-        fmt::format("{} {}: not a byte count (a number, optionally K, M or G)", flag, text));
-  return n;
 }
 
 int parse_int(std::string_view flag, const std::string& text, int least) {
